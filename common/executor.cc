@@ -1,0 +1,72 @@
+#include "common/executor.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+
+namespace {
+absl::Status Annotate(const absl::Status& s, int index, const OpDesc& op) {
+  return absl::Status(s.code(),
+                      absl::StrCat("op #", index, " ", OpSignature(op), ": ", s.message()));
+}
+
+absl::Status RunKernel(const OpInfo& info, const OpDesc& op, int index, Scope* scope) {
+  OpContext ctx(op, scope);
+  absl::Status s = info.kernel(ctx);
+  if (s.ok()) s = ctx.attr_status();
+  return s.ok() ? s : Annotate(s, index, op);
+}
+}  // namespace
+
+void CreateBlockVariables(const BlockDesc& block, Scope* scope) {
+  for (const auto& v : block.vars()) {
+    if (scope->FindVar(v.name()) == nullptr) scope->Var(v.name());
+  }
+}
+
+absl::StatusOr<PreparedBlock> Executor::Prepare(const ProgramDesc& program, int block_id) const {
+  if (block_id < 0 || block_id >= program.blocks_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("program has no block ", block_id, " (it has ",
+                                                   program.blocks_size(), ")"));
+  }
+  PreparedBlock prepared;
+  prepared.program = &program;
+  prepared.block_id = block_id;
+  const BlockDesc& block = program.blocks(block_id);
+  for (int i = 0; i < block.ops_size(); ++i) {
+    const OpDesc& op = block.ops(i);
+    const OpInfo* info = registry_->Find(op.type());
+    if (info == nullptr) {
+      return absl::NotFoundError(absl::StrCat("op #", i, " of block ", block_id,
+                                              ": unknown op type '", op.type(), "'"));
+    }
+    prepared.infos.push_back(info);
+  }
+  return prepared;
+}
+
+absl::Status Executor::Run(const PreparedBlock& prepared, Scope* scope) const {
+  const BlockDesc& block = prepared.program->blocks(prepared.block_id);
+  CreateBlockVariables(block, scope);
+  for (int i = 0; i < block.ops_size(); ++i) {
+    absl::Status s = RunKernel(*prepared.infos[i], block.ops(i), i, scope);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Run(const ProgramDesc& program, int block_id, Scope* scope) const {
+  auto prepared = Prepare(program, block_id);
+  if (!prepared.ok()) return prepared.status();
+  return Run(*prepared, scope);
+}
+
+absl::Status Executor::RunOp(const OpDesc& op, Scope* scope) const {
+  const OpInfo* info = registry_->Find(op.type());
+  if (info == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown op type '", op.type(), "'"));
+  }
+  return RunKernel(*info, op, 0, scope);
+}
+
+}  // namespace tessera

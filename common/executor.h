@@ -1,0 +1,54 @@
+// Executor: runs the ops of one block of a ProgramDesc, in order, on a Scope.
+//
+// Prepare() resolves every op's kernel once (an unknown op type fails there, naming the op);
+// Run() executes a prepared block. Errors carry the failing op's index and signature, e.g.
+//   op #3 mul(X=x, Y=w) -> (Out=h): X [4, 3] and Y [5, 2] disagree in the inner dimension
+// The Executor itself is stateless and thread-safe; concurrent Runs must use different scopes
+// or touch disjoint variables.
+#ifndef TESSERA_COMMON_EXECUTOR_H_
+#define TESSERA_COMMON_EXECUTOR_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/op_registry.h"
+#include "common/scope.h"
+#include "proto/program.pb.h"
+
+namespace tessera {
+
+// A block whose kernels have been looked up. Refers to the program, which must outlive it.
+struct PreparedBlock {
+  const ProgramDesc* program = nullptr;
+  int block_id = 0;
+  std::vector<const OpInfo*> infos;  // parallel to the block's ops
+};
+
+class Executor {
+ public:
+  // `registry` must outlive the executor.
+  explicit Executor(const OpRegistry* registry) : registry_(registry) {}
+
+  absl::StatusOr<PreparedBlock> Prepare(const ProgramDesc& program, int block_id) const;
+  // Creates the block's variables in `scope` (if absent) and runs its ops. Stops at the first
+  // failing op and returns its error.
+  absl::Status Run(const PreparedBlock& block, Scope* scope) const;
+  // Prepare + Run.
+  absl::Status Run(const ProgramDesc& program, int block_id, Scope* scope) const;
+  // Runs a single op (used by ops with sub-blocks and by tests).
+  absl::Status RunOp(const OpDesc& op, Scope* scope) const;
+
+  const OpRegistry& registry() const { return *registry_; }
+
+ private:
+  const OpRegistry* registry_;
+};
+
+// Creates every variable the block declares in `scope` (empty, typed on first write).
+void CreateBlockVariables(const BlockDesc& block, Scope* scope);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_EXECUTOR_H_

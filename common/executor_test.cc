@@ -1,0 +1,87 @@
+#include "common/executor.h"
+
+#include "common/ops/ops.h"
+#include "common/program_io.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+class ExecutorTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<OpRegistry> registry_ = NewStandardOpRegistry();
+  Executor exec_{registry_.get()};
+};
+
+ProgramDesc OneBlock() {
+  ProgramDesc p;
+  p.add_blocks()->set_parent_idx(-1);
+  return p;
+}
+
+TEST_F(ExecutorTest, RunsOpsInOrder) {
+  ProgramDesc p = OneBlock();
+  OpDesc fill = MakeOp("fill_constant", {}, {{"Out", {"a"}}});
+  SetAttr(&fill, "shape", std::vector<int64_t>{3});
+  SetAttr(&fill, "value", 2.0f);
+  OpDesc scale = MakeOp("scale", {{"X", {"a"}}}, {{"Out", {"b"}}});
+  SetAttr(&scale, "scale", 3.0f);
+  *p.mutable_blocks(0)->add_ops() = fill;
+  *p.mutable_blocks(0)->add_ops() = scale;
+  Scope scope;
+  ASSERT_TRUE(exec_.Run(p, 0, &scope).ok());
+  EXPECT_EQ(scope.FindVar("b")->Get<Tensor>().data<float>()[2], 6.0f);
+}
+
+TEST_F(ExecutorTest, UnknownOpIsNamed) {
+  ProgramDesc p = OneBlock();
+  *p.mutable_blocks(0)->add_ops() = MakeOp("frobnicate", {}, {});
+  Scope scope;
+  absl::Status s = exec_.Run(p, 0, &scope);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("'frobnicate'"), std::string::npos) << s;
+}
+
+TEST_F(ExecutorTest, MissingInputNamesOpAndVariable) {
+  ProgramDesc p = OneBlock();
+  *p.mutable_blocks(0)->add_ops() = MakeOp("scale", {{"X", {"nowhere"}}}, {{"Out", {"b"}}});
+  Scope scope;
+  absl::Status s = exec_.Run(p, 0, &scope);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("op #0 scale"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("'nowhere'"), std::string::npos) << s;
+}
+
+TEST_F(ExecutorTest, WrongAttrTypeIsReported) {
+  OpDesc scale = MakeOp("scale", {{"X", {"a"}}}, {{"Out", {"b"}}});
+  SetAttr(&scale, "scale", "three");
+  Scope scope;
+  scope.Var("a")->GetMutable<Tensor>()->Resize(FLOAT32, {1});
+  absl::Status s = exec_.RunOp(scale, &scope);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'scale'"), std::string::npos) << s;
+}
+
+TEST_F(ExecutorTest, ProgramTextRoundTripAndParseErrors) {
+  ProgramDesc p = OneBlock();
+  OpDesc fill = MakeOp("fill_constant", {}, {{"Out", {"a"}}});
+  SetAttr(&fill, "shape", std::vector<int64_t>{3});
+  *p.mutable_blocks(0)->add_ops() = fill;
+  std::string text = ProgramToText(p);
+  auto back = ParseProgramText(text, "p.pbtxt");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(ProgramToText(*back), text);
+
+  auto bad = ParseProgramText("blocks {\n  ops { type: \"x\" \n", "bad.pbtxt");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message().find('\n'), std::string::npos);
+  EXPECT_EQ(bad.status().message().rfind("bad.pbtxt:", 0), 0u) << bad.status();
+
+  auto unknown_field = ParseProgramText("blocks { opz {} }", "u.pbtxt");
+  ASSERT_FALSE(unknown_field.ok());
+  EXPECT_NE(unknown_field.status().message().find("u.pbtxt:1:"), std::string::npos)
+      << unknown_field.status();
+}
+
+}  // namespace
+}  // namespace tessera

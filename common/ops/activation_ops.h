@@ -1,0 +1,13 @@
+// relu, sigmoid, tanh.
+#ifndef TESSERA_COMMON_OPS_ACTIVATION_OPS_H_
+#define TESSERA_COMMON_OPS_ACTIVATION_OPS_H_
+
+#include "common/op_registry.h"
+
+namespace tessera {
+
+absl::Status RegisterActivationOps(OpRegistry* registry);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_OPS_ACTIVATION_OPS_H_

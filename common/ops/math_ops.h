@@ -1,0 +1,13 @@
+// mul, matmul, elementwise_add/sub/mul (with broadcasting of Y along axis).
+#ifndef TESSERA_COMMON_OPS_MATH_OPS_H_
+#define TESSERA_COMMON_OPS_MATH_OPS_H_
+
+#include "common/op_registry.h"
+
+namespace tessera {
+
+absl::Status RegisterMathOps(OpRegistry* registry);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_OPS_MATH_OPS_H_

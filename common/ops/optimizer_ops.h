@@ -1,0 +1,13 @@
+// sgd, momentum, adam, adagrad; dense and sparse (SelectedRows) gradients.
+#ifndef TESSERA_COMMON_OPS_OPTIMIZER_OPS_H_
+#define TESSERA_COMMON_OPS_OPTIMIZER_OPS_H_
+
+#include "common/op_registry.h"
+
+namespace tessera {
+
+absl::Status RegisterOptimizerOps(OpRegistry* registry);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_OPS_OPTIMIZER_OPS_H_

@@ -1,0 +1,13 @@
+// uniform_random, gaussian_random (counter-based: element i of a seed is the same wherever it is computed).
+#ifndef TESSERA_COMMON_OPS_RANDOM_OPS_H_
+#define TESSERA_COMMON_OPS_RANDOM_OPS_H_
+
+#include "common/op_registry.h"
+
+namespace tessera {
+
+absl::Status RegisterRandomOps(OpRegistry* registry);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_OPS_RANDOM_OPS_H_

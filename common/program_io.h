@@ -1,0 +1,31 @@
+// Reading and writing programs as text protos (the format `tessera_program` and
+// `tessera_transpile` print, and that daemons accept as program files).
+#ifndef TESSERA_COMMON_PROGRAM_IO_H_
+#define TESSERA_COMMON_PROGRAM_IO_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/program.pb.h"
+
+namespace tessera {
+
+// Parses a text-format ProgramDesc. On error the message is one line naming `source`, the line
+// and column, e.g. "model.pbtxt:12:5: Expected identifier, got: }".
+absl::StatusOr<ProgramDesc> ParseProgramText(absl::string_view text, absl::string_view source);
+// Text form of `program` (deterministic: same program -> same bytes).
+std::string ProgramToText(const ProgramDesc& program);
+
+absl::StatusOr<ProgramDesc> ReadProgramFile(const std::string& path);
+// Writes atomically (temporary file + rename).
+absl::Status WriteProgramFile(const ProgramDesc& program, const std::string& path);
+
+// Whole-file helpers; errors name the path and the OS error.
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+absl::Status WriteStringToFileAtomic(const std::string& path, absl::string_view contents);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_PROGRAM_IO_H_

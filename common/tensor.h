@@ -1,0 +1,144 @@
+// Tensor: a typed, shaped, contiguous (row-major) buffer; SelectedRows: a sparse set of rows.
+//
+// A Tensor object is a handle: copying it shares the buffer (like TensorFlow's Tensor). Use
+// CopyFrom()/Clone() for a deep copy. Not thread-safe; callers synchronize access to one tensor.
+#ifndef TESSERA_COMMON_TENSOR_H_
+#define TESSERA_COMMON_TENSOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "Eigen/Core"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "proto/tensor.pb.h"
+
+namespace tessera {
+
+using Shape = std::vector<int64_t>;
+
+// Bytes of one element of `dtype`.
+size_t SizeOf(DataType dtype);
+// "float32", "float64", "int64", "int32".
+std::string DataTypeName(DataType dtype);
+// "[2, 3]".
+std::string ShapeString(absl::Span<const int64_t> shape);
+// Product of dims (1 for a scalar shape []).
+int64_t NumElements(absl::Span<const int64_t> shape);
+
+template <typename T>
+struct DataTypeOf;
+template <>
+struct DataTypeOf<float> { static constexpr DataType value = FLOAT32; };
+template <>
+struct DataTypeOf<double> { static constexpr DataType value = FLOAT64; };
+template <>
+struct DataTypeOf<int64_t> { static constexpr DataType value = INT64; };
+template <>
+struct DataTypeOf<int32_t> { static constexpr DataType value = INT32; };
+
+template <typename T>
+using EigenMatrix = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+template <typename T>
+using ConstEigenMatrix =
+    Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+template <typename T>
+using EigenVector = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <typename T>
+using ConstEigenVector = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Allocates (uninitialized contents).
+  Tensor(DataType dtype, Shape shape);
+
+  DataType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const { return shape_[i]; }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * SizeOf(dtype_); }
+  // True once Resize() or the constructor gave the tensor a type and shape.
+  bool initialized() const { return initialized_; }
+
+  // Sets type and shape. Reallocates only when the buffer is too small or shared with another
+  // tensor; contents are unspecified afterwards unless nothing was reallocated.
+  void Resize(DataType dtype, Shape shape);
+  // Changes the shape keeping the data; fails if the element count differs.
+  absl::Status Reshape(Shape shape);
+
+  // Typed access. CHECK-fails on a dtype mismatch (a programmer error: kernels check dtypes
+  // and return a Status before touching data).
+  template <typename T>
+  T* data() {
+    CheckType(DataTypeOf<T>::value);
+    return reinterpret_cast<T*>(buffer_.get());
+  }
+  template <typename T>
+  const T* data() const {
+    CheckType(DataTypeOf<T>::value);
+    return reinterpret_cast<const T*>(buffer_.get());
+  }
+  void* raw_data() { return buffer_.get(); }
+  const void* raw_data() const { return buffer_.get(); }
+
+  // Flat view of all elements.
+  template <typename T>
+  EigenVector<T> flat() {
+    return EigenVector<T>(data<T>(), numel_);
+  }
+  template <typename T>
+  ConstEigenVector<T> flat() const {
+    return ConstEigenVector<T>(data<T>(), numel_);
+  }
+  // Row-major matrix view: dims [0, num_row_dims) form the rows, the rest the columns.
+  template <typename T>
+  EigenMatrix<T> matrix(int num_row_dims = 1) {
+    auto [r, c] = MatrixDims(num_row_dims);
+    return EigenMatrix<T>(data<T>(), r, c);
+  }
+  template <typename T>
+  ConstEigenMatrix<T> matrix(int num_row_dims = 1) const {
+    auto [r, c] = MatrixDims(num_row_dims);
+    return ConstEigenMatrix<T>(data<T>(), r, c);
+  }
+  std::pair<int64_t, int64_t> MatrixDims(int num_row_dims) const;
+
+  // Deep copy of `other` into this tensor (reusing the buffer when large enough).
+  void CopyFrom(const Tensor& other);
+  Tensor Clone() const;
+  void SetZero();
+  // Shares `other`'s buffer, type and shape.
+  void ShareDataWith(const Tensor& other) { *this = other; }
+  // "float32[2, 3]".
+  std::string DebugString() const;
+
+ private:
+  void CheckType(DataType t) const;
+
+  DataType dtype_ = FLOAT32;
+  Shape shape_;
+  int64_t numel_ = 0;
+  bool initialized_ = false;
+  size_t capacity_ = 0;  // bytes
+  std::shared_ptr<char> buffer_;
+};
+
+// Rows of a conceptual [height, ...] tensor: value.dim(0) == rows.size(), value row i holds
+// row rows[i]. Rows may repeat until merged. height 0 means unbounded (any int64 id).
+struct SelectedRows {
+  std::vector<int64_t> rows;
+  int64_t height = 0;
+  Tensor value;
+};
+
+// Tensor <-> TensorProto (copies the bytes; for checkpoints and small messages).
+void TensorToProto(const Tensor& t, TensorProto* proto);
+absl::Status TensorFromProto(const TensorProto& proto, Tensor* t);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_TENSOR_H_

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The README's test command: installs dependencies, builds everything (CUDA targets compile only
+# where nvcc exists), runs every test, and prints a closing "N passed, N failed" line.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+deploy/setup || { echo "deploy/setup failed"; exit 1; }
+
+JOBS="${TESSERA_JOBS:-2}"
+bazel build --jobs="$JOBS" //... || { echo "0 passed, 1 failed"; exit 1; }
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  bazel build --jobs="$JOBS" --config=cuda //... || { echo "0 passed, 1 failed (cuda build)"; exit 1; }
+fi
+log=$(mktemp)
+bazel test --jobs="$JOBS" --local_test_jobs=2 //... 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+passed=$(grep -cE '^//.* PASSED' "$log" || true)
+failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS)' "$log" || true)
+rm -f "$log"
+echo "${passed} passed, ${failed} failed"
+exit "$rc"
