@@ -66,7 +66,7 @@ void Tensor::Resize(DataType dtype, Shape shape) {
   numel_ = NumElements(shape_);
   initialized_ = true;
   size_t need = nbytes();
-  if (buffer_ == nullptr || capacity_ < need || buffer_.use_count() > 1) {
+  if (buffer_ == nullptr || capacity_ < need) {
     buffer_ = Allocate(need);
     capacity_ = (need + kAlignment - 1) / kAlignment * kAlignment;
     if (capacity_ == 0) capacity_ = kAlignment;

@@ -64,8 +64,9 @@ class Tensor {
   // True once Resize() or the constructor gave the tensor a type and shape.
   bool initialized() const { return initialized_; }
 
-  // Sets type and shape. Reallocates only when the buffer is too small or shared with another
-  // tensor; contents are unspecified afterwards unless nothing was reallocated.
+  // Sets type and shape. Reallocates only when the buffer is too small (then contents are
+  // unspecified and any sharing with other tensors ends); otherwise keeps buffer and contents,
+  // so in-place kernels (Out and X the same tensor) may Resize their output safely.
   void Resize(DataType dtype, Shape shape);
   // Changes the shape keeping the data; fails if the element count differs.
   absl::Status Reshape(Shape shape);
@@ -83,6 +84,8 @@ class Tensor {
     return reinterpret_cast<const T*>(buffer_.get());
   }
   void* raw_data() { return buffer_.get(); }
+  // The buffer, for holders that must keep it alive (e.g. zero-copy RPC slices).
+  std::shared_ptr<char> shared_buffer() const { return buffer_; }
   const void* raw_data() const { return buffer_.get(); }
 
   // Flat view of all elements.

@@ -26,13 +26,17 @@ TEST(TensorTest, CopyIsShallowCloneIsDeep) {
   EXPECT_EQ(deep.data<double>()[0], 2.0);
 }
 
-TEST(TensorTest, ResizeOfSharedBufferDoesNotClobberTheOther) {
+TEST(TensorTest, ResizeKeepsContentsUnlessItGrows) {
   Tensor a(FLOAT32, {2});
   a.flat<float>().setConstant(1.0f);
-  Tensor b = a;
+  Tensor b = a;  // aliases a
   b.Resize(FLOAT32, {2});
+  EXPECT_EQ(b.data<float>()[1], 1.0f);
   b.flat<float>().setConstant(3.0f);
-  EXPECT_EQ(a.data<float>()[0], 1.0f);
+  EXPECT_EQ(a.data<float>()[0], 3.0f);
+  b.Resize(FLOAT32, {1024});  // grows: b gets its own buffer, a keeps the old one
+  b.flat<float>().setConstant(4.0f);
+  EXPECT_EQ(a.data<float>()[0], 3.0f);
 }
 
 TEST(TensorTest, MatrixView) {

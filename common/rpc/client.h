@@ -1,0 +1,70 @@
+// PServerClient: how a trainer talks to one parameter server.
+//
+// Every call is asynchronous: `done` runs exactly once, on an RPC thread, after which the call
+// no longer touches its arguments. The blocking helpers wait for `done`. Implementations are
+// thread-safe; calls to one client may overlap (that is how sends to all pservers and chunks
+// of one large tensor run in parallel). Errors: UNAVAILABLE for transport failures (after the
+// client's own retries), DEADLINE_EXCEEDED past the call deadline, and the server's status
+// otherwise; every message names the endpoint.
+#ifndef TESSERA_COMMON_RPC_CLIENT_H_
+#define TESSERA_COMMON_RPC_CLIENT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/rpc/rpc.h"
+
+namespace tessera {
+
+class PServerClient {
+ public:
+  virtual ~PServerClient() = default;
+
+  virtual const std::string& endpoint() const = 0;
+
+  // Sends `var` (dense tensor or SelectedRows) under `name`. `var` must stay unchanged until
+  // `done` runs (its bytes may be sent without copying).
+  virtual void SendVariableAsync(const RequestMeta& meta, const std::string& name,
+                                 const Variable* var, DoneCallback done) = 0;
+  // Fetches dense variable `name` into *out (reusing its buffer when the size matches).
+  virtual void GetVariableAsync(const RequestMeta& meta, const std::string& name, Variable* out,
+                                DoneCallback done) = 0;
+  // Rows of distributed table `table` for `ids` into *out ([ids.size(), width]).
+  virtual void PrefetchAsync(const RequestMeta& meta, const std::string& table,
+                             const std::vector<int64_t>* ids, Tensor* out, DoneCallback done) = 0;
+  virtual void BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) = 0;
+  // Asks the pserver to save a checkpoint into `dir` (a path on the pserver's machine).
+  virtual void CheckpointAsync(const RequestMeta& meta, const std::string& dir,
+                               DoneCallback done) = 0;
+
+  // Blocking forms.
+  absl::Status SendVariable(const RequestMeta& meta, const std::string& name, const Variable& var);
+  absl::Status GetVariable(const RequestMeta& meta, const std::string& name, Variable* out);
+  absl::Status Prefetch(const RequestMeta& meta, const std::string& table,
+                        const std::vector<int64_t>& ids, Tensor* out);
+  absl::Status Barrier(const RequestMeta& meta, BarrierKind kind);
+  absl::Status Checkpoint(const RequestMeta& meta, const std::string& dir);
+};
+
+// Collects the statuses of several async calls; Wait() returns the first error (or OK) once
+// `n` callbacks have run. Thread-safe; callbacks may outlive the group object.
+class StatusGroup {
+ public:
+  explicit StatusGroup(int n);
+  DoneCallback Callback();
+  absl::Status Wait();
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    int pending ABSL_GUARDED_BY(mu);
+    absl::Status first_error ABSL_GUARDED_BY(mu);
+  };
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_RPC_CLIENT_H_

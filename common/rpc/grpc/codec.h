@@ -1,0 +1,68 @@
+// Wire codec for pserver messages over grpc::ByteBuffer, without copying tensor bytes into a
+// protobuf string.
+//
+// Encoding: the small fields of a VariableMessage are serialized by protobuf; `rows_data` and
+// `payload` follow as length-delimited fields whose bytes are separate slices pointing at the
+// tensor's own buffer (kept alive by the slice). The result is the ordinary protobuf encoding,
+// so any protobuf parser reads it. Decoding: the small fields are parsed by protobuf; the two
+// byte fields are located in the received slices and copied once, straight into the
+// destination tensor. Every malformed input gives INVALID_ARGUMENT and writes nothing.
+#ifndef TESSERA_COMMON_RPC_GRPC_CODEC_H_
+#define TESSERA_COMMON_RPC_GRPC_CODEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/rpc/rpc.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "proto/pserver.pb.h"
+
+namespace tessera {
+
+// Encodes bytes [offset, offset + length) of dense `var` (the whole variable when length < 0),
+// or the whole of a SelectedRows `var`, as a VariableMessage.
+grpc::ByteBuffer EncodeVariable(const RequestMeta& meta, const std::string& name,
+                                const Variable& var, int64_t offset = 0, int64_t length = -1);
+
+// A received VariableMessage with its byte fields not yet copied out.
+class DecodedVariable {
+ public:
+  const RequestMeta& meta() const { return meta_; }
+  const VariableHeader& header() const { return header_; }
+  // Copies the payload bytes to dst (header().chunk_bytes bytes).
+  void CopyPayload(void* dst) const;
+  // Copies the row ids (header().num_rows of them).
+  void CopyRows(int64_t* dst) const;
+
+ private:
+  friend absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer,
+                                                        int64_t max_bytes);
+  void CopyRange(int64_t begin, int64_t length, void* dst) const;
+
+  RequestMeta meta_;
+  VariableHeader header_;
+  std::vector<grpc::Slice> slices_;
+  int64_t payload_begin_ = 0;
+  int64_t rows_begin_ = 0;
+};
+
+// Parses and validates a VariableMessage: known dtype and type, non-negative dims, byte counts
+// consistent with dtype/dims (and with chunk_offset/total_bytes), row count matching the value's
+// first dim, total size at most max_bytes.
+absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, int64_t max_bytes);
+
+// Decodes a whole message into a fresh Variable (dense or SelectedRows).
+absl::Status DecodeVariableInto(const DecodedVariable& decoded, Variable* out);
+
+// Plain protobuf messages <-> ByteBuffer (copies; for the small requests).
+grpc::ByteBuffer SerializeProto(const google::protobuf::MessageLite& message);
+absl::Status ParseProto(const grpc::ByteBuffer& buffer, google::protobuf::MessageLite* message);
+
+RequestHeader ToHeader(const RequestMeta& meta);
+RequestMeta FromHeader(const RequestHeader& header);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_RPC_GRPC_CODEC_H_

@@ -1,0 +1,208 @@
+#include "common/rpc/grpc/grpc_client.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/rpc/grpc/codec.h"
+#include "common/rpc/grpc/grpc_util.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace tessera {
+
+namespace {
+
+// Runs `done` once after `n` parts finished, with the first error.
+class Join {
+ public:
+  Join(int n, DoneCallback done) : pending_(n), done_(std::move(done)) {}
+  void Finish(absl::Status s) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!s.ok() && first_.ok()) first_ = s;
+      if (--pending_ > 0) return;
+    }
+    done_(first_);
+    delete this;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int pending_;
+  absl::Status first_;
+  DoneCallback done_;
+};
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> NewPServerChannel(const std::string& endpoint,
+                                                 const GrpcClientOptions& options) {
+  grpc::ChannelArguments args;
+  int max = static_cast<int>(std::min<int64_t>(options.max_message_bytes, INT32_MAX));
+  args.SetMaxReceiveMessageSize(max);
+  args.SetMaxSendMessageSize(max);
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
+  args.SetServiceConfigJSON(absl::StrFormat(
+      R"({"methodConfig": [{"name": [{"service": "tessera.PServer"}],
+          "retryPolicy": {"maxAttempts": %d, "initialBackoff": "0.1s", "maxBackoff": "2s",
+                          "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})",
+      std::max(2, std::min(options.max_attempts, 5))));
+  // Large tensors: bigger HTTP/2 windows keep the pipe full on loopback and LANs.
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 1);
+  return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+}
+
+GrpcPServerClient::GrpcPServerClient(std::string endpoint, GrpcClientOptions options)
+    : endpoint_(std::move(endpoint)),
+      options_(options),
+      channel_(NewPServerChannel(endpoint_, options_)),
+      stub_(std::make_unique<Stub>(channel_)) {}
+
+GrpcPServerClient::~GrpcPServerClient() = default;
+
+void GrpcPServerClient::Call(const char* method, grpc::ByteBuffer request,
+                             std::function<absl::Status(const grpc::ByteBuffer&)> on_response,
+                             DoneCallback done) {
+  struct CallState {
+    grpc::ClientContext ctx;
+    grpc::ByteBuffer request;
+    grpc::ByteBuffer response;
+  };
+  auto* state = new CallState;
+  state->request = std::move(request);
+  state->ctx.set_deadline(std::chrono::system_clock::now() +
+                          absl::ToChronoMilliseconds(options_.deadline));
+  state->ctx.set_wait_for_ready(options_.wait_for_ready);
+  std::string full = absl::StrCat("/tessera.PServer/", method);
+  std::string ep = endpoint_;
+  std::string method_name = method;
+  stub_->UnaryCall(&state->ctx, full, grpc::StubOptions(), &state->request, &state->response,
+                   [state, ep, method_name, on_response = std::move(on_response),
+                    done = std::move(done)](grpc::Status s) {
+                     absl::Status st = FromGrpcStatus(s, ep, method_name);
+                     if (st.ok() && on_response) {
+                       st = on_response(state->response);
+                       if (!st.ok()) {
+                         st = absl::Status(st.code(), absl::StrCat("pserver ", ep, " ",
+                                                                   method_name, ": ", st.message()));
+                       }
+                     }
+                     delete state;
+                     done(st);
+                   });
+}
+
+void GrpcPServerClient::SendVariableAsync(const RequestMeta& meta, const std::string& name,
+                                          const Variable* var, DoneCallback done) {
+  const Tensor* dense = var->GetIf<Tensor>();
+  int64_t total = dense == nullptr ? 0 : static_cast<int64_t>(dense->nbytes());
+  int64_t chunk = options_.chunk_bytes;
+  if (dense == nullptr || chunk <= 0 || total <= chunk) {
+    Call("SendVariable", EncodeVariable(meta, name, *var), nullptr, std::move(done));
+    return;
+  }
+  // Chunks are whole elements.
+  int64_t elem = static_cast<int64_t>(SizeOf(dense->dtype()));
+  chunk = std::max(elem, chunk / elem * elem);
+  int n = static_cast<int>((total + chunk - 1) / chunk);
+  auto* join = new Join(n, std::move(done));
+  for (int i = 0; i < n; ++i) {
+    int64_t off = i * chunk;
+    Call("SendVariable", EncodeVariable(meta, name, *var, off, std::min(chunk, total - off)),
+         nullptr, [join](absl::Status s) { join->Finish(s); });
+  }
+}
+
+void GrpcPServerClient::GetVariableAsync(const RequestMeta& meta, const std::string& name,
+                                         Variable* out, DoneCallback done) {
+  GetRequest req;
+  *req.mutable_header() = ToHeader(meta);
+  req.set_name(name);
+  const int64_t max_bytes = options_.max_message_bytes;
+  Tensor* known = out->GetIf<Tensor>();
+  int64_t total = (known != nullptr && known->initialized()) ? static_cast<int64_t>(known->nbytes()) : 0;
+  int64_t chunk = options_.chunk_bytes;
+  if (total == 0 || chunk <= 0 || total <= chunk) {
+    Call("GetVariable", SerializeProto(req),
+         [out, max_bytes](const grpc::ByteBuffer& resp) -> absl::Status {
+           auto decoded = DecodeVariable(resp, max_bytes);
+           if (!decoded.ok()) return decoded.status();
+           return DecodeVariableInto(*decoded, out);
+         },
+         std::move(done));
+    return;
+  }
+  // The destination already has the variable's size: fetch concurrent chunks straight into it.
+  int64_t elem = static_cast<int64_t>(SizeOf(known->dtype()));
+  chunk = std::max(elem, chunk / elem * elem);
+  int n = static_cast<int>((total + chunk - 1) / chunk);
+  auto* join = new Join(n, std::move(done));
+  for (int i = 0; i < n; ++i) {
+    int64_t off = i * chunk;
+    req.set_offset(off);
+    req.set_length(std::min(chunk, total - off));
+    Call("GetVariable", SerializeProto(req),
+         [known, max_bytes, off](const grpc::ByteBuffer& resp) -> absl::Status {
+           auto decoded = DecodeVariable(resp, max_bytes);
+           if (!decoded.ok()) return decoded.status();
+           const VariableHeader& h = decoded->header();
+           if (h.type != DENSE_TENSOR || h.dtype != known->dtype() || h.dims != known->shape() ||
+               h.chunk_offset != off) {
+             return absl::FailedPreconditionError(absl::StrCat(
+                 "variable ", h.name, " is ", DataTypeName(h.dtype), ShapeString(h.dims),
+                 " on the pserver but ", known->DebugString(), " here"));
+           }
+           decoded->CopyPayload(static_cast<char*>(known->raw_data()) + off);
+           return absl::OkStatus();
+         },
+         [join](absl::Status s) { join->Finish(s); });
+  }
+}
+
+void GrpcPServerClient::PrefetchAsync(const RequestMeta& meta, const std::string& table,
+                                      const std::vector<int64_t>* ids, Tensor* out,
+                                      DoneCallback done) {
+  PrefetchRequest req;
+  *req.mutable_header() = ToHeader(meta);
+  req.set_table(table);
+  req.set_ids(reinterpret_cast<const char*>(ids->data()), ids->size() * sizeof(int64_t));
+  const int64_t max_bytes = options_.max_message_bytes;
+  size_t n = ids->size();
+  Call("Prefetch", SerializeProto(req),
+       [out, max_bytes, n](const grpc::ByteBuffer& resp) -> absl::Status {
+         auto decoded = DecodeVariable(resp, max_bytes);
+         if (!decoded.ok()) return decoded.status();
+         const VariableHeader& h = decoded->header();
+         if (h.type != DENSE_TENSOR || h.dims.empty() || h.dims[0] != static_cast<int64_t>(n)) {
+           return absl::InternalError(absl::StrCat("prefetch returned ", ShapeString(h.dims),
+                                                   " for ", n, " ids"));
+         }
+         Variable v;
+         *v.GetMutable<Tensor>() = *out;
+         absl::Status s = DecodeVariableInto(*decoded, &v);
+         *out = v.Get<Tensor>();
+         return s;
+       },
+       std::move(done));
+}
+
+void GrpcPServerClient::BarrierAsync(const RequestMeta& meta, BarrierKind kind,
+                                     DoneCallback done) {
+  BarrierRequest req;
+  *req.mutable_header() = ToHeader(meta);
+  req.set_kind(kind);
+  Call("Barrier", SerializeProto(req), nullptr, std::move(done));
+}
+
+void GrpcPServerClient::CheckpointAsync(const RequestMeta& meta, const std::string& dir,
+                                        DoneCallback done) {
+  CheckpointRequest req;
+  *req.mutable_header() = ToHeader(meta);
+  req.set_dir(dir);
+  Call("Checkpoint", SerializeProto(req), nullptr, std::move(done));
+}
+
+}  // namespace tessera

@@ -1,0 +1,73 @@
+#include "common/rpc/inproc/inproc_client.h"
+
+#include <cstring>
+
+namespace tessera {
+
+void InProcClient::SendVariableAsync(const RequestMeta& meta, const std::string& name,
+                                     const Variable* var, DoneCallback done) {
+  absl::Status s = handler_->Admit(meta);
+  if (!s.ok()) return done(s);
+  VariableHeader h;
+  h.name = name;
+  const Tensor* value;
+  if (const SelectedRows* sr = var->GetIf<SelectedRows>()) {
+    h.type = SELECTED_ROWS;
+    h.height = sr->height;
+    h.num_rows = static_cast<int64_t>(sr->rows.size());
+    value = &sr->value;
+  } else {
+    value = &var->Get<Tensor>();
+  }
+  h.dtype = value->dtype();
+  h.dims = value->shape();
+  h.total_bytes = h.chunk_bytes = static_cast<int64_t>(value->nbytes());
+  auto dest = handler_->PrepareReceive(meta, h);
+  if (!dest.ok()) return done(dest.status());
+  if (h.type == SELECTED_ROWS) {
+    SelectedRows* out = (*dest)->GetMutable<SelectedRows>();
+    out->rows = var->Get<SelectedRows>().rows;
+    std::memcpy(out->value.raw_data(), value->raw_data(), value->nbytes());
+  } else {
+    std::memcpy((*dest)->GetMutable<Tensor>()->raw_data(), value->raw_data(), value->nbytes());
+  }
+  handler_->HandleSend(meta, h, *dest, std::move(done));
+}
+
+void InProcClient::GetVariableAsync(const RequestMeta& meta, const std::string& name,
+                                    Variable* out, DoneCallback done) {
+  absl::Status s = handler_->Admit(meta);
+  if (!s.ok()) return done(s);
+  handler_->HandleGet(meta, name, [out, done = std::move(done)](absl::StatusOr<Variable> v) {
+    if (!v.ok()) return done(v.status());
+    out->GetMutable<Tensor>()->CopyFrom(v->Get<Tensor>());
+    done(absl::OkStatus());
+  });
+}
+
+void InProcClient::PrefetchAsync(const RequestMeta& meta, const std::string& table,
+                                 const std::vector<int64_t>* ids, Tensor* out, DoneCallback done) {
+  absl::Status s = handler_->Admit(meta);
+  if (!s.ok()) return done(s);
+  handler_->HandlePrefetch(meta, table, *ids,
+                           [out, done = std::move(done)](absl::StatusOr<Tensor> rows) {
+                             if (!rows.ok()) return done(rows.status());
+                             out->CopyFrom(*rows);
+                             done(absl::OkStatus());
+                           });
+}
+
+void InProcClient::BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) {
+  absl::Status s = handler_->Admit(meta);
+  if (!s.ok()) return done(s);
+  handler_->HandleBarrier(meta, kind, std::move(done));
+}
+
+void InProcClient::CheckpointAsync(const RequestMeta& meta, const std::string& dir,
+                                   DoneCallback done) {
+  absl::Status s = handler_->Admit(meta);
+  if (!s.ok()) return done(s);
+  handler_->HandleCheckpoint(meta, dir, std::move(done));
+}
+
+}  // namespace tessera

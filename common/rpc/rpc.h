@@ -1,0 +1,43 @@
+// Types shared by the pserver RPC client and server interfaces. Neither interface knows about
+// gRPC: common/rpc/grpc/ implements them over the network, common/rpc/inproc/ in process.
+#ifndef TESSERA_COMMON_RPC_RPC_H_
+#define TESSERA_COMMON_RPC_RPC_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/variable.h"
+#include "proto/pserver.pb.h"
+
+namespace tessera {
+
+// Carried by every request.
+struct RequestMeta {
+  std::string job_id;
+  int trainer_id = 0;
+  int64_t step = 0;
+};
+
+// Describes a received variable (or one chunk of a large dense one) before its bytes are
+// written: the server asks the handler where to put them.
+struct VariableHeader {
+  std::string name;
+  VarType type = DENSE_TENSOR;
+  DataType dtype = FLOAT32;
+  std::vector<int64_t> dims;  // of the whole tensor (dense) or the value (SelectedRows)
+  int64_t height = 0;
+  int64_t chunk_offset = 0;   // bytes
+  int64_t chunk_bytes = 0;    // bytes of payload in this message
+  int64_t total_bytes = 0;    // bytes of the whole tensor
+  int64_t num_rows = 0;       // SelectedRows: number of row ids
+};
+
+using DoneCallback = std::function<void(absl::Status)>;
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_RPC_RPC_H_

@@ -1,0 +1,51 @@
+// RequestHandler: what a pserver implements to serve the wire protocol. The transport
+// (common/rpc/grpc/grpc_server.h, or the in-process client) decodes requests and calls it.
+//
+// Handlers never block an RPC thread: each method finishes by calling `done` (now, or later
+// from any thread, e.g. when a barrier completes). Implementations must be thread-safe.
+#ifndef TESSERA_COMMON_RPC_SERVER_H_
+#define TESSERA_COMMON_RPC_SERVER_H_
+
+#include <string>
+#include <vector>
+
+#include "common/rpc/rpc.h"
+
+namespace tessera {
+
+class RequestHandler {
+ public:
+  virtual ~RequestHandler() = default;
+
+  // Checks the request's job id (and anything else common to all requests). A failed status is
+  // returned to the caller as is (e.g. UNAUTHENTICATED for another job's request).
+  virtual absl::Status Admit(const RequestMeta& meta) = 0;
+
+  // Where the bytes of an incoming variable go: the handler returns the destination variable,
+  // already holding a tensor (or SelectedRows value) of header.dtype/dims. Chunks of one
+  // variable arrive concurrently and must get the same destination. Errors (unknown variable,
+  // wrong shape) are INVALID_ARGUMENT and leave everything stored unchanged.
+  virtual absl::StatusOr<Variable*> PrepareReceive(const RequestMeta& meta,
+                                                   const VariableHeader& header) = 0;
+  // The bytes of one message (a whole variable or a chunk) are in place.
+  virtual void HandleSend(const RequestMeta& meta, const VariableHeader& header, Variable* var,
+                          DoneCallback done) = 0;
+
+  // Produces the value of dense variable `name`. The returned Variable may share its buffer
+  // with the server's (no copy) only while the server guarantees nobody writes it until the
+  // response is sent.
+  using GetDone = std::function<void(absl::StatusOr<Variable>)>;
+  virtual void HandleGet(const RequestMeta& meta, const std::string& name, GetDone done) = 0;
+
+  using PrefetchDone = std::function<void(absl::StatusOr<Tensor>)>;
+  virtual void HandlePrefetch(const RequestMeta& meta, const std::string& table,
+                              std::vector<int64_t> ids, PrefetchDone done) = 0;
+
+  virtual void HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) = 0;
+  virtual void HandleCheckpoint(const RequestMeta& meta, const std::string& dir,
+                                DoneCallback done) = 0;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_RPC_SERVER_H_
