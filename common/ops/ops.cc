@@ -2,6 +2,7 @@
 
 #include "common/ops/activation_ops.h"
 #include "common/ops/basic_ops.h"
+#include "common/ops/dist_ops.h"
 #include "common/ops/embedding_ops.h"
 #include "common/ops/loss_ops.h"
 #include "common/ops/math_ops.h"
@@ -24,6 +25,7 @@ absl::Status RegisterStandardOps(OpRegistry* r) {
   TS_RETURN_IF_ERROR(RegisterRandomOps(r));
   TS_RETURN_IF_ERROR(RegisterEmbeddingOps(r));
   TS_RETURN_IF_ERROR(RegisterOptimizerOps(r));
+  TS_RETURN_IF_ERROR(RegisterDistOps(r));
   return absl::OkStatus();
 }
 

@@ -1,0 +1,65 @@
+#include "common/layers/optimizer.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+
+namespace {
+Shape ShapeOf(const VarDesc& v) { return Shape(v.shape().begin(), v.shape().end()); }
+
+// A state variable shaped like the parameter, zero-initialized, bound to slot/slot+"Out".
+void AddAccumulator(ProgramBuilder& b, const VarDesc& param, absl::string_view suffix,
+                    absl::string_view slot, float init, const Shape& shape, OpDesc* op) {
+  std::string name = absl::StrCat(param.name(), ".", suffix);
+  b.CreatePersistable(name, shape, init, param.dtype());
+  SetOpInputs(op, slot, {name});
+  SetOpOutputs(op, absl::StrCat(slot, "Out"), {name});
+}
+}  // namespace
+
+absl::StatusOr<std::vector<ParamGrad>> Optimizer::Minimize(ProgramBuilder& b,
+                                                           const OpRegistry& registry,
+                                                           const std::string& loss) {
+  auto pairs = AppendBackward(b.main(), registry, loss);
+  if (!pairs.ok()) return pairs.status();
+  if (b.FindVar(kLearningRateVar) == nullptr) {
+    b.CreatePersistable(kLearningRateVar, {1}, options_.learning_rate);
+  }
+  int64_t saved_role = b.role();
+  b.set_role(kRoleOptimize);
+  for (const auto& pg : *pairs) {
+    const VarDesc param = *b.FindVar(pg.param);
+    OpDesc op = MakeOp(type(),
+                       {{"Param", {pg.param}}, {"Grad", {pg.grad}}, {"LearningRate", {kLearningRateVar}}},
+                       {{"ParamOut", {pg.param}}});
+    if (options_.l2_decay != 0.0f) SetAttr(&op, "regularization_coeff", options_.l2_decay);
+    AddState(b, param, &op);
+    SetAttr(&op, kOpRoleVarAttr, std::vector<std::string>{pg.param, pg.grad});
+    b.AppendOp(std::move(op));
+  }
+  b.set_role(saved_role);
+  return pairs;
+}
+
+void Momentum::AddState(ProgramBuilder& b, const VarDesc& param, OpDesc* op) {
+  AddAccumulator(b, param, "velocity", "Velocity", 0.0f, ShapeOf(param), op);
+  SetAttr(op, "mu", mu_);
+  SetAttr(op, "use_nesterov", nesterov_);
+}
+
+void Adam::AddState(ProgramBuilder& b, const VarDesc& param, OpDesc* op) {
+  AddAccumulator(b, param, "moment1", "Moment1", 0.0f, ShapeOf(param), op);
+  AddAccumulator(b, param, "moment2", "Moment2", 0.0f, ShapeOf(param), op);
+  AddAccumulator(b, param, "beta1_pow", "Beta1Pow", beta1_, {1}, op);
+  AddAccumulator(b, param, "beta2_pow", "Beta2Pow", beta2_, {1}, op);
+  SetAttr(op, "beta1", beta1_);
+  SetAttr(op, "beta2", beta2_);
+  SetAttr(op, "epsilon", epsilon_);
+}
+
+void Adagrad::AddState(ProgramBuilder& b, const VarDesc& param, OpDesc* op) {
+  AddAccumulator(b, param, "moment", "Moment", 0.0f, ShapeOf(param), op);
+  SetAttr(op, "epsilon", epsilon_);
+}
+
+}  // namespace tessera

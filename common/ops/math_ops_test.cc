@@ -1,0 +1,327 @@
+#include "common/ops/math_ops.h"
+
+#include <string>
+#include <vector>
+
+#include "common/executor.h"
+#include "common/ops/grad_check.h"
+#include "common/ops/ops.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+Tensor FloatTensor(const Shape& shape, const std::vector<float>& values) {
+  Tensor t(FLOAT32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = values[i];
+  return t;
+}
+
+class MathOpsTest : public ::testing::Test {
+ protected:
+  void Feed(const std::string& name, const Tensor& t) {
+    scope_.Var(name)->GetMutable<Tensor>()->CopyFrom(t);
+  }
+  const Tensor& Get(const std::string& name) { return scope_.FindVar(name)->Get<Tensor>(); }
+  absl::Status Check(const OpDesc& op, const std::map<std::string, Tensor>& inputs,
+                     std::vector<std::string> wrt) {
+    GradCheckOptions opt;
+    opt.wrt = std::move(wrt);
+    return CheckGradient(*registry_, op, inputs, opt);
+  }
+
+  std::unique_ptr<OpRegistry> registry_ = NewStandardOpRegistry();
+  Executor exec_{registry_.get()};
+  Scope scope_;
+};
+
+// ------------------------------------------------------------------------------------- mul
+
+TEST_F(MathOpsTest, MulForwardValues) {
+  Feed("x", FloatTensor({2, 3}, {1, 2, 3, 4, 5, 6}));
+  Feed("w", FloatTensor({3, 2}, {1, 0, 0, 1, 1, 1}));
+  ASSERT_TRUE(
+      exec_.RunOp(MakeOp("mul", {{"X", {"x"}}, {"Y", {"w"}}}, {{"Out", {"o"}}}), &scope_).ok());
+  const Tensor& o = Get("o");
+  EXPECT_EQ(o.dtype(), FLOAT32);
+  ASSERT_EQ(o.shape(), (Shape{2, 2}));
+  EXPECT_FLOAT_EQ(o.data<float>()[0], 4);
+  EXPECT_FLOAT_EQ(o.data<float>()[1], 5);
+  EXPECT_FLOAT_EQ(o.data<float>()[2], 10);
+  EXPECT_FLOAT_EQ(o.data<float>()[3], 11);
+}
+
+TEST_F(MathOpsTest, MulNumColDimsShapes) {
+  Feed("x", RandomTensor({2, 3, 4}, -1, 1, 1));
+  Feed("w", RandomTensor({2, 2, 5}, -1, 1, 2));
+  OpDesc op = MakeOp("mul", {{"X", {"x"}}, {"Y", {"w"}}}, {{"Out", {"o"}}});
+  SetAttr(&op, "x_num_col_dims", 2);
+  SetAttr(&op, "y_num_col_dims", 2);
+  ASSERT_TRUE(exec_.RunOp(op, &scope_).ok());
+  const Tensor& o = Get("o");
+  ASSERT_EQ(o.shape(), (Shape{2, 3, 5}));
+  // Out[1, 2, 3] = sum_k X[1, 2, k] * W[k / 2, k % 2, 3].
+  const double* x = Get("x").data<double>();
+  const double* w = Get("w").data<double>();
+  double want = 0;
+  for (int k = 0; k < 4; ++k) want += x[(1 * 3 + 2) * 4 + k] * w[k * 5 + 3];
+  EXPECT_NEAR(o.data<double>()[(1 * 3 + 2) * 5 + 3], want, 1e-12);
+}
+
+TEST_F(MathOpsTest, MulGradient) {
+  OpDesc op = MakeOp("mul", {{"X", {"x"}}, {"Y", {"w"}}}, {{"Out", {"o"}}});
+  EXPECT_TRUE(Check(op,
+                    {{"x", RandomTensor({3, 4}, -1, 1, 1)}, {"w", RandomTensor({4, 5}, -1, 1, 2)}},
+                    {"x", "w"})
+                  .ok());
+  EXPECT_TRUE(Check(op,
+                    {{"x", RandomTensor({1, 7}, -1, 1, 3)}, {"w", RandomTensor({7, 1}, -1, 1, 4)}},
+                    {"x", "w"})
+                  .ok());
+}
+
+TEST_F(MathOpsTest, MulGradientNumColDims) {
+  OpDesc op = MakeOp("mul", {{"X", {"x"}}, {"Y", {"w"}}}, {{"Out", {"o"}}});
+  SetAttr(&op, "x_num_col_dims", 2);
+  absl::Status s =
+      Check(op, {{"x", RandomTensor({2, 3, 4}, -1, 1, 1)}, {"w", RandomTensor({4, 3}, -1, 1, 2)}},
+            {"x", "w"});
+  EXPECT_TRUE(s.ok()) << s;
+  SetAttr(&op, "y_num_col_dims", 2);
+  s = Check(op,
+            {{"x", RandomTensor({2, 3, 4}, -1, 1, 3)}, {"w", RandomTensor({2, 2, 3}, -1, 1, 4)}},
+            {"x", "w"});
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST_F(MathOpsTest, MulShapeMismatchNamesVariables) {
+  Feed("x", RandomTensor({4, 3}, -1, 1, 1));
+  Feed("w", RandomTensor({5, 2}, -1, 1, 2));
+  absl::Status s =
+      exec_.RunOp(MakeOp("mul", {{"X", {"x"}}, {"Y", {"w"}}}, {{"Out", {"o"}}}), &scope_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'x' [4, 3]"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("'w' [5, 2]"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("inner dimension"), std::string::npos) << s;
+}
+
+TEST_F(MathOpsTest, MulRejectsBadNumColDims) {
+  Feed("x", RandomTensor({4, 3}, -1, 1, 1));
+  Feed("w", RandomTensor({3, 2}, -1, 1, 2));
+  OpDesc op = MakeOp("mul", {{"X", {"x"}}, {"Y", {"w"}}}, {{"Out", {"o"}}});
+  SetAttr(&op, "x_num_col_dims", 2);
+  absl::Status s = exec_.RunOp(op, &scope_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("x_num_col_dims 2"), std::string::npos) << s;
+}
+
+TEST_F(MathOpsTest, MulGradSkipsUnboundOutputs) {
+  Feed("x", RandomTensor({3, 4}, -1, 1, 1));
+  Feed("w", RandomTensor({4, 2}, -1, 1, 2));
+  Feed("o@GRAD", RandomTensor({3, 2}, -1, 1, 3));
+  OpDesc g = MakeOp("mul_grad", {{"X", {"x"}}, {"Y", {"w"}}, {"Out@GRAD", {"o@GRAD"}}},
+                    {{"X@GRAD", {kEmptyVarName}}, {"Y@GRAD", {"w@GRAD"}}});
+  ASSERT_TRUE(exec_.RunOp(g, &scope_).ok());
+  EXPECT_EQ(scope_.FindVar(kEmptyVarName), nullptr);
+  EXPECT_EQ(scope_.FindVar("x@GRAD"), nullptr);
+  const Tensor& dw = Get("w@GRAD");
+  ASSERT_EQ(dw.shape(), (Shape{4, 2}));
+  // dW[2, 1] = sum_i X[i, 2] * dOut[i, 1].
+  double want = 0;
+  for (int i = 0; i < 3; ++i) {
+    want += Get("x").data<double>()[i * 4 + 2] * Get("o@GRAD").data<double>()[i * 2 + 1];
+  }
+  EXPECT_NEAR(dw.data<double>()[2 * 2 + 1], want, 1e-12);
+}
+
+// ---------------------------------------------------------------------------------- matmul
+
+TEST_F(MathOpsTest, MatmulForwardValuesWithTransposeAndAlpha) {
+  Feed("a", FloatTensor({3, 2}, {1, 4, 2, 5, 3, 6}));  // A^T = [[1, 2, 3], [4, 5, 6]]
+  Feed("b", FloatTensor({2, 3}, {1, 0, 1, 0, 1, 1}));  // B^T = [[1, 0], [0, 1], [1, 1]]
+  OpDesc op = MakeOp("matmul", {{"X", {"a"}}, {"Y", {"b"}}}, {{"Out", {"o"}}});
+  SetAttr(&op, "transpose_X", true);
+  SetAttr(&op, "transpose_Y", true);
+  SetAttr(&op, "alpha", 0.5f);
+  ASSERT_TRUE(exec_.RunOp(op, &scope_).ok());
+  const Tensor& o = Get("o");
+  ASSERT_EQ(o.shape(), (Shape{2, 2}));
+  EXPECT_FLOAT_EQ(o.data<float>()[0], 2);
+  EXPECT_FLOAT_EQ(o.data<float>()[1], 2.5);
+  EXPECT_FLOAT_EQ(o.data<float>()[2], 5);
+  EXPECT_FLOAT_EQ(o.data<float>()[3], 5.5);
+}
+
+TEST_F(MathOpsTest, MatmulGradientAllTransposes) {
+  for (bool tx : {false, true}) {
+    for (bool ty : {false, true}) {
+      OpDesc op = MakeOp("matmul", {{"X", {"x"}}, {"Y", {"y"}}}, {{"Out", {"o"}}});
+      SetAttr(&op, "transpose_X", tx);
+      SetAttr(&op, "transpose_Y", ty);
+      SetAttr(&op, "alpha", 1.5f);
+      Shape xs = tx ? Shape{4, 3} : Shape{3, 4};
+      Shape ys = ty ? Shape{5, 4} : Shape{4, 5};
+      absl::Status s = Check(
+          op, {{"x", RandomTensor(xs, -1, 1, 1)}, {"y", RandomTensor(ys, -1, 1, 2)}}, {"x", "y"});
+      EXPECT_TRUE(s.ok()) << "tx=" << tx << " ty=" << ty << ": " << s;
+    }
+  }
+}
+
+TEST_F(MathOpsTest, MatmulBatchedGradient) {
+  for (bool tx : {false, true}) {
+    for (bool ty : {false, true}) {
+      OpDesc op = MakeOp("matmul", {{"X", {"x"}}, {"Y", {"y"}}}, {{"Out", {"o"}}});
+      SetAttr(&op, "transpose_X", tx);
+      SetAttr(&op, "transpose_Y", ty);
+      Shape xs = tx ? Shape{2, 4, 3} : Shape{2, 3, 4};
+      Shape ys = ty ? Shape{2, 5, 4} : Shape{2, 4, 5};
+      absl::Status s = Check(
+          op, {{"x", RandomTensor(xs, -1, 1, 1)}, {"y", RandomTensor(ys, -1, 1, 2)}}, {"x", "y"});
+      EXPECT_TRUE(s.ok()) << "tx=" << tx << " ty=" << ty << ": " << s;
+      // A 2-D Y shared by every batch of X: its gradient sums over batches.
+      Shape y2 = ty ? Shape{5, 4} : Shape{4, 5};
+      s = Check(op, {{"x", RandomTensor(xs, -1, 1, 3)}, {"y", RandomTensor(y2, -1, 1, 4)}},
+                {"x", "y"});
+      EXPECT_TRUE(s.ok()) << "broadcast Y, tx=" << tx << " ty=" << ty << ": " << s;
+    }
+  }
+}
+
+TEST_F(MathOpsTest, MatmulBatchedForwardShape) {
+  Feed("x", RandomTensor({3, 2, 4}, -1, 1, 1));
+  Feed("y", RandomTensor({4, 5}, -1, 1, 2));
+  ASSERT_TRUE(
+      exec_.RunOp(MakeOp("matmul", {{"X", {"x"}}, {"Y", {"y"}}}, {{"Out", {"o"}}}), &scope_).ok());
+  const Tensor& o = Get("o");
+  ASSERT_EQ(o.shape(), (Shape{3, 2, 5}));
+  double want = 0;
+  for (int k = 0; k < 4; ++k) {
+    want += Get("x").data<double>()[(2 * 2 + 1) * 4 + k] * Get("y").data<double>()[k * 5 + 3];
+  }
+  EXPECT_NEAR(o.data<double>()[(2 * 2 + 1) * 5 + 3], want, 1e-12);
+}
+
+TEST_F(MathOpsTest, MatmulMismatchNamesVariables) {
+  Feed("x", RandomTensor({3, 4}, -1, 1, 1));
+  Feed("y", RandomTensor({3, 4}, -1, 1, 2));
+  absl::Status s =
+      exec_.RunOp(MakeOp("matmul", {{"X", {"x"}}, {"Y", {"y"}}}, {{"Out", {"o"}}}), &scope_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'x' [3, 4]"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("'y' [3, 4]"), std::string::npos) << s;
+  Feed("y3", RandomTensor({3, 4, 2}, -1, 1, 2));
+  Feed("x3", RandomTensor({2, 3, 4}, -1, 1, 2));
+  s = exec_.RunOp(MakeOp("matmul", {{"X", {"x3"}}, {"Y", {"y3"}}}, {{"Out", {"o"}}}), &scope_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("batch"), std::string::npos) << s;
+}
+
+// ----------------------------------------------------------------------------- elementwise
+
+const char* const kElementwiseOps[] = {"elementwise_add", "elementwise_sub", "elementwise_mul"};
+
+TEST_F(MathOpsTest, ElementwiseForwardValues) {
+  Feed("x", FloatTensor({2, 3}, {1, 2, 3, 4, 5, 6}));
+  Feed("b", FloatTensor({3}, {10, 20, 30}));
+  Feed("c", FloatTensor({2}, {2, -1}));
+  Feed("s", FloatTensor({2, 3}, {1, 1, 1, 2, 2, 2}));
+  auto run = [&](const char* type, const char* y, int axis) {
+    OpDesc op = MakeOp(type, {{"X", {"x"}}, {"Y", {y}}}, {{"Out", {"o"}}});
+    SetAttr(&op, "axis", axis);
+    absl::Status s = exec_.RunOp(op, &scope_);
+    EXPECT_TRUE(s.ok()) << s;
+    const Tensor& o = Get("o");
+    EXPECT_EQ(o.shape(), (Shape{2, 3}));
+    return std::vector<float>(o.data<float>(), o.data<float>() + 6);
+  };
+  EXPECT_EQ(run("elementwise_add", "b", -1), (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  EXPECT_EQ(run("elementwise_sub", "b", 1), (std::vector<float>{-9, -18, -27, -6, -15, -24}));
+  EXPECT_EQ(run("elementwise_mul", "c", 0), (std::vector<float>{2, 4, 6, -4, -5, -6}));
+  EXPECT_EQ(run("elementwise_mul", "s", -1), (std::vector<float>{1, 2, 3, 8, 10, 12}));
+  EXPECT_EQ(run("elementwise_sub", "s", -1), (std::vector<float>{0, 1, 2, 2, 3, 4}));
+}
+
+TEST_F(MathOpsTest, ElementwiseGradientSameShape) {
+  for (const char* type : kElementwiseOps) {
+    OpDesc op = MakeOp(type, {{"X", {"x"}}, {"Y", {"y"}}}, {{"Out", {"o"}}});
+    absl::Status s =
+        Check(op, {{"x", RandomTensor({3, 4}, -1, 1, 1)}, {"y", RandomTensor({3, 4}, -1, 1, 2)}},
+              {"x", "y"});
+    EXPECT_TRUE(s.ok()) << type << ": " << s;
+  }
+}
+
+TEST_F(MathOpsTest, ElementwiseGradientBroadcast) {
+  struct Case {
+    Shape x, y;
+    int axis;
+  };
+  const Case cases[] = {
+      {{4, 5}, {5}, -1},       // bias over rows (post == 1)
+      {{2, 3, 4}, {3}, 1},     // middle axis (pre and post)
+      {{2, 3, 4}, {2, 3}, 0},  // leading axes (pre == 1)
+      {{2, 3, 4}, {3, 1}, 1},  // trailing 1 of Y trimmed
+      {{2, 3, 4}, {1}, -1},    // scalar-like Y
+  };
+  for (const char* type : kElementwiseOps) {
+    for (const Case& c : cases) {
+      OpDesc op = MakeOp(type, {{"X", {"x"}}, {"Y", {"y"}}}, {{"Out", {"o"}}});
+      SetAttr(&op, "axis", c.axis);
+      absl::Status s = Check(
+          op, {{"x", RandomTensor(c.x, -1, 1, 1)}, {"y", RandomTensor(c.y, -1, 1, 2)}}, {"x", "y"});
+      EXPECT_TRUE(s.ok()) << type << " " << ShapeString(c.x) << " with " << ShapeString(c.y) << ": "
+                          << s;
+    }
+  }
+}
+
+TEST_F(MathOpsTest, ElementwiseBroadcastMismatchNamesVariables) {
+  Feed("x", RandomTensor({2, 3}, -1, 1, 1));
+  Feed("y", RandomTensor({4}, -1, 1, 2));
+  for (const char* type : kElementwiseOps) {
+    absl::Status s =
+        exec_.RunOp(MakeOp(type, {{"X", {"x"}}, {"Y", {"y"}}}, {{"Out", {"o"}}}), &scope_);
+    ASSERT_FALSE(s.ok()) << type;
+    EXPECT_NE(s.message().find("'x' [2, 3]"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("'y' [4]"), std::string::npos) << s;
+  }
+  // A valid Y at the wrong axis.
+  Feed("b", RandomTensor({3}, -1, 1, 2));
+  OpDesc op = MakeOp("elementwise_add", {{"X", {"x"}}, {"Y", {"b"}}}, {{"Out", {"o"}}});
+  SetAttr(&op, "axis", 0);
+  absl::Status s = exec_.RunOp(op, &scope_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("axis 0"), std::string::npos) << s;
+}
+
+TEST_F(MathOpsTest, ElementwiseAddInPlace) {
+  Feed("x", FloatTensor({2, 2}, {1, 2, 3, 4}));
+  Feed("b", FloatTensor({2}, {1, -1}));
+  ASSERT_TRUE(
+      exec_
+          .RunOp(MakeOp("elementwise_add", {{"X", {"x"}}, {"Y", {"b"}}}, {{"Out", {"x"}}}), &scope_)
+          .ok());
+  const Tensor& x = Get("x");
+  EXPECT_EQ(std::vector<float>(x.data<float>(), x.data<float>() + 4),
+            (std::vector<float>{2, 1, 4, 3}));
+}
+
+TEST_F(MathOpsTest, ElementwiseGradOnlyY) {
+  // Only the bias gradient is wanted: X@GRAD is not produced.
+  Feed("x", RandomTensor({3, 2}, -1, 1, 1));
+  Feed("b", RandomTensor({2}, -1, 1, 2));
+  Tensor g(FLOAT64, {3, 2});
+  for (int i = 0; i < 6; ++i) g.data<double>()[i] = i + 1;
+  Feed("o@GRAD", g);
+  OpDesc op = MakeOp("elementwise_add_grad", {{"X", {"x"}}, {"Y", {"b"}}, {"Out@GRAD", {"o@GRAD"}}},
+                     {{"X@GRAD", {kEmptyVarName}}, {"Y@GRAD", {"b@GRAD"}}});
+  ASSERT_TRUE(exec_.RunOp(op, &scope_).ok());
+  EXPECT_EQ(scope_.FindVar(kEmptyVarName), nullptr);
+  const Tensor& db = Get("b@GRAD");
+  EXPECT_DOUBLE_EQ(db.data<double>()[0], 1 + 3 + 5);
+  EXPECT_DOUBLE_EQ(db.data<double>()[1], 2 + 4 + 6);
+}
+
+}  // namespace
+}  // namespace tessera
