@@ -1,0 +1,391 @@
+#include "pserver/parameter_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/numbers.h"
+#include "common/op_desc.h"
+#include "common/status.h"
+#include "transpiler/distribute_transpiler.h"
+
+namespace tessera {
+
+namespace {
+
+const OpDesc* FindListenAndServ(const ProgramDesc& program) {
+  if (program.blocks_size() == 0) return nullptr;
+  for (const auto& op : program.blocks(0).ops()) {
+    if (op.type() == "listen_and_serv") return &op;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Create(
+    const ProgramDesc& program, Scope* scope, const OpRegistry* registry,
+    ParameterServerOptions options) {
+  std::unique_ptr<ParameterServer> ps(
+      new ParameterServer(program, scope, registry, std::move(options)));
+  TS_RETURN_IF_ERROR(ps->Init());
+  return ps;
+}
+
+ParameterServer::ParameterServer(const ProgramDesc& program, Scope* scope,
+                                 const OpRegistry* registry, ParameterServerOptions options)
+    : program_(program), scope_(scope), executor_(registry), options_(std::move(options)) {}
+
+absl::Status ParameterServer::Init() {
+  const OpDesc* ls = FindListenAndServ(program_);
+  if (ls == nullptr) {
+    return absl::InvalidArgumentError("pserver program has no listen_and_serv op in block 0");
+  }
+  num_trainers_ = static_cast<int>(GetIntAttr(*ls, "Fanin", 1));
+  sync_ = GetBoolAttr(*ls, "sync_mode", true);
+  if (num_trainers_ < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("listen_and_serv Fanin=", num_trainers_));
+  }
+  for (const auto& entry : GetStringsAttr(*ls, "grad_to_block_id")) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(entry, absl::MaxSplits(':', 1));
+    int block_id;
+    if (!absl::SimpleAtoi(kv.second, &block_id) || block_id <= 0 ||
+        block_id >= program_.blocks_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("listen_and_serv grad_to_block_id entry '", entry, "' is malformed"));
+    }
+    OptimizeBlock b;
+    b.block_id = block_id;
+    b.grad = kv.first;
+    for (const auto& op : program_.blocks(block_id).ops()) {
+      if ((OpRoleOf(op) & kRoleOptimize) == 0) continue;
+      auto rv = GetStringsAttr(op, kOpRoleVarAttr);
+      if (rv.size() >= 2) b.param = rv[0];
+    }
+    TS_ASSIGN_OR_RETURN(b.prepared, executor_.Prepare(program_, block_id));
+    grad_to_block_[b.grad] = static_cast<int>(blocks_.size());
+    param_to_block_[b.param] = static_cast<int>(blocks_.size());
+    blocks_.push_back(std::move(b));
+  }
+  CreateBlockVariables(program_.blocks(0), scope_);
+  for (const auto& b : blocks_) CreateBlockVariables(program_.blocks(b.block_id), scope_);
+  for (int k = 0; k < num_trainers_; ++k) trainer_scopes_.push_back(scope_->NewScope());
+  {
+    absl::MutexLock lock(&mu_);
+    for (int k = 0; k < num_trainers_; ++k) active_.insert(k);
+  }
+  pool_ = std::make_unique<ThreadPool>(std::max(1, options_.optimize_threads));
+  watchdog_ = std::thread([this] { Watchdog(); });
+  return absl::OkStatus();
+}
+
+ParameterServer::~ParameterServer() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (watchdog_.joinable()) watchdog_.join();
+  pool_.reset();
+}
+
+absl::Status ParameterServer::Admit(const RequestMeta& meta) {
+  if (meta.job_id != options_.job_id) {
+    return absl::UnauthenticatedError(absl::StrCat("request of job '", meta.job_id,
+                                                   "' refused by pserver of job '",
+                                                   options_.job_id, "'"));
+  }
+  if (meta.trainer_id < 0 || meta.trainer_id >= num_trainers_) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer_id ", meta.trainer_id,
+                                                   " is outside [0, ", num_trainers_, ")"));
+  }
+  absl::MutexLock lock(&mu_);
+  return failure_;
+}
+
+absl::StatusOr<Variable*> ParameterServer::PrepareReceive(const RequestMeta& meta,
+                                                          const VariableHeader& h) {
+  auto it = grad_to_block_.find(h.name);
+  if (it == grad_to_block_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("pserver ", options_.endpoint,
+                                                   " has no gradient variable '", h.name, "'"));
+  }
+  const VarDesc* desc = FindVarDesc(program_.blocks(0), h.name);
+  std::string target = sync_ ? TrainerGradName(h.name, meta.trainer_id) : h.name;
+  Scope* scope = sync_ ? scope_ : trainer_scopes_[meta.trainer_id];
+  if (desc != nullptr) {
+    Shape want(desc->shape().begin(), desc->shape().end());
+    bool sparse = h.type == SELECTED_ROWS;
+    if ((desc->type() == SELECTED_ROWS) != sparse) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient '", h.name, "' must be ",
+                                                     sparse ? "dense" : "sparse"));
+    }
+    if (h.dtype != desc->dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient '", h.name, "' is ",
+                                                     DataTypeName(h.dtype), ", expected ",
+                                                     DataTypeName(desc->dtype())));
+    }
+    bool shape_ok = sparse ? (h.dims.size() == want.size() &&
+                              std::equal(h.dims.begin() + 1, h.dims.end(), want.begin() + 1))
+                           : h.dims == want;
+    if (!shape_ok) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient '", h.name, "' has shape ",
+                                                     ShapeString(h.dims), ", expected ",
+                                                     ShapeString(want)));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (sync_ && meta.step != step_) {
+    return absl::FailedPreconditionError(absl::StrCat("trainer ", meta.trainer_id, " sent '",
+                                                      h.name, "' for step ", meta.step,
+                                                      " but pserver is at step ", step_));
+  }
+  Variable* var = scope->Var(target);
+  if (h.type == SELECTED_ROWS) {
+    SelectedRows* sr = var->GetMutable<SelectedRows>();
+    sr->rows.resize(h.num_rows);
+    sr->height = h.height;
+    sr->value.Resize(h.dtype, h.dims);
+  } else {
+    Tensor* t = var->GetMutable<Tensor>();
+    if (!t->initialized() || t->dtype() != h.dtype || t->shape() != h.dims) {
+      t->Resize(h.dtype, h.dims);
+    }
+  }
+  return var;
+}
+
+void ParameterServer::HandleSend(const RequestMeta& meta, const VariableHeader& h, Variable* var,
+                                 DoneCallback done) {
+  bool complete;
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.sends;
+    auto& got = bytes_[{meta.trainer_id, h.name}];
+    got += h.chunk_bytes;
+    complete = got >= h.total_bytes;
+    if (complete) {
+      got = 0;
+      ++stats_.grads_received[meta.trainer_id];
+    }
+  }
+  if (sync_ || !complete) {
+    done(absl::OkStatus());
+    return;
+  }
+  std::string grad = h.name;
+  int trainer = meta.trainer_id;
+  pool_->Schedule([this, trainer, grad, done = std::move(done)] { AsyncApply(trainer, grad, done); });
+}
+
+void ParameterServer::AsyncApply(int trainer, const std::string& grad, DoneCallback done) {
+  OptimizeBlock& b = blocks_[grad_to_block_.at(grad)];
+  absl::Status s;
+  {
+    absl::MutexLock lock(b.mu.get());
+    s = executor_.Run(b.prepared, trainer_scopes_[trainer]);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (s.ok()) ++stats_.grads_applied;
+  }
+  if (!s.ok()) {
+    s = absl::InternalError(absl::StrCat("pserver ", options_.endpoint, " optimizing ", grad,
+                                         ": ", s.message()));
+  }
+  done(s);
+}
+
+void ParameterServer::ServeGet(const std::string& name, const GetDone& done) {
+  Variable* v = scope_->FindVar(name);
+  if (v == nullptr || !v->Is<Tensor>() || !v->Get<Tensor>().initialized()) {
+    done(absl::NotFoundError(absl::StrCat("pserver ", options_.endpoint, " has no parameter '",
+                                          name, "'")));
+    return;
+  }
+  if (sync_) {
+    done(*v);  // shares the buffer: nothing writes it until every trainer fetched
+    return;
+  }
+  Variable copy;
+  auto it = param_to_block_.find(name);
+  if (it != param_to_block_.end()) {
+    absl::MutexLock lock(blocks_[it->second].mu.get());
+    copy.GetMutable<Tensor>()->CopyFrom(v->Get<Tensor>());
+  } else {
+    copy.GetMutable<Tensor>()->CopyFrom(v->Get<Tensor>());
+  }
+  done(std::move(copy));
+}
+
+void ParameterServer::HandleGet(const RequestMeta& meta, const std::string& name, GetDone done) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.gets;
+    if (sync_ && optimizing_) {
+      pending_gets_.push_back({name, std::move(done)});
+      return;
+    }
+  }
+  ServeGet(name, done);
+}
+
+void ParameterServer::HandlePrefetch(const RequestMeta& meta, const std::string& table,
+                                     std::vector<int64_t> ids, PrefetchDone done) {
+  done(absl::UnimplementedError(absl::StrCat("pserver ", options_.endpoint,
+                                             " serves no distributed table '", table, "'")));
+}
+
+void ParameterServer::HandleCheckpoint(const RequestMeta& meta, const std::string& dir,
+                                       DoneCallback done) {
+  done(absl::UnimplementedError("checkpoints are not supported yet"));
+}
+
+std::string ParameterServer::Missing(const Barrier& b) const {
+  std::vector<int> missing;
+  for (int k : active_) {
+    if (b.arrived.count(k) == 0) missing.push_back(k);
+  }
+  return absl::StrCat("[", absl::StrJoin(missing, ", "), "]");
+}
+
+void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) {
+  absl::MutexLock lock(&mu_);
+  if (!failure_.ok()) {
+    done(failure_);
+    return;
+  }
+  if (kind == COMPLETE) {
+    active_.erase(meta.trainer_id);
+    done(absl::OkStatus());
+    MaybeCompleteBarriers();
+    if (active_.empty()) finished_ = true;
+    return;
+  }
+  if (!sync_) {  // async: barriers are no-ops
+    done(absl::OkStatus());
+    return;
+  }
+  if (meta.step != step_) {
+    done(absl::FailedPreconditionError(
+        absl::StrCat("trainer ", meta.trainer_id, " is at step ", meta.step, " but pserver ",
+                     options_.endpoint, " is at step ", step_)));
+    return;
+  }
+  Barrier& b = kind == SEND_BARRIER ? send_ : fetch_;
+  if (kind == FETCH_BARRIER && optimizing_) {
+    done(absl::FailedPreconditionError(absl::StrCat(
+        "trainer ", meta.trainer_id, " reached the fetch barrier of step ", step_,
+        " before the send barrier completed")));
+    return;
+  }
+  if (b.arrived.empty() && b.waiting.empty()) b.first_arrival = absl::Now();
+  b.arrived.insert(meta.trainer_id);
+  b.waiting.push_back(std::move(done));
+  MaybeCompleteBarriers();
+}
+
+void ParameterServer::MaybeCompleteBarriers() {
+  auto complete = [&](const Barrier& b) {
+    if (b.waiting.empty()) return false;
+    for (int k : active_) {
+      if (b.arrived.count(k) == 0) return false;
+    }
+    return true;
+  };
+  if (!optimizing_ && complete(send_)) {
+    optimizing_ = true;
+    pool_->Schedule([this] { RunSyncOptimize(); });
+    return;
+  }
+  if (!optimizing_ && send_.waiting.empty() && complete(fetch_)) {
+    std::vector<DoneCallback> release;
+    release.swap(fetch_.waiting);
+    fetch_ = Barrier();
+    ++step_;
+    ++stats_.steps;
+    for (auto& d : release) d(absl::OkStatus());
+  }
+}
+
+void ParameterServer::RunSyncOptimize() {
+  std::vector<absl::Status> results(blocks_.size());
+  pool_->ParallelFor(static_cast<int>(blocks_.size()), [&](int i) {
+    results[i] = executor_.Run(blocks_[i].prepared, scope_);
+  });
+  absl::Status s;
+  for (size_t i = 0; i < results.size() && s.ok(); ++i) {
+    if (!results[i].ok()) {
+      s = absl::InternalError(absl::StrCat("pserver ", options_.endpoint, " optimizing ",
+                                           blocks_[i].grad, ": ", results[i].message()));
+    }
+  }
+  std::vector<DoneCallback> release;
+  std::vector<PendingGet> gets;
+  {
+    absl::MutexLock lock(&mu_);
+    optimizing_ = false;
+    if (s.ok()) stats_.grads_applied += static_cast<int64_t>(blocks_.size());
+    release.swap(send_.waiting);
+    send_ = Barrier();
+    gets.swap(pending_gets_);
+    if (!s.ok() && failure_.ok()) failure_ = s;
+    MaybeCompleteBarriers();  // a fetch barrier may have been waiting (trainers that completed)
+  }
+  for (auto& d : release) d(s);
+  for (auto& g : gets) ServeGet(g.name, g.done);
+}
+
+void ParameterServer::Fail(absl::Status reason) {
+  std::vector<DoneCallback> release;
+  std::vector<PendingGet> gets;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failure_.ok()) failure_ = reason;
+    for (Barrier* b : {&send_, &fetch_}) {
+      for (auto& d : b->waiting) release.push_back(std::move(d));
+      *b = Barrier();
+    }
+    gets.swap(pending_gets_);
+  }
+  for (auto& d : release) d(reason);
+  for (auto& g : gets) g.done(reason);
+}
+
+void ParameterServer::Watchdog() {
+  while (true) {
+    absl::Status timeout;
+    {
+      absl::MutexLock lock(&mu_);
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100));
+      if (stopping_) return;
+      if (!failure_.ok()) continue;
+      for (auto [b, what] : {std::make_pair(&send_, "send"), std::make_pair(&fetch_, "fetch")}) {
+        if (b->waiting.empty() || optimizing_) continue;
+        absl::Duration waited = absl::Now() - b->first_arrival;
+        if (waited > options_.barrier_timeout) {
+          timeout = absl::DeadlineExceededError(absl::StrCat(
+              "pserver ", options_.endpoint, ": ", what, " barrier of step ", step_,
+              " timed out after ", absl::FormatDuration(options_.barrier_timeout),
+              ": trainers ", Missing(*b),
+              " did not arrive (dead or stuck; check their logs, then restart the job)"));
+          break;
+        }
+      }
+    }
+    if (!timeout.ok()) Fail(timeout);
+  }
+}
+
+absl::Status ParameterServer::Wait() {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_ || !failure_.ok(); };
+  mu_.Await(absl::Condition(&done));
+  return failure_;
+}
+
+ParameterServerStats ParameterServer::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace tessera

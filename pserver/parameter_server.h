@@ -1,0 +1,137 @@
+// ParameterServer: the pserver's RequestHandler. Holds the parameter blocks of one pserver
+// program (block 0: a listen_and_serv op; one optimize block per parameter block) in a Scope and
+// applies the trainers' gradients.
+//
+// Sync mode, per step s (all requests carry s):
+//   trainers send gradients (stored per trainer) -> SEND_BARRIER from every active trainer ->
+//   all optimize blocks run in parallel (sum the trainers' gradients, scale 1/N, optimizer) ->
+//   the send barriers return; gets are served (a get that arrives while optimizing waits) ->
+//   FETCH_BARRIER from every active trainer -> step s+1.
+// A barrier that is not complete within barrier_timeout fails for everyone with a message naming
+// the missing trainer ids, and Wait() returns that error. Barriers are idempotent per trainer.
+// Async mode: each complete gradient is optimized as it arrives under its block's lock; gets
+// return a copy taken under that lock. COMPLETE from a trainer removes it from the barriers;
+// when every trainer has completed, Wait() returns OK.
+// Thread-safe; RPC threads only record and dispatch, optimization runs on an internal pool.
+#ifndef TESSERA_PSERVER_PARAMETER_SERVER_H_
+#define TESSERA_PSERVER_PARAMETER_SERVER_H_
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/executor.h"
+#include "common/rpc/server.h"
+#include "common/thread_pool.h"
+
+namespace tessera {
+
+struct ParameterServerOptions {
+  std::string job_id;
+  std::string endpoint;  // for messages
+  absl::Duration barrier_timeout = absl::Seconds(60);
+  int optimize_threads = 2;
+};
+
+struct ParameterServerStats {
+  int64_t steps = 0;             // completed sync steps
+  int64_t sends = 0;             // SendVariable messages (chunks count separately)
+  int64_t grads_applied = 0;     // gradients optimized (async: per push; sync: per block per step)
+  std::map<int, int64_t> grads_received;  // complete gradients per trainer
+  int64_t gets = 0;
+};
+
+class ParameterServer : public RequestHandler {
+ public:
+  // `program` is a pserver program from the transpiler; its startup program must already have
+  // run on `scope`. `registry` and `scope` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<ParameterServer>> Create(const ProgramDesc& program,
+                                                                 Scope* scope,
+                                                                 const OpRegistry* registry,
+                                                                 ParameterServerOptions options);
+  ~ParameterServer() override;
+
+  // Blocks until every trainer has completed (OK) or the server failed (the failure).
+  absl::Status Wait();
+  // Fails every pending and future request with `reason` and releases Wait().
+  void Fail(absl::Status reason);
+  ParameterServerStats stats() const;
+  bool sync_mode() const { return sync_; }
+
+  absl::Status Admit(const RequestMeta& meta) override;
+  absl::StatusOr<Variable*> PrepareReceive(const RequestMeta& meta,
+                                           const VariableHeader& header) override;
+  void HandleSend(const RequestMeta& meta, const VariableHeader& header, Variable* var,
+                  DoneCallback done) override;
+  void HandleGet(const RequestMeta& meta, const std::string& name, GetDone done) override;
+  void HandlePrefetch(const RequestMeta& meta, const std::string& table, std::vector<int64_t> ids,
+                      PrefetchDone done) override;
+  void HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) override;
+  void HandleCheckpoint(const RequestMeta& meta, const std::string& dir,
+                        DoneCallback done) override;
+
+ private:
+  struct OptimizeBlock {
+    int block_id;
+    std::string grad;   // received gradient block name
+    std::string param;  // parameter block it updates
+    PreparedBlock prepared;
+    std::unique_ptr<absl::Mutex> mu = std::make_unique<absl::Mutex>();  // async updates
+  };
+  struct Barrier {
+    std::set<int> arrived;
+    std::vector<DoneCallback> waiting;
+    absl::Time first_arrival;
+  };
+  struct PendingGet {
+    std::string name;
+    GetDone done;
+  };
+
+  ParameterServer(const ProgramDesc& program, Scope* scope, const OpRegistry* registry,
+                  ParameterServerOptions options);
+  absl::Status Init();
+  void RunSyncOptimize();
+  void ServeGet(const std::string& name, const GetDone& done);
+  void AsyncApply(int trainer, const std::string& grad, DoneCallback done);
+  // Called with mu_ held: checks whether barrier `kind` is complete and, if so, acts.
+  void MaybeCompleteBarriers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Watchdog();
+  std::string Missing(const Barrier& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ProgramDesc program_;
+  Scope* scope_;
+  Executor executor_;
+  ParameterServerOptions options_;
+  int num_trainers_ = 1;
+  bool sync_ = true;
+  std::vector<OptimizeBlock> blocks_;
+  std::map<std::string, int> grad_to_block_;   // gradient block name -> index into blocks_
+  std::map<std::string, int> param_to_block_;  // parameter block name -> index into blocks_
+  std::vector<Scope*> trainer_scopes_;         // async: per-trainer receive scopes
+
+  mutable absl::Mutex mu_;
+  int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<int> active_ ABSL_GUARDED_BY(mu_);
+  Barrier send_ ABSL_GUARDED_BY(mu_), fetch_ ABSL_GUARDED_BY(mu_);
+  bool optimizing_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<PendingGet> pending_gets_ ABSL_GUARDED_BY(mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::pair<int, std::string>, int64_t> bytes_ ABSL_GUARDED_BY(mu_);  // async chunks
+  ParameterServerStats stats_ ABSL_GUARDED_BY(mu_);
+
+  std::unique_ptr<ThreadPool> pool_;
+  std::thread watchdog_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_PSERVER_PARAMETER_SERVER_H_

@@ -1,0 +1,55 @@
+// The trainer's RPC ops, registered into the trainer's OpRegistry with the state they share:
+//   send          X (list) with attr epmap (one endpoint per X): pushes every variable to its
+//                 pserver, all in parallel, and waits for all.
+//   send_barrier  attr endpoints: tells every pserver this trainer sent all gradients of the step.
+//   recv          Out (list) with attr epmap: pulls every variable from its pserver in parallel.
+//   fetch_barrier attr endpoints: tells every pserver this trainer fetched the step's parameters.
+// Errors name the endpoint and the variable; nothing waits longer than the client's deadline.
+#ifndef TESSERA_TRAINER_RPC_OPS_H_
+#define TESSERA_TRAINER_RPC_OPS_H_
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "common/op_registry.h"
+#include "common/rpc/client.h"
+
+namespace tessera {
+
+// One client per pserver endpoint, created on first use by `factory`. Thread-safe.
+class ClientPool {
+ public:
+  using Factory = std::function<std::unique_ptr<PServerClient>(const std::string& endpoint)>;
+  explicit ClientPool(Factory factory) : factory_(std::move(factory)) {}
+  PServerClient* Get(const std::string& endpoint);
+
+ private:
+  Factory factory_;
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<PServerClient>> clients_ ABSL_GUARDED_BY(mu_);
+};
+
+// Shared by the RPC op kernels of one trainer. `step` is the trainer's current step; the
+// training loop advances it after each step.
+struct RpcContext {
+  std::string job_id;
+  int trainer_id = 0;
+  std::atomic<int64_t> step{0};
+  ClientPool* clients = nullptr;
+
+  RequestMeta Meta() const { return RequestMeta{job_id, trainer_id, step.load()}; }
+};
+
+// Registers send, send_barrier, recv, fetch_barrier. `context` must outlive the registry.
+absl::Status RegisterRpcOps(OpRegistry* registry, RpcContext* context);
+
+// Sends COMPLETE to every endpoint (end of training); returns the first error.
+absl::Status NotifyComplete(RpcContext* context, const std::vector<std::string>& endpoints);
+
+}  // namespace tessera
+
+#endif  // TESSERA_TRAINER_RPC_OPS_H_

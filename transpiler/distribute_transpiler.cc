@@ -1,0 +1,427 @@
+#include "transpiler/distribute_transpiler.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/layers/program_builder.h"
+#include "common/op_desc.h"
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace tessera {
+
+namespace {
+
+// One optimize op of the single-machine program and the slicing of everything it touches.
+struct OptimizeItem {
+  OpDesc op;
+  std::string param, grad, lr;
+  bool sparse_grad = false;
+  std::vector<VarBlock> param_blocks, grad_blocks;
+  // State variable -> its per-block names (sliced like the param, or copied per block).
+  std::map<std::string, std::vector<VarBlock>> state_blocks;
+};
+
+Shape VarShape(const BlockDesc& block, const std::string& name) {
+  const VarDesc* v = FindVarDesc(block, name);
+  return v == nullptr ? Shape{} : Shape(v->shape().begin(), v->shape().end());
+}
+
+std::string BlockName(const std::string& var, int index, int count) {
+  return count == 1 ? var : absl::StrCat(var, ".block", index);
+}
+
+// `blocks` of `like` renamed for `var` (same rows), or whole copies of `var` when its shape
+// differs from the parameter's (e.g. Adam's [1] beta powers: one per block).
+std::vector<VarBlock> BlocksFor(const std::string& var, const Shape& var_shape,
+                                const Shape& param_shape, const std::vector<VarBlock>& like) {
+  std::vector<VarBlock> out = like;
+  for (auto& b : out) {
+    b.var = var;
+    b.name = BlockName(var, b.index, static_cast<int>(like.size()));
+    if (var_shape != param_shape) {
+      b.shape = var_shape;
+      b.begin_row = 0;
+      b.num_rows = var_shape.empty() ? 1 : var_shape[0];
+      b.row_width = 0;  // marks a whole copy: no row offset
+    }
+  }
+  return out;
+}
+
+void DeclareLike(BlockDesc* dst, const BlockDesc& src, const VarBlock& b, bool persistable) {
+  const VarDesc* orig = FindVarDesc(src, b.var);
+  VarDesc* v = DeclareVar(dst, b.name, b.shape, orig != nullptr ? orig->dtype() : FLOAT32);
+  if (orig != nullptr) v->set_type(orig->type());
+  v->set_persistable(persistable);
+}
+
+OpDesc RoleOp(OpDesc op, int64_t role) {
+  SetAttr(&op, kOpRoleAttr, role);
+  return op;
+}
+
+// The startup op that initializes `b` (from the op that initialized b.var), or nullopt.
+bool InitOpFor(const ProgramDesc& startup, const VarBlock& b, OpDesc* out) {
+  for (const auto& op : startup.blocks(0).ops()) {
+    bool writes = false;
+    for (const auto& a : AllOutputArgs(op)) writes |= (a == b.var);
+    if (!writes) continue;
+    *out = op;
+    RenameOpOutput(out, b.var, b.name);
+    if (FindAttr(op, "shape") != nullptr) SetAttr(out, "shape", b.shape);
+    if (b.row_width > 0 && (op.type() == "uniform_random" || op.type() == "gaussian_random")) {
+      SetAttr(out, "offset", GetIntAttr(op, "offset", 0) + b.begin_row * b.row_width);
+    }
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<SplitMethod> ParseSplitMethod(const std::string& s) {
+  if (s == "round_robin" || s == "RoundRobin") return SplitMethod::kRoundRobin;
+  if (s == "hash_name" || s == "HashName") return SplitMethod::kHashName;
+  return absl::InvalidArgumentError(
+      absl::StrCat("split_method '", s, "' is not one of round_robin, hash_name"));
+}
+
+std::string TrainerGradName(const std::string& grad_block, int trainer_id) {
+  return absl::StrCat(grad_block, ".trainer_", trainer_id);
+}
+
+std::vector<VarBlock> SliceVariable(const std::string& var, const std::vector<int64_t>& shape,
+                                    int num_pservers, bool slice_var_up, int64_t min_block_size) {
+  int64_t numel = NumElements(shape);
+  int64_t dim0 = shape.empty() ? 1 : shape[0];
+  int64_t width = dim0 == 0 ? 0 : numel / dim0;
+  int64_t count = 1;
+  if (slice_var_up && numel >= min_block_size && dim0 > 1) {
+    count = std::min<int64_t>(num_pservers, numel / min_block_size);
+    count = std::max<int64_t>(1, std::min(count, dim0));
+  }
+  int64_t rows_per_block = (dim0 + count - 1) / count;
+  count = rows_per_block == 0 ? 1 : (dim0 + rows_per_block - 1) / rows_per_block;
+  std::vector<VarBlock> blocks;
+  for (int64_t i = 0; i < count; ++i) {
+    VarBlock b;
+    b.var = var;
+    b.index = static_cast<int>(i);
+    b.name = BlockName(var, b.index, static_cast<int>(count));
+    b.begin_row = i * rows_per_block;
+    b.num_rows = std::min(rows_per_block, dim0 - b.begin_row);
+    b.row_width = width;
+    b.shape = shape;
+    if (!b.shape.empty()) b.shape[0] = b.num_rows;
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+
+absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
+    const ProgramDesc& main, const ProgramDesc& startup, const TranspilerConfig& config) {
+  if (config.pservers.empty()) return absl::InvalidArgumentError("no pserver endpoints given");
+  std::set<std::string> unique(config.pservers.begin(), config.pservers.end());
+  if (unique.size() != config.pservers.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("pserver endpoints repeat: ",
+                                                   absl::StrJoin(config.pservers, ",")));
+  }
+  if (config.trainers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("trainers=", config.trainers, " must be >= 1"));
+  }
+  if (config.trainer_id < 0 || config.trainer_id >= config.trainers) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer_id=", config.trainer_id,
+                                                   " is outside [0, ", config.trainers, ")"));
+  }
+  if (config.min_block_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_block_size=", config.min_block_size, " must be >= 1"));
+  }
+  if (main.blocks_size() == 0 || startup.blocks_size() == 0) {
+    return absl::InvalidArgumentError("main and startup programs need a block 0");
+  }
+  const BlockDesc& block = main.blocks(0);
+  const int num_ps = static_cast<int>(config.pservers.size());
+
+  // Optimize ops and their (param, grad) pairs.
+  std::vector<OptimizeItem> items;
+  for (const auto& op : block.ops()) {
+    if ((OpRoleOf(op) & kRoleOptimize) == 0) continue;
+    auto rv = GetStringsAttr(op, kOpRoleVarAttr);
+    if (rv.size() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat("optimize op ", OpSignature(op),
+                                                     " has no op_role_var [param, grad]"));
+    }
+    OptimizeItem item;
+    item.op = op;
+    item.param = rv[0];
+    item.grad = rv[1];
+    item.lr = OpInput(op, "LearningRate");
+    const VarDesc* gv = FindVarDesc(block, item.grad);
+    item.sparse_grad = gv != nullptr && gv->type() == SELECTED_ROWS;
+    const VarDesc* pv = FindVarDesc(block, item.param);
+    if (pv == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter ", item.param, " is not declared"));
+    }
+    if (pv->is_distributed()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "parameter ", item.param, " is a distributed table; distributed tables are served by "
+          "the sparse-table path, not by dense optimize blocks"));
+    }
+    items.push_back(std::move(item));
+  }
+  if (items.empty()) {
+    return absl::InvalidArgumentError(
+        "the program has no optimize ops (build it with an optimizer's Minimize)");
+  }
+
+  // Slice and place.
+  DistributeTranspiler t;
+  t.config_ = config;
+  int counter = 0;
+  for (auto& item : items) {
+    Shape pshape = VarShape(block, item.param);
+    item.param_blocks =
+        SliceVariable(item.param, pshape, num_ps, config.slice_var_up, config.min_block_size);
+    for (auto& b : item.param_blocks) {
+      int ps;
+      if (config.dispatcher) {
+        ps = config.dispatcher(b.name, counter, num_ps);
+        if (ps < 0 || ps >= num_ps) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "dispatcher placed ", b.name, " on pserver ", ps, " of ", num_ps));
+        }
+      } else if (config.split_method == SplitMethod::kHashName) {
+        ps = static_cast<int>(StableHash(b.name) % static_cast<uint64_t>(num_ps));
+      } else {
+        ps = counter % num_ps;
+      }
+      ++counter;
+      b.endpoint = config.pservers[ps];
+      t.param_blocks_.push_back(b);
+    }
+    item.grad_blocks = BlocksFor(item.grad, pshape, pshape, item.param_blocks);
+    for (const auto& slot : item.op.inputs()) {
+      if (slot.parameter() == "Param" || slot.parameter() == "Grad" ||
+          slot.parameter() == "LearningRate") {
+        continue;
+      }
+      for (const auto& var : slot.arguments()) {
+        item.state_blocks[var] = BlocksFor(var, VarShape(block, var), pshape, item.param_blocks);
+      }
+    }
+  }
+
+  // ---- Trainer program.
+  t.trainer_ = main;
+  BlockDesc* tb = t.trainer_.mutable_blocks(0);
+  {
+    google::protobuf::RepeatedPtrField<OpDesc> kept;
+    for (const auto& op : tb->ops()) {
+      if ((OpRoleOf(op) & (kRoleOptimize | kRoleLRSched)) == 0) *kept.Add() = op;
+    }
+    tb->mutable_ops()->Swap(&kept);
+  }
+  std::vector<std::string> send_vars, send_eps, recv_vars, recv_eps;
+  for (const auto& item : items) {
+    int n = static_cast<int>(item.grad_blocks.size());
+    if (n > 1) {
+      std::vector<std::string> outs;
+      std::vector<int64_t> sections;
+      for (const auto& b : item.grad_blocks) {
+        outs.push_back(b.name);
+        sections.push_back(b.num_rows);
+        DeclareLike(tb, block, b, false);
+      }
+      OpDesc split = MakeOp(item.sparse_grad ? "split_selected_rows" : "split",
+                            {{"X", {item.grad}}}, {{"Out", outs}});
+      SetAttr(&split, item.sparse_grad ? "height_sections" : "sections", sections);
+      SetAttr(&split, "axis", int64_t{0});
+      *tb->add_ops() = RoleOp(split, kRoleRPC | kRoleBackward);
+    }
+    for (int i = 0; i < n; ++i) {
+      send_vars.push_back(item.grad_blocks[i].name);
+      send_eps.push_back(item.param_blocks[i].endpoint);
+      recv_vars.push_back(item.param_blocks[i].name);
+      recv_eps.push_back(item.param_blocks[i].endpoint);
+      if (n > 1) DeclareLike(tb, block, item.param_blocks[i], false);
+    }
+  }
+  OpDesc send = MakeOp("send", {{"X", send_vars}}, {});
+  SetAttr(&send, "epmap", send_eps);
+  SetAttr(&send, "sync_mode", config.sync_mode);
+  *tb->add_ops() = RoleOp(send, kRoleRPC);
+  if (config.sync_mode) {
+    OpDesc barrier = MakeOp("send_barrier", {}, {});
+    SetAttr(&barrier, "endpoints", config.pservers);
+    *tb->add_ops() = RoleOp(barrier, kRoleRPC);
+  }
+  OpDesc recv = MakeOp("recv", {}, {{"Out", recv_vars}});
+  SetAttr(&recv, "epmap", recv_eps);
+  *tb->add_ops() = RoleOp(recv, kRoleRPC);
+  if (config.sync_mode) {
+    OpDesc barrier = MakeOp("fetch_barrier", {}, {});
+    SetAttr(&barrier, "endpoints", config.pservers);
+    *tb->add_ops() = RoleOp(barrier, kRoleRPC);
+  }
+  std::vector<OpDesc> concats;
+  for (const auto& item : items) {
+    if (item.param_blocks.size() < 2) continue;
+    std::vector<std::string> ins;
+    for (const auto& b : item.param_blocks) ins.push_back(b.name);
+    OpDesc concat = MakeOp("concat", {{"X", ins}}, {{"Out", {item.param}}});
+    SetAttr(&concat, "axis", int64_t{0});
+    concats.push_back(RoleOp(concat, kRoleRPC));
+  }
+  for (const auto& c : concats) *tb->add_ops() = c;
+  // Optimizer state and the learning rate live only on pservers.
+  std::set<std::string> pserver_only;
+  for (const auto& item : items) {
+    for (const auto& [var, blocks] : item.state_blocks) pserver_only.insert(var);
+    if (!item.lr.empty()) pserver_only.insert(item.lr);
+  }
+  {
+    google::protobuf::RepeatedPtrField<VarDesc> kept;
+    for (const auto& v : tb->vars()) {
+      if (pserver_only.count(v.name()) == 0) *kept.Add() = v;
+    }
+    tb->mutable_vars()->Swap(&kept);
+  }
+
+  // ---- Trainer startup: local init of what the trainer keeps, then pull every parameter so
+  // all trainers start from the pservers' values.
+  t.trainer_startup_ = startup;
+  BlockDesc* tsb = t.trainer_startup_.mutable_blocks(0);
+  {
+    google::protobuf::RepeatedPtrField<OpDesc> kept;
+    for (const auto& op : tsb->ops()) {
+      bool needed = true;
+      for (const auto& a : AllOutputArgs(op)) needed &= pserver_only.count(a) == 0;
+      if (needed) *kept.Add() = op;
+    }
+    tsb->mutable_ops()->Swap(&kept);
+    google::protobuf::RepeatedPtrField<VarDesc> kept_vars;
+    for (const auto& v : tsb->vars()) {
+      if (pserver_only.count(v.name()) == 0) *kept_vars.Add() = v;
+    }
+    tsb->mutable_vars()->Swap(&kept_vars);
+  }
+  for (const auto& item : items) {
+    if (item.param_blocks.size() < 2) continue;
+    for (const auto& b : item.param_blocks) DeclareLike(tsb, block, b, false);
+  }
+  OpDesc srecv = recv;
+  *tsb->add_ops() = RoleOp(srecv, kRoleRPC);
+  for (const auto& c : concats) *tsb->add_ops() = c;
+
+  // ---- Pserver programs.
+  for (int ps = 0; ps < num_ps; ++ps) {
+    const std::string& ep = config.pservers[ps];
+    ProgramDesc prog;
+    prog.set_random_seed(main.random_seed());
+    BlockDesc* b0 = prog.add_blocks();
+    b0->set_idx(0);
+    b0->set_parent_idx(-1);
+    ProgramDesc sprog;
+    sprog.set_random_seed(startup.random_seed());
+    BlockDesc* s0 = sprog.add_blocks();
+    s0->set_idx(0);
+    s0->set_parent_idx(-1);
+
+    std::vector<int64_t> optimize_blocks;
+    std::vector<std::string> grad_to_block;
+    std::set<std::string> declared_lr;
+    auto init = [&](const VarBlock& vb) -> absl::Status {
+      OpDesc op;
+      if (!InitOpFor(startup, vb, &op)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("startup program does not initialize ", vb.var));
+      }
+      DeclareLike(s0, block, vb, true);
+      *s0->add_ops() = op;
+      return absl::OkStatus();
+    };
+    for (const auto& item : items) {
+      for (size_t i = 0; i < item.param_blocks.size(); ++i) {
+        const VarBlock& pb = item.param_blocks[i];
+        if (pb.endpoint != ep) continue;
+        const VarBlock& gb = item.grad_blocks[i];
+        DeclareLike(b0, block, pb, true);
+        TS_RETURN_IF_ERROR(init(pb));
+        DeclareLike(b0, block, gb, false);
+        if (!item.lr.empty() && declared_lr.insert(item.lr).second) {
+          VarBlock lr{item.lr, item.lr, 0, 0, 1, 0, VarShape(block, item.lr), ep};
+          DeclareLike(b0, block, lr, true);
+          TS_RETURN_IF_ERROR(init(lr));
+        }
+
+        BlockDesc* ob = prog.add_blocks();
+        ob->set_idx(prog.blocks_size() - 1);
+        ob->set_parent_idx(0);
+        optimize_blocks.push_back(ob->idx());
+        if (config.sync_mode) {
+          std::vector<std::string> per_trainer;
+          for (int k = 0; k < config.trainers; ++k) {
+            VarBlock tgb = gb;
+            tgb.name = TrainerGradName(gb.name, k);
+            DeclareLike(b0, block, tgb, false);
+            per_trainer.push_back(tgb.name);
+          }
+          *ob->add_ops() = RoleOp(MakeOp("sum", {{"X", per_trainer}}, {{"Out", {gb.name}}}),
+                                  kRoleOptimize);
+          OpDesc scale = MakeOp("scale", {{"X", {gb.name}}}, {{"Out", {gb.name}}});
+          SetAttr(&scale, "scale", 1.0f / static_cast<float>(config.trainers));
+          *ob->add_ops() = RoleOp(scale, kRoleOptimize);
+        }
+        OpDesc opt = item.op;
+        RenameOpInput(&opt, item.param, pb.name);
+        RenameOpOutput(&opt, item.param, pb.name);
+        RenameOpInput(&opt, item.grad, gb.name);
+        for (const auto& [var, blocks] : item.state_blocks) {
+          const VarBlock& sb = blocks[i];
+          RenameOpInput(&opt, var, sb.name);
+          RenameOpOutput(&opt, var, sb.name);
+          DeclareLike(b0, block, sb, true);
+          TS_RETURN_IF_ERROR(init(sb));
+        }
+        SetAttr(&opt, kOpRoleVarAttr, std::vector<std::string>{pb.name, gb.name});
+        *ob->add_ops() = opt;
+        grad_to_block.push_back(absl::StrCat(gb.name, ":", ob->idx()));
+      }
+    }
+    OpDesc ls = MakeOp("listen_and_serv", {}, {});
+    SetAttr(&ls, "endpoint", ep);
+    SetAttr(&ls, "Fanin", static_cast<int64_t>(config.trainers));
+    SetAttr(&ls, "sync_mode", config.sync_mode);
+    SetAttr(&ls, "optimize_blocks", optimize_blocks);
+    SetAttr(&ls, "grad_to_block_id", grad_to_block);
+    *b0->add_ops() = RoleOp(ls, kRoleRPC);
+    t.pserver_[ep] = std::move(prog);
+    t.pserver_startup_[ep] = std::move(sprog);
+  }
+  return t;
+}
+
+absl::StatusOr<ProgramDesc> DistributeTranspiler::GetPserverProgram(
+    const std::string& endpoint) const {
+  auto it = pserver_.find(endpoint);
+  if (it == pserver_.end()) {
+    return absl::NotFoundError(absl::StrCat("endpoint ", endpoint, " is not one of the pservers ",
+                                            absl::StrJoin(config_.pservers, ",")));
+  }
+  return it->second;
+}
+
+absl::StatusOr<ProgramDesc> DistributeTranspiler::GetPserverStartupProgram(
+    const std::string& endpoint) const {
+  auto it = pserver_startup_.find(endpoint);
+  if (it == pserver_startup_.end()) {
+    return absl::NotFoundError(absl::StrCat("endpoint ", endpoint, " is not one of the pservers ",
+                                            absl::StrJoin(config_.pservers, ",")));
+  }
+  return it->second;
+}
+
+}  // namespace tessera

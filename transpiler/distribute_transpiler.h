@@ -1,0 +1,95 @@
+// DistributeTranspiler: splits a single-machine program (forward + backward + optimize ops) into
+// a trainer program and one pserver program per endpoint (Fluid's DistributeTranspiler).
+//
+// Slicing: a parameter (and its gradient and optimizer state) of at least min_block_size
+// elements is cut along dim 0 into min(#pservers, numel / min_block_size) blocks of whole rows;
+// smaller ones stay whole. A variable with a single block keeps its name; blocks are named
+// "<var>.block<i>". Blocks are placed by round robin (one counter across all parameter blocks,
+// in parameter order), by a stable hash of the block name, or by a user dispatcher; a gradient
+// block always goes where its parameter block goes.
+//
+// Trainer program: forward + backward, then split -> send -> send_barrier (sync) -> recv ->
+// fetch_barrier (sync) -> concat. Pserver program: block 0 holds one listen_and_serv op whose
+// attributes describe the service (endpoint, Fanin, sync_mode, optimize_blocks,
+// grad_to_block_id); each optimize block sums the trainers' gradients, scales by 1/N (sync) and
+// runs the optimizer on its slice. Pserver startup initializes each slice so that it equals the
+// same rows of the single-machine initialization (counter-based random ops, `offset` attribute).
+// The transpiler is pure: the same inputs give byte-identical outputs.
+#ifndef TESSERA_TRANSPILER_DISTRIBUTE_TRANSPILER_H_
+#define TESSERA_TRANSPILER_DISTRIBUTE_TRANSPILER_H_
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/program.pb.h"
+
+namespace tessera {
+
+enum class SplitMethod { kRoundRobin, kHashName };
+
+// Parses "round_robin" / "hash_name".
+absl::StatusOr<SplitMethod> ParseSplitMethod(const std::string& s);
+
+struct TranspilerConfig {
+  int trainer_id = 0;
+  std::vector<std::string> pservers;  // endpoints host:port
+  int trainers = 1;
+  bool sync_mode = true;
+  SplitMethod split_method = SplitMethod::kRoundRobin;
+  // If set, overrides split_method: (block name, block index in dispatch order, #pservers) ->
+  // pserver index.
+  std::function<int(const std::string&, int, int)> dispatcher;
+  bool slice_var_up = true;
+  int64_t min_block_size = 8192;
+};
+
+// One slice of a variable.
+struct VarBlock {
+  std::string var;   // original variable
+  std::string name;  // block variable name (== var when unsliced)
+  int index = 0;     // block index within the variable
+  int64_t begin_row = 0;
+  int64_t num_rows = 0;
+  int64_t row_width = 1;  // elements per row
+  std::vector<int64_t> shape;  // block shape
+  std::string endpoint;
+};
+
+// Row blocks of a variable of `shape` (see the class comment).
+std::vector<VarBlock> SliceVariable(const std::string& var, const std::vector<int64_t>& shape,
+                                    int num_pservers, bool slice_var_up, int64_t min_block_size);
+
+class DistributeTranspiler {
+ public:
+  // Fails (InvalidArgument) on a bad config or a program without optimize ops.
+  static absl::StatusOr<DistributeTranspiler> Transpile(const ProgramDesc& main,
+                                                        const ProgramDesc& startup,
+                                                        const TranspilerConfig& config);
+
+  const ProgramDesc& trainer_program() const { return trainer_; }
+  const ProgramDesc& trainer_startup_program() const { return trainer_startup_; }
+  // NotFound for an endpoint that is not one of the config's pservers.
+  absl::StatusOr<ProgramDesc> GetPserverProgram(const std::string& endpoint) const;
+  absl::StatusOr<ProgramDesc> GetPserverStartupProgram(const std::string& endpoint) const;
+
+  // Parameter blocks in dispatch order (with their endpoints).
+  const std::vector<VarBlock>& param_blocks() const { return param_blocks_; }
+
+ private:
+  DistributeTranspiler() = default;
+
+  TranspilerConfig config_;
+  ProgramDesc trainer_, trainer_startup_;
+  std::map<std::string, ProgramDesc> pserver_, pserver_startup_;
+  std::vector<VarBlock> param_blocks_;
+};
+
+// Name of trainer k's copy of a gradient block on the pserver ("w@GRAD.block0.trainer_1").
+std::string TrainerGradName(const std::string& grad_block, int trainer_id);
+
+}  // namespace tessera
+
+#endif  // TESSERA_TRANSPILER_DISTRIBUTE_TRANSPILER_H_
