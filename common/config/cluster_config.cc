@@ -1,0 +1,212 @@
+#include "common/config/cluster_config.h"
+
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace tessera {
+
+namespace {
+
+using Setter = std::function<absl::Status(const std::string&, ClusterConfig*)>;
+
+absl::Status Bad(const std::string& flag, const std::string& value, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, "='", value, "': ", why));
+}
+
+Setter Str(std::string ClusterConfig::*field) {
+  return [field](const std::string& v, ClusterConfig* c) {
+    c->*field = v;
+    return absl::OkStatus();
+  };
+}
+
+Setter List(std::vector<std::string> ClusterConfig::*field) {
+  return [field](const std::string& v, ClusterConfig* c) {
+    c->*field = absl::StrSplit(v, ',', absl::SkipWhitespace());
+    for (auto& s : c->*field) s = std::string(absl::StripAsciiWhitespace(s));
+    return absl::OkStatus();
+  };
+}
+
+template <typename T>
+Setter Int(T ClusterConfig::*field, const std::string& flag, int64_t min) {
+  return [field, flag, min](const std::string& v, ClusterConfig* c) {
+    int64_t x;
+    if (!absl::SimpleAtoi(v, &x)) return Bad(flag, v, "not an integer");
+    if (x < min) return Bad(flag, v, absl::StrCat("must be >= ", min));
+    c->*field = static_cast<T>(x);
+    return absl::OkStatus();
+  };
+}
+
+template <typename T>
+Setter Real(T ClusterConfig::*field, const std::string& flag, double min) {
+  return [field, flag, min](const std::string& v, ClusterConfig* c) {
+    double x;
+    if (!absl::SimpleAtod(v, &x)) return Bad(flag, v, "not a number");
+    if (!(x >= min)) return Bad(flag, v, absl::StrCat("must be >= ", min));
+    c->*field = static_cast<T>(x);
+    return absl::OkStatus();
+  };
+}
+
+Setter Bool(bool ClusterConfig::*field, const std::string& flag) {
+  return [field, flag](const std::string& v, ClusterConfig* c) {
+    bool x;
+    if (!absl::SimpleAtob(v, &x)) return Bad(flag, v, "not a boolean (true/false/1/0)");
+    c->*field = x;
+    return absl::OkStatus();
+  };
+}
+
+struct Setting {
+  SettingInfo info;
+  Setter set;
+};
+
+const std::vector<Setting>& Table() {
+  static const auto* table = new std::vector<Setting>{
+      {{"role", {"TESSERA_ROLE", "PADDLE_TRAINING_ROLE"}},
+       [](const std::string& v, ClusterConfig* c) {
+         c->role = absl::AsciiStrToLower(v);  // PADDLE_TRAINING_ROLE says PSERVER / TRAINER
+         return absl::OkStatus();
+       }},
+      {{"pservers", {"TESSERA_PSERVERS", "PADDLE_PSERVERS_IP_PORT_LIST"}},
+       List(&ClusterConfig::pservers)},
+      {{"trainers", {"TESSERA_TRAINERS", "PADDLE_TRAINERS_NUM"}},
+       Int(&ClusterConfig::trainers, "trainers", 1)},
+      {{"trainer_id", {"TESSERA_TRAINER_ID", "PADDLE_TRAINER_ID"}},
+       Int(&ClusterConfig::trainer_id, "trainer_id", 0)},
+      {{"current_endpoint", {"TESSERA_CURRENT_ENDPOINT", "PADDLE_CURRENT_ENDPOINT"}},
+       Str(&ClusterConfig::current_endpoint)},
+      {{"trainer_endpoints", {"TESSERA_TRAINER_ENDPOINTS", "PADDLE_TRAINER_ENDPOINTS"}},
+       List(&ClusterConfig::trainer_endpoints)},
+      {{"mode", {"TESSERA_MODE"}}, Str(&ClusterConfig::mode)},
+      {{"job_id", {"TESSERA_JOB_ID"}}, Str(&ClusterConfig::job_id)},
+      {{"sync_mode", {"TESSERA_SYNC_MODE"}}, Bool(&ClusterConfig::sync_mode, "sync_mode")},
+      {{"split_method", {"TESSERA_SPLIT_METHOD"}}, Str(&ClusterConfig::split_method)},
+      {{"slice_var_up", {"TESSERA_SLICE_VAR_UP"}},
+       Bool(&ClusterConfig::slice_var_up, "slice_var_up")},
+      {{"min_block_size", {"TESSERA_MIN_BLOCK_SIZE"}},
+       Int(&ClusterConfig::min_block_size, "min_block_size", 1)},
+      {{"example", {"TESSERA_EXAMPLE"}}, Str(&ClusterConfig::example)},
+      {{"program", {"TESSERA_PROGRAM"}}, Str(&ClusterConfig::program)},
+      {{"startup_program", {"TESSERA_STARTUP_PROGRAM"}}, Str(&ClusterConfig::startup_program)},
+      {{"train_data", {"TESSERA_TRAIN_DATA"}}, Str(&ClusterConfig::train_data)},
+      {{"test_data", {"TESSERA_TEST_DATA"}}, Str(&ClusterConfig::test_data)},
+      {{"num_examples", {"TESSERA_NUM_EXAMPLES"}},
+       Int(&ClusterConfig::num_examples, "num_examples", 1)},
+      {{"num_test_examples", {"TESSERA_NUM_TEST_EXAMPLES"}},
+       Int(&ClusterConfig::num_test_examples, "num_test_examples", 0)},
+      {{"vocab_per_slot", {"TESSERA_VOCAB_PER_SLOT"}},
+       Int(&ClusterConfig::vocab_per_slot, "vocab_per_slot", 1)},
+      {{"batch_size", {"TESSERA_BATCH_SIZE"}}, Int(&ClusterConfig::batch_size, "batch_size", 1)},
+      {{"epochs", {"TESSERA_EPOCHS"}}, Int(&ClusterConfig::epochs, "epochs", 0)},
+      {{"seed", {"TESSERA_SEED"}}, Int(&ClusterConfig::seed, "seed", 0)},
+      {{"learning_rate", {"TESSERA_LEARNING_RATE"}},
+       Real(&ClusterConfig::learning_rate, "learning_rate", 0.0)},
+      {{"log_every_steps", {"TESSERA_LOG_EVERY_STEPS"}},
+       Int(&ClusterConfig::log_every_steps, "log_every_steps", 0)},
+      {{"dump_params", {"TESSERA_DUMP_PARAMS"}}, Str(&ClusterConfig::dump_params)},
+      {{"rpc_deadline_s", {"TESSERA_RPC_DEADLINE_S"}},
+       Real(&ClusterConfig::rpc_deadline_s, "rpc_deadline_s", 0.001)},
+      {{"barrier_timeout_s", {"TESSERA_BARRIER_TIMEOUT_S"}},
+       Real(&ClusterConfig::barrier_timeout_s, "barrier_timeout_s", 0.001)},
+      {{"chunk_bytes", {"TESSERA_CHUNK_BYTES"}},
+       Int(&ClusterConfig::chunk_bytes, "chunk_bytes", 0)},
+  };
+  return *table;
+}
+
+bool ValidEndpoint(const std::string& ep) {
+  auto colon = ep.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  int port;
+  return absl::SimpleAtoi(ep.substr(colon + 1), &port) && port > 0 && port < 65536;
+}
+
+}  // namespace
+
+const std::vector<SettingInfo>& AllSettings() {
+  static const auto* infos = [] {
+    auto* v = new std::vector<SettingInfo>;
+    for (const auto& s : Table()) v->push_back(s.info);
+    return v;
+  }();
+  return *infos;
+}
+
+absl::Status SetFromString(const std::string& flag, const std::string& value,
+                           ClusterConfig* config) {
+  for (const auto& s : Table()) {
+    if (s.info.flag == flag) return s.set(value, config);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown setting --", flag));
+}
+
+absl::Status ApplyEnvironment(const std::set<std::string>& explicit_flags, const EnvLookup& env,
+                              ClusterConfig* config) {
+  for (const auto& s : Table()) {
+    if (explicit_flags.count(s.info.flag) > 0) continue;
+    for (const auto& name : s.info.env) {
+      std::optional<std::string> v = env(name);
+      if (!v.has_value()) continue;
+      absl::Status st = s.set(*v, config);
+      if (!st.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("environment ", name, "='", *v, "': ", st.message()));
+      }
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validate(const ClusterConfig& c) {
+  auto bad = [](absl::string_view msg) { return absl::InvalidArgumentError(msg); };
+  if (c.role != "pserver" && c.role != "trainer") {
+    return bad(absl::StrCat("--role='", c.role, "' must be pserver or trainer"));
+  }
+  if (c.mode != "pserver" && c.mode != "collective") {
+    return bad(absl::StrCat("--mode='", c.mode, "' must be pserver or collective"));
+  }
+  if (c.split_method != "round_robin" && c.split_method != "hash_name") {
+    return bad(absl::StrCat("--split_method='", c.split_method,
+                            "' must be round_robin or hash_name"));
+  }
+  if (c.mode == "pserver" && c.pservers.empty()) {
+    return bad("--pservers is empty: give the pserver endpoints as host:port,host:port");
+  }
+  for (const auto& ep : c.pservers) {
+    if (!ValidEndpoint(ep)) return bad(absl::StrCat("--pservers entry '", ep, "' is not host:port"));
+  }
+  if (c.trainer_id >= c.trainers) {
+    return bad(absl::StrCat("--trainer_id=", c.trainer_id, " must be < --trainers=", c.trainers));
+  }
+  if (c.role == "pserver") {
+    if (!ValidEndpoint(c.current_endpoint)) {
+      return bad(absl::StrCat("--current_endpoint='", c.current_endpoint,
+                              "' is not host:port (the pserver's own endpoint)"));
+    }
+    bool found = false;
+    for (const auto& ep : c.pservers) found |= ep == c.current_endpoint;
+    if (!found) {
+      return bad(absl::StrCat("--current_endpoint=", c.current_endpoint,
+                              " is not in --pservers=", absl::StrJoin(c.pservers, ",")));
+    }
+  }
+  if (c.example != "ctr" && c.example != "mlp_regression") {
+    return bad(absl::StrCat("--example='", c.example, "' must be ctr or mlp_regression"));
+  }
+  if (!c.program.empty() && c.startup_program.empty()) {
+    return bad("--program needs --startup_program too");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

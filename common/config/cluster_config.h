@@ -1,0 +1,82 @@
+// ClusterConfig: everything a pserver or trainer daemon is configured with, and how it is read.
+//
+// Precedence for each setting: an explicit command-line flag, then TESSERA_<FLAG> (upper case),
+// then Fluid's PADDLE_* name where one exists (PADDLE_TRAINING_ROLE, PADDLE_PSERVERS_IP_PORT_LIST,
+// PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, PADDLE_CURRENT_ENDPOINT, PADDLE_TRAINER_ENDPOINTS),
+// then the default. Bad values give one line naming the setting, where it came from and why it
+// is wrong; daemons exit with status 2 on such errors.
+#ifndef TESSERA_COMMON_CONFIG_CLUSTER_CONFIG_H_
+#define TESSERA_COMMON_CONFIG_CLUSTER_CONFIG_H_
+
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace tessera {
+
+struct ClusterConfig {
+  // Cluster shape.
+  std::string role;                      // "pserver" | "trainer"
+  std::vector<std::string> pservers;     // host:port,...
+  int trainers = 1;
+  int trainer_id = 0;
+  std::string current_endpoint;          // this pserver's host:port
+  std::vector<std::string> trainer_endpoints;  // collective mode
+  std::string mode = "pserver";          // "pserver" | "collective"
+  std::string job_id = "tessera";
+  // Transpiler.
+  bool sync_mode = true;
+  std::string split_method = "round_robin";
+  bool slice_var_up = true;
+  int64_t min_block_size = 8192;
+  // Model and data.
+  std::string example = "ctr";            // ctr | mlp_regression
+  std::string program;                    // optional text-proto main program (overrides example's)
+  std::string startup_program;            // its startup program
+  std::string train_data;                 // Criteo-format file; "" = synthetic data
+  std::string test_data;
+  int64_t num_examples = 20000;           // synthetic training examples
+  int64_t num_test_examples = 5000;
+  int64_t vocab_per_slot = 100000;        // synthetic CTR vocabulary
+  int64_t batch_size = 256;               // global batch (split across trainers)
+  int epochs = 1;
+  uint64_t seed = 1;
+  float learning_rate = 0.0f;             // 0 = the example's default
+  int64_t log_every_steps = 20;
+  std::string dump_params;                // trainer: write final parameters here
+  // RPC.
+  double rpc_deadline_s = 120;
+  double barrier_timeout_s = 60;
+  int64_t chunk_bytes = int64_t{4} << 20;
+};
+
+// Looks up an environment variable (nullopt when unset).
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+// One configurable setting: its flag name, environment names, and how to apply a string value.
+struct SettingInfo {
+  std::string flag;
+  std::vector<std::string> env;  // in precedence order (TESSERA_* first)
+};
+// All settings, in a stable order (used by docs, tests and the deploy manifests' checks).
+const std::vector<SettingInfo>& AllSettings();
+
+// Sets `flag` on `config` from its string form; InvalidArgument names the flag and the value.
+absl::Status SetFromString(const std::string& flag, const std::string& value, ClusterConfig* config);
+
+// For every setting not in `explicit_flags`, applies the first environment variable that is set.
+// Errors name the variable.
+absl::Status ApplyEnvironment(const std::set<std::string>& explicit_flags, const EnvLookup& env,
+                              ClusterConfig* config);
+
+// Checks the values together (role known, trainer_id < trainers, endpoints host:port, the
+// pserver's current_endpoint among pservers, ...).
+absl::Status Validate(const ClusterConfig& config);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_CONFIG_CLUSTER_CONFIG_H_

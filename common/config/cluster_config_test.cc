@@ -1,0 +1,82 @@
+#include "common/config/cluster_config.h"
+
+#include <map>
+
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+EnvLookup Env(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(ClusterConfigTest, PaddleEnvironmentNamesWork) {
+  ClusterConfig c;
+  ASSERT_TRUE(ApplyEnvironment({},
+                               Env({{"PADDLE_TRAINING_ROLE", "PSERVER"},
+                                    {"PADDLE_PSERVERS_IP_PORT_LIST", "10.0.0.1:6170, 10.0.0.2:6170"},
+                                    {"PADDLE_TRAINERS_NUM", "4"},
+                                    {"PADDLE_TRAINER_ID", "3"},
+                                    {"PADDLE_CURRENT_ENDPOINT", "10.0.0.2:6170"}}),
+                               &c)
+                  .ok());
+  EXPECT_EQ(c.role, "pserver");
+  EXPECT_EQ(c.pservers, (std::vector<std::string>{"10.0.0.1:6170", "10.0.0.2:6170"}));
+  EXPECT_EQ(c.trainers, 4);
+  EXPECT_EQ(c.trainer_id, 3);
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c);
+}
+
+TEST(ClusterConfigTest, FlagsWinOverTesseraWhichWinsOverPaddle) {
+  ClusterConfig c;
+  ASSERT_TRUE(SetFromString("trainers", "2", &c).ok());
+  ASSERT_TRUE(ApplyEnvironment({"trainers"},
+                               Env({{"TESSERA_TRAINERS", "5"},
+                                    {"PADDLE_TRAINERS_NUM", "7"},
+                                    {"TESSERA_TRAINER_ID", "1"},
+                                    {"PADDLE_TRAINER_ID", "0"}}),
+                               &c)
+                  .ok());
+  EXPECT_EQ(c.trainers, 2);
+  EXPECT_EQ(c.trainer_id, 1);
+}
+
+TEST(ClusterConfigTest, BadValuesNameTheSettingAndSource) {
+  ClusterConfig c;
+  absl::Status s = ApplyEnvironment({}, Env({{"PADDLE_TRAINERS_NUM", "two"}}), &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("PADDLE_TRAINERS_NUM='two'"), std::string::npos) << s;
+  s = SetFromString("min_block_size", "0", &c);
+  EXPECT_NE(s.message().find("--min_block_size='0'"), std::string::npos) << s;
+  s = SetFromString("sync_mode", "maybe", &c);
+  EXPECT_FALSE(s.ok());
+}
+
+TEST(ClusterConfigTest, ValidateChecksTheWhole) {
+  ClusterConfig c;
+  c.role = "pserver";
+  c.pservers = {"127.0.0.1:7000", "127.0.0.1:7001"};
+  c.current_endpoint = "127.0.0.1:7002";
+  absl::Status s = Validate(c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("not in --pservers"), std::string::npos) << s;
+  c.current_endpoint = "127.0.0.1:7001";
+  EXPECT_TRUE(Validate(c).ok());
+  c.pservers.push_back("nohost");
+  EXPECT_NE(Validate(c).message().find("'nohost'"), std::string::npos);
+  c.pservers.pop_back();
+  c.trainer_id = 1;
+  c.trainers = 1;
+  EXPECT_FALSE(Validate(c).ok());
+  c.trainer_id = 0;
+  c.role = "worker";
+  EXPECT_NE(Validate(c).message().find("--role='worker'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,75 @@
+#include "common/config/daemon_flags.h"
+
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace tessera {
+
+namespace {
+bool IsBoolFlag(const std::string& flag) {
+  return flag == "sync_mode" || flag == "slice_var_up";
+}
+bool Known(const std::string& flag) {
+  for (const auto& s : AllSettings()) {
+    if (s.flag == flag) return true;
+  }
+  return false;
+}
+}  // namespace
+
+std::string DaemonUsage(const std::string& program) {
+  std::string out = absl::StrCat("Usage: ", program, " [--flag=value ...]\n");
+  for (const auto& s : AllSettings()) {
+    absl::StrAppend(&out, "  --", s.flag, "   (env: ", absl::StrJoin(s.env, ", "), ")\n");
+  }
+  return out;
+}
+
+absl::StatusOr<ClusterConfig> ParseDaemonArgs(int argc, char** argv, const EnvLookup& env,
+                                              const std::string& role_default) {
+  ClusterConfig config;
+  std::set<std::string> explicit_flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") return absl::NotFoundError(DaemonUsage(argv[0]));
+    if (!absl::StartsWith(arg, "--")) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg,
+                                                     "' (flags look like --name=value)"));
+    }
+    std::string body = arg.substr(2);
+    std::string name, value;
+    auto eq = body.find('=');
+    if (eq != std::string::npos) {
+      name = body.substr(0, eq);
+      value = body.substr(eq + 1);
+    } else if (IsBoolFlag(body)) {
+      name = body;
+      value = "true";
+    } else if (absl::StartsWith(body, "no") && IsBoolFlag(body.substr(2))) {
+      name = body.substr(2);
+      value = "false";
+    } else {
+      name = body;
+      if (!Known(name)) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+      if (i + 1 >= argc) {
+        return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
+      }
+      value = argv[++i];
+    }
+    if (!Known(name)) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    absl::Status s = SetFromString(name, value, &config);
+    if (!s.ok()) return s;
+    explicit_flags.insert(name);
+  }
+  absl::Status s = ApplyEnvironment(explicit_flags, env, &config);
+  if (!s.ok()) return s;
+  if (config.role.empty()) config.role = role_default;
+  s = Validate(config);
+  if (!s.ok()) return s;
+  return config;
+}
+
+}  // namespace tessera

@@ -1,0 +1,356 @@
+#include "common/data/criteo.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace tessera {
+namespace data {
+namespace {
+
+constexpr char kHexDigits[] = "0123456789abcdef";
+constexpr size_t kWriteBufferBytes = 1 << 20;
+// log1p(2^62): larger dense values stand for counts that do not fit an int64.
+constexpr float kMaxDense = 42.97f;
+
+// The bad text, escaped and shortened so that a message stays one readable line.
+std::string Quote(absl::string_view text) {
+  constexpr size_t kMax = 60;
+  const bool cut = text.size() > kMax;
+  return absl::StrCat("'", absl::CHexEscape(text.substr(0, kMax)), cut ? "...'" : "'");
+}
+
+// "label", "I3", "C12" for a 0-based field index.
+std::string FieldName(int field, int num_dense) {
+  if (field == 0) return "label";
+  if (field <= num_dense) return absl::StrCat("I", field);
+  return absl::StrCat("C", field - num_dense);
+}
+
+absl::Status FieldError(int field, int num_dense, absl::string_view what, absl::string_view text) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "field ", field + 1, " (", FieldName(field, num_dense), "): ", what, " ", Quote(text)));
+}
+
+bool ParseHex(absl::string_view text, uint64_t* out) {
+  if (text.empty() || text.size() > 16) return false;
+  uint64_t v = 0;
+  for (char c : text) {
+    int d;
+    if (c >= '0' && c <= '9') {
+      d = c - '0';
+    } else if (c >= 'a' && c <= 'f') {
+      d = c - 'a' + 10;
+    } else if (c >= 'A' && c <= 'F') {
+      d = c - 'A' + 10;
+    } else {
+      return false;
+    }
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  *out = v;
+  return true;
+}
+
+void AppendHex(uint64_t v, std::string* out) {
+  char buf[16];
+  for (int i = 15; i >= 0; --i) {
+    buf[i] = kHexDigits[v & 0xf];
+    v >>= 4;
+  }
+  out->append(buf, 16);
+}
+
+absl::Status CheckCounts(int num_dense, int num_sparse) {
+  if (num_dense < 0 || num_sparse < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Criteo format: num_dense=", num_dense, " and num_sparse=", num_sparse, " must be >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ErrnoError(absl::string_view what, const std::string& path) {
+  const int err = errno;
+  const std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(err));
+  switch (err) {
+    case ENOENT:
+      return absl::NotFoundError(msg);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(msg);
+    default:
+      return absl::UnavailableError(msg);
+  }
+}
+
+}  // namespace
+
+std::string FormatId(int64_t id) {
+  std::string s;
+  AppendHex(static_cast<uint64_t>(id), &s);
+  return s;
+}
+
+absl::StatusOr<int64_t> ParseId(absl::string_view text) {
+  uint64_t v;
+  if (!ParseHex(text, &v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("id ", Quote(text), " is not 1 to 16 hex digits"));
+  }
+  return static_cast<int64_t>(v);
+}
+
+float DenseFromCount(int64_t count) {
+  return static_cast<float>(std::log1p(static_cast<double>(std::max<int64_t>(count, 0))));
+}
+
+int64_t CountFromDense(float value) { return std::llround(std::expm1(static_cast<double>(value))); }
+
+absl::Status ParseCriteoLine(absl::string_view line, int num_dense, int num_sparse,
+                             Example* example) {
+  TS_RETURN_IF_ERROR(CheckCounts(num_dense, num_sparse));
+  const int64_t expected = 1 + int64_t{num_dense} + num_sparse;
+  const int64_t got = 1 + std::count(line.begin(), line.end(), '\t');
+  if (got != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", expected, " tab-separated fields (label, ", num_dense, " dense, ",
+                     num_sparse, " categorical), got ", got, " in ", Quote(line)));
+  }
+  example->dense.resize(static_cast<size_t>(num_dense));
+  example->sparse.resize(static_cast<size_t>(num_sparse));
+  size_t pos = 0;
+  for (int f = 0; f < expected; ++f) {
+    size_t tab = line.find('\t', pos);
+    if (tab == absl::string_view::npos) tab = line.size();
+    const absl::string_view text = line.substr(pos, tab - pos);
+    pos = tab + 1;
+    if (f == 0) {
+      if (text == "0") {
+        example->label = 0;
+      } else if (text == "1") {
+        example->label = 1;
+      } else {
+        return FieldError(f, num_dense, "label is not 0 or 1:", text);
+      }
+    } else if (f <= num_dense) {
+      int64_t count = 0;
+      if (!text.empty() && !absl::SimpleAtoi(text, &count)) {
+        return FieldError(f, num_dense, "dense value is not an integer:", text);
+      }
+      example->dense[f - 1] = DenseFromCount(count);
+    } else {
+      uint64_t id = 0;
+      if (!text.empty() && !ParseHex(text, &id)) {
+        return FieldError(f, num_dense, "categorical id is not 1 to 16 hex digits:", text);
+      }
+      example->sparse[f - 1 - num_dense] = static_cast<int64_t>(id);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Example> ParseCriteoLine(absl::string_view line, int num_dense, int num_sparse) {
+  Example example;
+  TS_RETURN_IF_ERROR(ParseCriteoLine(line, num_dense, num_sparse, &example));
+  return example;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CriteoReader
+
+CriteoReader::CriteoReader(std::string path, FILE* file, int num_dense, int num_sparse)
+    : path_(std::move(path)), file_(file), num_dense_(num_dense), num_sparse_(num_sparse) {}
+
+CriteoReader::~CriteoReader() {
+  std::fclose(file_);
+  std::free(buffer_);
+}
+
+absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::string& path,
+                                                                 int num_dense, int num_sparse) {
+  TS_RETURN_IF_ERROR(CheckCounts(num_dense, num_sparse));
+  FILE* file = std::fopen(path.c_str(), "r");
+  if (file == nullptr) return ErrnoError("cannot open Criteo file", path);
+  return std::unique_ptr<CriteoReader>(new CriteoReader(path, file, num_dense, num_sparse));
+}
+
+absl::StatusOr<bool> CriteoReader::Next(Example* example) {
+  if (failed_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ":", line_number_, ": reading stopped at an earlier error"));
+  }
+  while (true) {
+    errno = 0;
+    const ssize_t n = getline(&buffer_, &capacity_, file_);
+    if (n < 0) {
+      if (std::ferror(file_)) {
+        failed_ = true;
+        return ErrnoError(absl::StrCat("error reading line ", line_number_ + 1, " of"), path_);
+      }
+      return false;
+    }
+    ++line_number_;
+    absl::string_view line(buffer_, static_cast<size_t>(n));
+    if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;
+    absl::Status s = ParseCriteoLine(line, num_dense_, num_sparse_, example);
+    if (!s.ok()) {
+      failed_ = true;
+      return absl::InvalidArgumentError(absl::StrCat(path_, ":", line_number_, ": ", s.message()));
+    }
+    return true;
+  }
+}
+
+absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path, int num_dense, int num_sparse) {
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> reader,
+                      CriteoReader::Open(path, num_dense, num_sparse));
+  Dataset dataset;
+  dataset.num_dense = num_dense;
+  dataset.num_sparse = num_sparse;
+  while (true) {
+    dataset.examples.emplace_back();
+    TS_ASSIGN_OR_RETURN(bool more, reader->Next(&dataset.examples.back()));
+    if (!more) break;
+  }
+  dataset.examples.pop_back();
+  return dataset;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CriteoWriter
+
+CriteoWriter::CriteoWriter(std::string path, std::string temp_path, FILE* file, int num_dense,
+                           int num_sparse)
+    : path_(std::move(path)),
+      temp_path_(std::move(temp_path)),
+      file_(file),
+      num_dense_(num_dense),
+      num_sparse_(num_sparse) {
+  buffer_.reserve(kWriteBufferBytes + 4096);
+}
+
+CriteoWriter::~CriteoWriter() { Abandon(); }
+
+void CriteoWriter::Abandon() {
+  if (file_ == nullptr) return;
+  std::fclose(file_);
+  file_ = nullptr;
+  std::remove(temp_path_.c_str());
+}
+
+absl::StatusOr<std::unique_ptr<CriteoWriter>> CriteoWriter::Open(const std::string& path,
+                                                                 int num_dense, int num_sparse) {
+  TS_RETURN_IF_ERROR(CheckCounts(num_dense, num_sparse));
+  std::string temp_path = absl::StrCat(path, ".tmp.XXXXXX");
+  const int fd = mkstemp(temp_path.data());
+  if (fd < 0) return ErrnoError("cannot create a temporary file beside", path);
+  fchmod(fd, 0644);  // mkstemp creates 0600; a data file is normally world-readable.
+  FILE* file = fdopen(fd, "w");
+  if (file == nullptr) {
+    absl::Status s = ErrnoError("cannot open temporary file for", path);
+    close(fd);
+    std::remove(temp_path.c_str());
+    return s;
+  }
+  return std::unique_ptr<CriteoWriter>(
+      new CriteoWriter(path, std::move(temp_path), file, num_dense, num_sparse));
+}
+
+absl::Status CriteoWriter::Write(const Example& example) {
+  if (file_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CriteoWriter for ", path_, " is closed or failed"));
+  }
+  auto where = [&] { return absl::StrCat("writing ", path_, ": example ", num_written_); };
+  if (example.dense.size() != static_cast<size_t>(num_dense_) ||
+      example.sparse.size() != static_cast<size_t>(num_sparse_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where(), " has ", example.dense.size(), " dense values and ", example.sparse.size(),
+        " ids, the file has ", num_dense_, " and ", num_sparse_));
+  }
+  if (example.label != 0.0f && example.label != 1.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where(), ": label ", example.label, " is not 0 or 1"));
+  }
+  for (int j = 0; j < num_dense_; ++j) {
+    const float v = example.dense[j];
+    if (!(v >= 0.0f && v <= kMaxDense)) {  // Also rejects NaN.
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": dense value I", j + 1, "=", v,
+                                                     " is not log1p of a count in [0, 2^62]"));
+    }
+  }
+  buffer_.push_back(example.label == 1.0f ? '1' : '0');
+  for (int j = 0; j < num_dense_; ++j) {
+    absl::StrAppend(&buffer_, "\t", CountFromDense(example.dense[j]));
+  }
+  for (int j = 0; j < num_sparse_; ++j) {
+    buffer_.push_back('\t');
+    AppendHex(static_cast<uint64_t>(example.sparse[j]), &buffer_);
+  }
+  buffer_.push_back('\n');
+  ++num_written_;
+  if (buffer_.size() >= kWriteBufferBytes) return Flush();
+  return absl::OkStatus();
+}
+
+absl::Status CriteoWriter::Flush() {
+  if (buffer_.empty()) return absl::OkStatus();
+  if (std::fwrite(buffer_.data(), 1, buffer_.size(), file_) != buffer_.size()) {
+    absl::Status s = ErrnoError("cannot write temporary file for", path_);
+    Abandon();
+    return s;
+  }
+  buffer_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status CriteoWriter::Close() {
+  if (file_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CriteoWriter for ", path_, " is closed or failed"));
+  }
+  TS_RETURN_IF_ERROR(Flush());
+  if (std::fflush(file_) != 0 || fsync(fileno(file_)) != 0) {
+    absl::Status s = ErrnoError("cannot write temporary file for", path_);
+    Abandon();
+    return s;
+  }
+  const int rc = std::fclose(file_);
+  file_ = nullptr;
+  if (rc != 0) {
+    absl::Status s = ErrnoError("cannot close temporary file for", path_);
+    std::remove(temp_path_.c_str());
+    return s;
+  }
+  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    absl::Status s = ErrnoError(absl::StrCat("cannot rename ", temp_path_, " to"), path_);
+    std::remove(temp_path_.c_str());
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteCriteoFile(const std::string& path, const Dataset& dataset) {
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoWriter> writer,
+                      CriteoWriter::Open(path, dataset.num_dense, dataset.num_sparse));
+  for (const Example& example : dataset.examples) TS_RETURN_IF_ERROR(writer->Write(example));
+  return writer->Close();
+}
+
+}  // namespace data
+}  // namespace tessera

@@ -1,0 +1,131 @@
+// Criteo-format text files: one example per line, tab-separated:
+//
+//   label \t I1 ... I<num_dense> \t C1 ... C<num_sparse>
+//
+// (13 dense and 26 categorical fields in the Criteo Display Advertising data set).
+//   label        "0" or "1".
+//   dense Ij     a decimal integer count (negative counts are allowed and read as 0); stored in
+//                Example::dense as log(1 + max(x, 0)). An empty field means missing and reads
+//                as count 0, i.e. value 0.
+//   categorical  1 to 16 hexadecimal digits, either case; the id is the 64-bit value
+//                reinterpreted as int64, so every int64 is representable (FormatId writes all
+//                16 digits: "ffffffffffffffff" is -1). An empty field means missing and reads as
+//                id 0; the writer never writes an empty field, so id 0 round-trips.
+// A trailing '\r' (CRLF files) is ignored, and so are empty lines.
+//
+// Errors are one line each, e.g. "<path>:<line>: field 3 (I2): dense value is not an integer:
+// 'x7'", fields numbered from 1 (field 1 is the label, then I1.., then C1..); bad text is
+// escaped and cut to 60 characters.
+//
+// Writing inverts the dense transform (count = round(exp(value) - 1)); that reproduces the
+// count exactly for counts below 10^6 and to float precision above.
+#ifndef TESSERA_COMMON_DATA_CRITEO_H_
+#define TESSERA_COMMON_DATA_CRITEO_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/data/example.h"
+
+namespace tessera {
+namespace data {
+
+inline constexpr int kCriteoNumDense = 13;
+inline constexpr int kCriteoNumSparse = 26;
+
+// The 16 lowercase hex digits of the id's 64 bits (two's complement).
+std::string FormatId(int64_t id);
+// 1 to 16 hex digits (either case) -> the int64 with those bits; InvalidArgument otherwise.
+absl::StatusOr<int64_t> ParseId(absl::string_view text);
+
+// log(1 + max(count, 0)), the value stored for a dense count.
+float DenseFromCount(int64_t count);
+// The count a dense value stands for: round(exp(value) - 1).
+int64_t CountFromDense(float value);
+
+// Parses one line (without its '\n') into *example, reusing its vectors. On error returns
+// InvalidArgument "field <f> (<name>): ..." and leaves *example unspecified.
+absl::Status ParseCriteoLine(absl::string_view line, int num_dense, int num_sparse,
+                             Example* example);
+absl::StatusOr<Example> ParseCriteoLine(absl::string_view line, int num_dense = kCriteoNumDense,
+                                        int num_sparse = kCriteoNumSparse);
+
+// Reads a Criteo file one example at a time. Not thread-safe.
+class CriteoReader {
+ public:
+  // NotFound / PermissionDenied etc. naming the path when it cannot be opened.
+  static absl::StatusOr<std::unique_ptr<CriteoReader>> Open(const std::string& path,
+                                                            int num_dense = kCriteoNumDense,
+                                                            int num_sparse = kCriteoNumSparse);
+  ~CriteoReader();
+  CriteoReader(const CriteoReader&) = delete;
+  CriteoReader& operator=(const CriteoReader&) = delete;
+
+  // Reads the next example: true, or false at the end of the file. A malformed line gives
+  // InvalidArgument "<path>:<line>: field ..."; reading may not continue after an error.
+  absl::StatusOr<bool> Next(Example* example);
+  // 1-based number of the line last read.
+  int64_t line_number() const { return line_number_; }
+
+ private:
+  CriteoReader(std::string path, FILE* file, int num_dense, int num_sparse);
+
+  std::string path_;
+  FILE* file_;
+  int num_dense_;
+  int num_sparse_;
+  int64_t line_number_ = 0;
+  char* buffer_ = nullptr;  // getline()'s buffer.
+  size_t capacity_ = 0;
+  bool failed_ = false;
+};
+
+// The whole file as a Dataset with the given field counts.
+absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path, int num_dense = kCriteoNumDense,
+                                       int num_sparse = kCriteoNumSparse);
+
+// Writes a Criteo file atomically: lines go to a temporary file beside `path`, and Close()
+// flushes, fsyncs and renames it onto `path`. Until Close() succeeds `path` is untouched; a
+// writer destroyed without a successful Close() removes its temporary file. Not thread-safe.
+class CriteoWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<CriteoWriter>> Open(const std::string& path, int num_dense,
+                                                            int num_sparse);
+  ~CriteoWriter();
+  CriteoWriter(const CriteoWriter&) = delete;
+  CriteoWriter& operator=(const CriteoWriter&) = delete;
+
+  // Appends one line. InvalidArgument naming the example's 0-based index and the field when
+  // the example does not fit the format (field counts, label not 0/1, dense value negative,
+  // non-finite or above log1p(2^62)); nothing is written then and the writer stays usable.
+  absl::Status Write(const Example& example);
+  // Commits the file; an I/O error names the path.
+  absl::Status Close();
+  int64_t num_written() const { return num_written_; }
+
+ private:
+  CriteoWriter(std::string path, std::string temp_path, FILE* file, int num_dense, int num_sparse);
+  absl::Status Flush();
+  void Abandon();
+
+  std::string path_;
+  std::string temp_path_;
+  FILE* file_;
+  int num_dense_;
+  int num_sparse_;
+  int64_t num_written_ = 0;
+  std::string buffer_;
+};
+
+// Writes `dataset` with CriteoWriter (atomically).
+absl::Status WriteCriteoFile(const std::string& path, const Dataset& dataset);
+
+}  // namespace data
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_DATA_CRITEO_H_

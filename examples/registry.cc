@@ -1,0 +1,78 @@
+#include "examples/registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/data/criteo.h"
+#include "common/data/synthetic.h"
+#include "examples/ctr/model.h"
+#include "examples/mlp_regression/model.h"
+
+namespace tessera {
+namespace examples {
+
+namespace {
+constexpr uint64_t kTestSeedOffset = 1000003;
+constexpr uint64_t kModelSeed = 7;
+}  // namespace
+
+std::vector<std::string> ExampleNames() { return {"ctr", "mlp_regression"}; }
+
+absl::StatusOr<ModelSpec> BuildExampleModel(const OpRegistry& registry,
+                                            const ExampleOptions& options) {
+  if (options.name == "ctr") {
+    CtrOptions o;
+    o.dict_size = options.vocab_per_slot;
+    o.is_distributed = options.distributed_tables;
+    o.is_sparse = true;
+    if (options.learning_rate > 0) o.learning_rate = options.learning_rate;
+    return BuildCtr(registry, o);
+  }
+  if (options.name == "mlp_regression") {
+    MlpRegressionOptions o;
+    if (options.learning_rate > 0) o.learning_rate = options.learning_rate;
+    return BuildMlpRegression(registry, o);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown example '", options.name, "' (known: ctr, mlp_regression)"));
+}
+
+absl::StatusOr<ExampleData> LoadExampleData(const ExampleOptions& options) {
+  ExampleData d;
+  if (options.name == "mlp_regression") {
+    auto train = data::MakeRegressionData(options.num_examples, options.seed);
+    if (!train.ok()) return train.status();
+    auto test = data::MakeRegressionData(options.num_test_examples, options.seed + kTestSeedOffset);
+    if (!test.ok()) return test.status();
+    d.train = std::move(*train);
+    d.test = std::move(*test);
+    return d;
+  }
+  if (options.name != "ctr") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown example '", options.name, "'"));
+  }
+  if (!options.train_data.empty()) {
+    auto train = data::ReadCriteoFile(options.train_data);
+    if (!train.ok()) return train.status();
+    d.train = std::move(*train);
+    if (!options.test_data.empty()) {
+      auto test = data::ReadCriteoFile(options.test_data);
+      if (!test.ok()) return test.status();
+      d.test = std::move(*test);
+    }
+    return d;
+  }
+  data::CtrDataOptions o;
+  o.vocab_per_slot = options.vocab_per_slot;
+  o.model_seed = kModelSeed;
+  o.seed = options.seed;
+  auto train = data::MakeCtrData(options.num_examples, o);
+  if (!train.ok()) return train.status();
+  o.seed = options.seed + kTestSeedOffset;
+  auto test = data::MakeCtrData(options.num_test_examples, o);
+  if (!test.ok()) return test.status();
+  d.train = std::move(*train);
+  d.test = std::move(*test);
+  return d;
+}
+
+}  // namespace examples
+}  // namespace tessera

@@ -1,0 +1,44 @@
+// The example models by name, with their data, for the daemons and tools: a trainer or pserver
+// started with --example=ctr builds the same single-machine program as examples/ctr does.
+#ifndef TESSERA_EXAMPLES_REGISTRY_H_
+#define TESSERA_EXAMPLES_REGISTRY_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/data/example.h"
+#include "common/op_registry.h"
+#include "trainer/model.h"
+
+namespace tessera {
+namespace examples {
+
+struct ExampleOptions {
+  std::string name = "ctr";        // "ctr" | "mlp_regression"
+  float learning_rate = 0.0f;      // 0: the example's default
+  int64_t vocab_per_slot = 100000; // ctr: synthetic ids per slot (and local table rows)
+  bool distributed_tables = false; // ctr: tables live on pservers
+  uint64_t seed = 1;               // data seed (test data uses seed + 1000003)
+  int64_t num_examples = 20000;
+  int64_t num_test_examples = 5000;
+  std::string train_data;          // Criteo-format file instead of synthetic data (ctr)
+  std::string test_data;
+};
+
+// Names the daemons accept.
+std::vector<std::string> ExampleNames();
+
+absl::StatusOr<ModelSpec> BuildExampleModel(const OpRegistry& registry,
+                                            const ExampleOptions& options);
+
+struct ExampleData {
+  data::Dataset train, test;
+};
+// Synthetic data (deterministic in options.seed), or the given files.
+absl::StatusOr<ExampleData> LoadExampleData(const ExampleOptions& options);
+
+}  // namespace examples
+}  // namespace tessera
+
+#endif  // TESSERA_EXAMPLES_REGISTRY_H_

@@ -1,0 +1,53 @@
+#include "pserver/pserver_daemon.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/ops/ops.h"
+#include "common/program_io.h"
+#include "common/rpc/grpc/grpc_server.h"
+#include "common/status.h"
+#include "pserver/parameter_server.h"
+#include "transpiler/cluster_programs.h"
+
+namespace tessera {
+
+absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
+  auto registry = NewStandardOpRegistry();
+  TS_ASSIGN_OR_RETURN(DistributeTranspiler t, TranspileFor(config, *registry, config.trainer_id));
+  TS_ASSIGN_OR_RETURN(ProgramDesc program, t.GetPserverProgram(config.current_endpoint));
+  TS_ASSIGN_OR_RETURN(ProgramDesc startup, t.GetPserverStartupProgram(config.current_endpoint));
+
+  Scope scope;
+  Executor exec(registry.get());
+  absl::Status s = exec.Run(startup, 0, &scope);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("pserver startup program: ", s.message()));
+
+  ParameterServerOptions po;
+  po.job_id = config.job_id;
+  po.endpoint = config.current_endpoint;
+  po.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
+  TS_ASSIGN_OR_RETURN(auto ps, ParameterServer::Create(program, &scope, registry.get(), po));
+
+  GrpcServerOptions so;
+  so.address = config.current_endpoint;
+  GrpcServer server(so, ps.get());
+  TS_RETURN_IF_ERROR(server.Start());
+  log << "pserver " << config.current_endpoint << ": serving " << program.blocks_size() - 1
+      << " parameter blocks for " << config.trainers << " trainers ("
+      << (config.sync_mode ? "sync" : "async") << ")" << std::endl;
+
+  absl::Status result = ps->Wait();
+  server.Shutdown();
+  server.Wait();
+  ParameterServerStats stats = ps->stats();
+  log << "pserver " << config.current_endpoint << ": steps=" << stats.steps
+      << " sends=" << stats.sends << " grads_applied=" << stats.grads_applied
+      << " gets=" << stats.gets;
+  for (const auto& [trainer, n] : stats.grads_received) {
+    log << " grads_from_trainer_" << trainer << "=" << n;
+  }
+  log << std::endl;
+  return result;
+}
+
+}  // namespace tessera

@@ -1,0 +1,200 @@
+// Parameter-server mode with real daemons: tessera_pserver and tessera_trainer processes talking
+// gRPC on loopback (free ports picked at run time; every process killed by pid at the end).
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/ops/ops.h"
+#include "common/params_io.h"
+#include "examples/registry.h"
+#include "gtest/gtest.h"
+#include "tests/cluster_util.h"
+#include "trainer/local_trainer.h"
+
+namespace tessera {
+namespace {
+
+struct Job {
+  std::string example = "mlp_regression";
+  int pservers = 2;
+  int trainers = 2;
+  std::vector<std::string> flags;  // extra flags for every daemon
+};
+
+std::map<std::string, Tensor> SingleMachine(const examples::ExampleOptions& eo,
+                                            int64_t batch, uint64_t seed, int epochs) {
+  auto registry = NewStandardOpRegistry();
+  auto model = examples::BuildExampleModel(*registry, eo);
+  EXPECT_TRUE(model.ok()) << model.status();
+  auto data = examples::LoadExampleData(eo);
+  EXPECT_TRUE(data.ok()) << data.status();
+  LocalTrainerOptions lo;
+  lo.batch_size = batch;
+  lo.epochs = epochs;
+  lo.seed = seed;
+  lo.log_every_steps = 0;
+  std::ostringstream sink;
+  lo.log = &sink;
+  auto trainer = LocalTrainer::Create(registry.get(), *model, lo);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  EXPECT_TRUE((*trainer)->Train(data->train).ok());
+  std::map<std::string, Tensor> out;
+  for (const auto& v : model->main.blocks(0).vars()) {
+    if (v.trainable()) out[v.name()] = (*trainer)->scope()->FindVar(v.name())->Get<Tensor>().Clone();
+  }
+  return out;
+}
+
+// Runs the job to completion; returns trainer k's dumped parameters for every k.
+std::vector<std::map<std::string, Tensor>> RunJob(const Job& job, const std::string& dir) {
+  ProcessGroup group;
+  auto eps = FreeEndpoints(job.pservers);
+  EXPECT_TRUE(eps.ok());
+  std::vector<std::string> common = {
+      absl::StrCat("--pservers=", absl::StrJoin(*eps, ",")),
+      absl::StrCat("--trainers=", job.trainers), "--example=" + job.example, "--job_id=test",
+      "--barrier_timeout_s=60", "--rpc_deadline_s=60"};
+  common.insert(common.end(), job.flags.begin(), job.flags.end());
+  std::vector<pid_t> pids;
+  for (int p = 0; p < job.pservers; ++p) {
+    std::vector<std::string> args = {RunfilePath("pserver/tessera_pserver"),
+                                     "--current_endpoint=" + (*eps)[p]};
+    args.insert(args.end(), common.begin(), common.end());
+    auto pid = group.Start(args, absl::StrCat(dir, "/pserver.", p, ".log"));
+    EXPECT_TRUE(pid.ok());
+    pids.push_back(*pid);
+  }
+  for (int k = 0; k < job.trainers; ++k) {
+    std::vector<std::string> args = {RunfilePath("trainer/tessera_trainer"),
+                                     absl::StrCat("--trainer_id=", k),
+                                     absl::StrCat("--dump_params=", dir, "/params.", k)};
+    args.insert(args.end(), common.begin(), common.end());
+    auto pid = group.Start(args, absl::StrCat(dir, "/trainer.", k, ".log"));
+    EXPECT_TRUE(pid.ok());
+    pids.push_back(*pid);
+  }
+  for (size_t i = 0; i < pids.size(); ++i) {
+    auto status = group.Wait(pids[i], absl::Seconds(240));
+    std::string name = i < static_cast<size_t>(job.pservers)
+                           ? absl::StrCat("pserver.", i)
+                           : absl::StrCat("trainer.", i - job.pservers);
+    EXPECT_TRUE(status.ok()) << name << ": " << status.status();
+    if (!status.ok()) continue;
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+        << name << " failed:\n"
+        << ReadFileOrEmpty(absl::StrCat(dir, "/", name, ".log"));
+  }
+  std::vector<std::map<std::string, Tensor>> params;
+  for (int k = 0; k < job.trainers; ++k) {
+    auto p = LoadVariables(absl::StrCat(dir, "/params.", k));
+    EXPECT_TRUE(p.ok()) << p.status();
+    params.push_back(p.ok() ? *p : std::map<std::string, Tensor>{});
+  }
+  return params;
+}
+
+void ExpectClose(const std::map<std::string, Tensor>& got,
+                 const std::map<std::string, Tensor>& want, double rtol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, w] : want) {
+    auto it = got.find(name);
+    ASSERT_NE(it, got.end()) << name;
+    const Tensor& g = it->second;
+    ASSERT_EQ(g.shape(), w.shape()) << name;
+    double worst = 0;
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      double a = g.data<float>()[i], b = w.data<float>()[i];
+      worst = std::max(worst, std::fabs(a - b) / std::max(1e-2, std::fabs(b)));
+    }
+    EXPECT_LT(worst, rtol) << name;
+  }
+}
+
+TEST(PsClusterTest, SyncTwoByTwoEqualsSingleMachine) {
+  std::string dir = MakeTempDir("sync2x2");
+  Job job;
+  job.flags = {"--num_examples=1024", "--num_test_examples=64", "--batch_size=64", "--epochs=2",
+               "--seed=3", "--min_block_size=400", "--split_method=round_robin"};
+  auto params = RunJob(job, dir);
+  ASSERT_EQ(params.size(), 2u);
+  examples::ExampleOptions eo;
+  eo.name = "mlp_regression";
+  eo.num_examples = 1024;
+  eo.num_test_examples = 64;
+  eo.seed = 3;
+  auto want = SingleMachine(eo, 64, 3, 2);
+  ExpectClose(params[0], want, 1e-5);
+  ExpectClose(params[1], want, 1e-5);
+}
+
+TEST(PsClusterTest, SyncThreeByThreeCtrWithSparseTablesEqualsSingleMachine) {
+  std::string dir = MakeTempDir("sync3x3");
+  Job job;
+  job.example = "ctr";
+  job.pservers = 3;
+  job.trainers = 3;
+  job.flags = {"--num_examples=576", "--num_test_examples=64", "--batch_size=96", "--epochs=1",
+               "--seed=5", "--vocab_per_slot=2000", "--split_method=hash_name"};
+  auto params = RunJob(job, dir);
+  ASSERT_EQ(params.size(), 3u);
+  examples::ExampleOptions eo;
+  eo.name = "ctr";
+  eo.num_examples = 576;
+  eo.num_test_examples = 64;
+  eo.seed = 5;
+  eo.vocab_per_slot = 2000;
+  auto want = SingleMachine(eo, 96, 5, 1);
+  for (const auto& p : params) ExpectClose(p, want, 1e-4);
+}
+
+TEST(PsClusterTest, KilledTrainerFailsTheBarrierWithItsIdAndNothingHangs) {
+  std::string dir = MakeTempDir("kill");
+  ProcessGroup group;
+  auto eps = FreeEndpoints(2);
+  ASSERT_TRUE(eps.ok());
+  std::vector<std::string> common = {absl::StrCat("--pservers=", absl::StrJoin(*eps, ",")),
+                                     "--trainers=2", "--example=mlp_regression",
+                                     "--epochs=100000", "--batch_size=32", "--num_examples=256",
+                                     "--barrier_timeout_s=2", "--rpc_deadline_s=20",
+                                     "--log_every_steps=1"};
+  std::vector<pid_t> ps, tr;
+  for (int p = 0; p < 2; ++p) {
+    std::vector<std::string> args = {RunfilePath("pserver/tessera_pserver"),
+                                     "--current_endpoint=" + (*eps)[p]};
+    args.insert(args.end(), common.begin(), common.end());
+    ps.push_back(*group.Start(args, absl::StrCat(dir, "/pserver.", p, ".log")));
+  }
+  for (int k = 0; k < 2; ++k) {
+    std::vector<std::string> args = {RunfilePath("trainer/tessera_trainer"),
+                                     absl::StrCat("--trainer_id=", k)};
+    args.insert(args.end(), common.begin(), common.end());
+    tr.push_back(*group.Start(args, absl::StrCat(dir, "/trainer.", k, ".log")));
+  }
+  // Wait (bounded) until training is under way, then kill trainer 1.
+  absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (ReadFileOrEmpty(dir + "/trainer.0.log").find("step 5 ") == std::string::npos) {
+    ASSERT_LT(absl::Now(), deadline) << ReadFileOrEmpty(dir + "/trainer.0.log");
+    ASSERT_TRUE(group.Running(tr[1])) << ReadFileOrEmpty(dir + "/trainer.1.log");
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  absl::Time killed = absl::Now();
+  group.Kill(tr[1], SIGKILL);
+  for (pid_t pid : {ps[0], ps[1], tr[0]}) {
+    auto status = group.Wait(pid, absl::Seconds(30));
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_FALSE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+  }
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(30));
+  for (int p = 0; p < 2; ++p) {
+    std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
+    EXPECT_NE(log.find("trainers [1] did not arrive"), std::string::npos) << log;
+  }
+  for (pid_t pid : group.pids()) EXPECT_FALSE(group.Running(pid));
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,174 @@
+#include "trainer/feeder.h"
+
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
+#include "common/op_desc.h"
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace tessera {
+
+namespace {
+
+absl::Status CheckDeclared(const BlockDesc& block, const std::string& name, DataType dtype,
+                           int64_t width, absl::string_view what) {
+  const VarDesc* v = FindVarDesc(block, name);
+  std::string want = absl::StrCat(DataTypeName(dtype), "[-1, ", width, "]");
+  if (v == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " feed '", name,
+                                                   "' is not declared in the main program "
+                                                   "(expected ",
+                                                   want, ")"));
+  }
+  Shape shape(v->shape().begin(), v->shape().end());
+  bool shape_ok = shape.size() == 2 && (shape[1] == width || shape[1] < 0);
+  if (v->dtype() != dtype || !shape_ok) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " feed '", name, "' is declared as ",
+                                                   DataTypeName(v->dtype()), ShapeString(shape),
+                                                   " but the feed spec gives ", want));
+  }
+  return absl::OkStatus();
+}
+
+// The dense tensor of variable `name` in `scope` (created if absent), resized to `shape`.
+Tensor* FeedTensor(Scope* scope, const std::string& name, DataType dtype, Shape shape) {
+  Tensor* t = scope->Var(name)->GetMutable<Tensor>();
+  t->Resize(dtype, std::move(shape));
+  return t;
+}
+
+}  // namespace
+
+absl::Status Feeder::Validate(const ProgramDesc& program) const {
+  if (program.blocks_size() == 0) {
+    return absl::InvalidArgumentError("the main program has no blocks");
+  }
+  const BlockDesc& block = program.blocks(0);
+  if (!spec_.dense.empty()) {
+    if (spec_.num_dense <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dense feed '", spec_.dense, "' has num_dense ", spec_.num_dense, "; it must be >= 1"));
+    }
+    TS_RETURN_IF_ERROR(CheckDeclared(block, spec_.dense, FLOAT32, spec_.num_dense, "dense"));
+  }
+  for (size_t i = 0; i < spec_.slots.size(); ++i) {
+    const SlotFeed& slot = spec_.slots[i];
+    if (slot.dict_size < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("slot feed '", slot.name, "' has dict_size ",
+                                                     slot.dict_size, "; it must be >= 0"));
+    }
+    TS_RETURN_IF_ERROR(CheckDeclared(block, slot.name, INT64, 1, "slot"));
+  }
+  if (spec_.label.empty()) return absl::InvalidArgumentError("the feed spec names no label");
+  if (spec_.label_dtype != FLOAT32 && spec_.label_dtype != FLOAT64 && spec_.label_dtype != INT64) {
+    return absl::InvalidArgumentError(absl::StrCat("label feed '", spec_.label, "' has dtype ",
+                                                   DataTypeName(spec_.label_dtype),
+                                                   "; use float32, float64 or int64"));
+  }
+  return CheckDeclared(block, spec_.label, spec_.label_dtype, 1, "label");
+}
+
+absl::Status Feeder::Feed(absl::Span<const data::Example> batch, Scope* scope) const {
+  return FeedImpl(
+      static_cast<int64_t>(batch.size()),
+      [&](int64_t i) -> const data::Example* { return &batch[static_cast<size_t>(i)]; }, scope);
+}
+
+absl::Status Feeder::Feed(absl::Span<const data::Example> all, absl::Span<const int64_t> indices,
+                          Scope* scope) const {
+  const int64_t n = static_cast<int64_t>(all.size());
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i] < 0 || indices[i] >= n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "feed: batch position ", i, " selects example ", indices[i], " of a data set of ", n));
+    }
+  }
+  return FeedImpl(
+      static_cast<int64_t>(indices.size()),
+      [&](int64_t i) -> const data::Example* {
+        return &all[static_cast<size_t>(indices[static_cast<size_t>(i)])];
+      },
+      scope);
+}
+
+template <typename GetExample>
+absl::Status Feeder::FeedImpl(int64_t n, const GetExample& get, Scope* scope) const {
+  if (n <= 0) {
+    return absl::InvalidArgumentError("feed: the batch is empty (it needs at least one example)");
+  }
+  if (!spec_.dense.empty()) {
+    const int64_t width = spec_.num_dense;
+    Tensor* t = FeedTensor(scope, spec_.dense, FLOAT32, {n, width});
+    float* out = t->data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      const data::Example& ex = *get(i);
+      if (static_cast<int64_t>(ex.dense.size()) != width) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("feed '", spec_.dense, "': example ", i, " of the batch has ",
+                         ex.dense.size(), " dense values but the feed is [", n, ", ", width, "]"));
+      }
+      for (int64_t j = 0; j < width; ++j) {
+        const float v = ex.dense[static_cast<size_t>(j)];
+        if (!std::isfinite(v)) {
+          return absl::InvalidArgumentError(absl::StrCat("feed '", spec_.dense, "': example ", i,
+                                                         " of the batch has dense value ", j, " = ",
+                                                         v));
+        }
+        out[i * width + j] = v;
+      }
+    }
+  }
+  const size_t num_slots = spec_.slots.size();
+  for (size_t s = 0; s < num_slots; ++s) {
+    const SlotFeed& slot = spec_.slots[s];
+    Tensor* t = FeedTensor(scope, slot.name, INT64, {n, 1});
+    int64_t* out = t->data<int64_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      const data::Example& ex = *get(i);
+      if (ex.sparse.size() != num_slots) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "feed '", slot.name, "': example ", i, " of the batch has ", ex.sparse.size(),
+            " sparse ids but the feed spec has ", num_slots, " slots"));
+      }
+      const int64_t id = ex.sparse[s];
+      out[i] = slot.dict_size > 0 ? ModuloId(id, slot.dict_size) : id;
+    }
+  }
+  Tensor* t = FeedTensor(scope, spec_.label, spec_.label_dtype, {n, 1});
+  auto write_labels = [&](auto* out) -> absl::Status {
+    using T = std::remove_pointer_t<decltype(out)>;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = get(i)->label;
+      if (!std::isfinite(v)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("feed '", spec_.label, "': example ", i, " of the batch has label ", v));
+      }
+      if constexpr (std::is_integral_v<T>) {
+        if (v < 0 || std::floor(v) != v) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("feed '", spec_.label, "': example ", i, " of the batch has label ", v,
+                           "; an int64 label must be a non-negative integer class index"));
+        }
+      }
+      out[i] = static_cast<T>(v);
+    }
+    return absl::OkStatus();
+  };
+  switch (spec_.label_dtype) {
+    case FLOAT32:
+      return write_labels(t->data<float>());
+    case FLOAT64:
+      return write_labels(t->data<double>());
+    case INT64:
+      return write_labels(t->data<int64_t>());
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("label feed '", spec_.label, "' has dtype ",
+                                                     DataTypeName(spec_.label_dtype),
+                                                     "; use float32, float64 or int64"));
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,268 @@
+#include "trainer/local_trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/data/auc.h"
+#include "common/data/sampler.h"
+#include "common/op_desc.h"
+#include "common/status.h"
+
+namespace tessera {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+constexpr int64_t kNonForwardRoles =
+    kRoleBackward | kRoleOptimize | kRoleRPC | kRoleDist | kRoleLRSched;
+
+// Reads element i of a float32/float64 tensor as double.
+double ValueAt(const Tensor& t, int64_t i) {
+  return t.dtype() == FLOAT64 ? t.data<double>()[i] : static_cast<double>(t.data<float>()[i]);
+}
+
+}  // namespace
+
+absl::StatusOr<ProgramDesc> ForwardProgram(const ProgramDesc& main,
+                                           const std::vector<std::string>& targets) {
+  if (main.blocks_size() == 0) return absl::InvalidArgumentError("the main program has no blocks");
+  const BlockDesc& block = main.blocks(0);
+  std::set<std::string> needed(targets.begin(), targets.end());
+  std::set<std::string> produced;
+  std::vector<bool> keep(static_cast<size_t>(block.ops_size()), false);
+  for (int i = block.ops_size() - 1; i >= 0; --i) {
+    const OpDesc& op = block.ops(i);
+    if ((OpRoleOf(op) & kNonForwardRoles) != 0) continue;
+    bool useful = false;
+    for (const auto& out : AllOutputArgs(op)) {
+      if (needed.count(out) > 0) useful = true;
+    }
+    if (!useful) continue;
+    keep[static_cast<size_t>(i)] = true;
+    for (const auto& out : AllOutputArgs(op)) produced.insert(out);
+    for (const auto& in : AllInputArgs(op)) needed.insert(in);
+  }
+  for (const auto& t : targets) {
+    if (produced.count(t) == 0) {
+      return absl::NotFoundError(
+          absl::StrCat("no forward op of the main program produces '", t, "'"));
+    }
+  }
+  ProgramDesc out;
+  out.set_random_seed(main.random_seed());
+  BlockDesc* ob = out.add_blocks();
+  ob->set_idx(0);
+  ob->set_parent_idx(-1);
+  std::set<std::string> used;
+  for (int i = 0; i < block.ops_size(); ++i) {
+    if (!keep[static_cast<size_t>(i)]) continue;
+    *ob->add_ops() = block.ops(i);
+    for (const auto& a : AllInputArgs(block.ops(i))) used.insert(a);
+    for (const auto& a : AllOutputArgs(block.ops(i))) used.insert(a);
+  }
+  for (const auto& v : block.vars()) {
+    if (used.count(v.name()) > 0) *ob->add_vars() = v;
+  }
+  return out;
+}
+
+LocalTrainer::LocalTrainer(const OpRegistry* registry, ModelSpec model, Options options)
+    : executor_(registry), model_(std::move(model)), options_(options), feeder_(model_.feeds) {}
+
+absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegistry* registry,
+                                                                   ModelSpec model,
+                                                                   Options options) {
+  if (options.batch_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LocalTrainer: batch_size must be >= 1, got ", options.batch_size));
+  }
+  if (options.epochs < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LocalTrainer: epochs must be >= 0, got ", options.epochs));
+  }
+  if (options.log_every_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LocalTrainer: log_every_steps must be >= 0, got ", options.log_every_steps));
+  }
+  if (model.main.blocks_size() == 0 || model.startup.blocks_size() == 0) {
+    return absl::InvalidArgumentError("LocalTrainer: the main or startup program has no blocks");
+  }
+  const BlockDesc& block = model.main.blocks(0);
+  if (model.loss.empty() || FindVarDesc(block, model.loss) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("LocalTrainer: loss variable '", model.loss,
+                                                   "' is not declared in the main program"));
+  }
+  if (!model.prediction.empty() && FindVarDesc(block, model.prediction) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("LocalTrainer: prediction variable '",
+                                                   model.prediction,
+                                                   "' is not declared in the main program"));
+  }
+  TS_RETURN_IF_ERROR(Feeder(model.feeds).Validate(model.main));
+
+  std::unique_ptr<LocalTrainer> t(new LocalTrainer(registry, std::move(model), options));
+  std::vector<std::string> targets = {t->model_.loss};
+  if (!t->model_.prediction.empty()) targets.push_back(t->model_.prediction);
+  TS_ASSIGN_OR_RETURN(t->eval_program_, ForwardProgram(t->model_.main, targets));
+  TS_ASSIGN_OR_RETURN(t->main_block_, t->executor_.Prepare(t->model_.main, 0));
+  TS_ASSIGN_OR_RETURN(t->eval_block_, t->executor_.Prepare(t->eval_program_, 0));
+  absl::Status s = t->executor_.Run(t->model_.startup, 0, &t->scope_);
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("startup program: ", s.message()));
+  }
+  return t;
+}
+
+std::ostream& LocalTrainer::log() const {
+  return options_.log != nullptr ? *options_.log : std::cout;
+}
+
+absl::StatusOr<double> LocalTrainer::ReadLoss() const {
+  const Variable* v = scope_.FindVar(model_.loss);
+  const Tensor* t = v == nullptr ? nullptr : v->GetIf<Tensor>();
+  if (t == nullptr || !t->initialized() || t->numel() < 1 ||
+      (t->dtype() != FLOAT32 && t->dtype() != FLOAT64)) {
+    return absl::InternalError(
+        absl::StrCat("loss variable '", model_.loss, "' is not a float tensor after the step",
+                     t == nullptr ? "" : absl::StrCat(" (it is ", t->DebugString(), ")")));
+  }
+  return ValueAt(*t, 0);
+}
+
+absl::StatusOr<std::vector<EpochStats>> LocalTrainer::Train(const data::Dataset& train) {
+  std::vector<EpochStats> all;
+  for (int e = 0; e < options_.epochs; ++e) {
+    TS_ASSIGN_OR_RETURN(EpochStats stats, TrainEpoch(train));
+    all.push_back(stats);
+  }
+  return all;
+}
+
+absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) {
+  const int64_t n = static_cast<int64_t>(train.examples.size());
+  if (n == 0) return absl::InvalidArgumentError("LocalTrainer: the training data set is empty");
+  data::DistributedSamplerOptions so;
+  so.num_samples = n;
+  so.num_replicas = 1;
+  so.rank = 0;
+  so.shuffle = options_.shuffle;
+  so.seed = options_.seed;
+  TS_ASSIGN_OR_RETURN(data::DistributedSampler sampler, data::DistributedSampler::Create(so));
+  sampler.SetEpoch(epoch_);
+  const std::vector<int64_t> order = sampler.Indices();
+  TS_ASSIGN_OR_RETURN(data::BatchSharder sharder,
+                      data::BatchSharder::Create(options_.num_replicas, options_.rank));
+  const absl::Span<const int64_t> all(order);
+  const absl::Span<const data::Example> examples(train.examples);
+
+  EpochStats stats;
+  stats.epoch = epoch_;
+  double loss_sum = 0;
+  double interval_loss = 0;
+  int64_t interval_steps = 0, interval_samples = 0;
+  const Clock::time_point epoch_start = Clock::now();
+  Clock::time_point interval_start = epoch_start;
+  for (int64_t begin = 0; begin < static_cast<int64_t>(order.size());
+       begin += options_.batch_size) {
+    const int64_t global = std::min<int64_t>(options_.batch_size, order.size() - begin);
+    if (global < options_.num_replicas) break;
+    const data::ShardRange shard = sharder.ShardOf(global, options_.rank);
+    const int64_t size = shard.end - shard.begin;
+    TS_RETURN_IF_ERROR(feeder_.Feed(examples, all.subspan(begin + shard.begin, size), &scope_));
+    if (options_.before_step) options_.before_step(global_step_);
+    TS_RETURN_IF_ERROR(executor_.Run(main_block_, &scope_));
+    TS_ASSIGN_OR_RETURN(double loss, ReadLoss());
+    ++global_step_;
+    if (!std::isfinite(loss)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("step ", global_step_, " (epoch ", epoch_, "): loss '", model_.loss, "' is ",
+                       loss, "; training diverged — lower the learning rate"));
+    }
+    loss_sum += loss * size;
+    stats.samples += size;
+    ++stats.steps;
+    interval_loss += loss;
+    ++interval_steps;
+    interval_samples += size;
+    if (options_.log_every_steps > 0 && global_step_ % options_.log_every_steps == 0) {
+      const double secs = SecondsSince(interval_start);
+      log() << absl::StrFormat("step %d loss %.6g samples/s %.0f\n", global_step_,
+                               interval_loss / interval_steps,
+                               secs > 0 ? interval_samples / secs : 0.0);
+      interval_loss = 0;
+      interval_steps = interval_samples = 0;
+      interval_start = Clock::now();
+    }
+  }
+  stats.seconds = SecondsSince(epoch_start);
+  stats.mean_loss = stats.samples > 0 ? loss_sum / static_cast<double>(stats.samples) : 0.0;
+  stats.samples_per_sec = stats.seconds > 0 ? stats.samples / stats.seconds : 0.0;
+  log() << absl::StrFormat("epoch %d mean loss %.6g samples %d samples/s %.0f seconds %.2f\n",
+                           stats.epoch, stats.mean_loss, stats.samples, stats.samples_per_sec,
+                           stats.seconds);
+  log().flush();
+  ++epoch_;
+  return stats;
+}
+
+absl::StatusOr<EvalResult> LocalTrainer::Evaluate(const data::Dataset& dataset) {
+  const int64_t n = static_cast<int64_t>(dataset.examples.size());
+  if (n == 0) return absl::InvalidArgumentError("LocalTrainer: the evaluation data set is empty");
+  const absl::Span<const data::Example> examples(dataset.examples);
+  const bool with_auc = !model_.prediction.empty();
+  std::vector<float> predictions, labels;
+  if (with_auc) {
+    predictions.reserve(static_cast<size_t>(n));
+    labels.reserve(static_cast<size_t>(n));
+  }
+  EvalResult result;
+  double loss_sum = 0;
+  for (int64_t begin = 0; begin < n; begin += options_.batch_size) {
+    const int64_t size = std::min<int64_t>(options_.batch_size, n - begin);
+    const absl::Span<const data::Example> batch = examples.subspan(begin, size);
+    TS_RETURN_IF_ERROR(feeder_.Feed(batch, &scope_));
+    TS_RETURN_IF_ERROR(executor_.Run(eval_block_, &scope_));
+    TS_ASSIGN_OR_RETURN(double loss, ReadLoss());
+    loss_sum += loss * size;
+    if (with_auc) {
+      const Variable* v = scope_.FindVar(model_.prediction);
+      const Tensor* p = v == nullptr ? nullptr : v->GetIf<Tensor>();
+      if (p == nullptr || !p->initialized() || p->numel() != size ||
+          (p->dtype() != FLOAT32 && p->dtype() != FLOAT64)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "prediction '", model_.prediction, "' must be a float [", size, ", 1] tensor, got ",
+            p == nullptr ? std::string("nothing") : p->DebugString()));
+      }
+      for (int64_t i = 0; i < size; ++i) {
+        predictions.push_back(static_cast<float>(ValueAt(*p, i)));
+        labels.push_back(batch[static_cast<size_t>(i)].label);
+      }
+    }
+  }
+  result.samples = n;
+  result.mean_loss = loss_sum / static_cast<double>(n);
+  if (with_auc) {
+    absl::StatusOr<double> auc =
+        data::ExactAuc(absl::Span<const float>(predictions), absl::Span<const float>(labels));
+    if (auc.ok()) {
+      result.has_auc = true;
+      result.auc = *auc;
+    } else if (auc.status().code() != absl::StatusCode::kFailedPrecondition) {
+      return absl::Status(
+          auc.status().code(),
+          absl::StrCat("AUC of prediction '", model_.prediction, "': ", auc.status().message()));
+    }  // else: one class only, AUC undefined
+  }
+  return result;
+}
+
+}  // namespace tessera

@@ -1,0 +1,124 @@
+// LocalTrainer: single-machine training of a ModelSpec on an in-memory data set.
+//
+// Create() prepares the programs and runs the startup program once. Each epoch visits the data
+// set in the order of a DistributedSampler with one replica (shuffled with seed + epoch when
+// Options::shuffle), in batches of batch_size (the last one may be smaller); each step feeds the
+// batch, runs the main program and reads the loss. Every log_every_steps steps it writes
+//   step N loss L samples/s S
+// (L: mean loss of the steps since the previous line, S: their throughput) and after each epoch
+//   epoch E mean loss L samples S samples/s S' seconds T
+// to Options::log. Evaluate() runs only the forward ops that compute the loss and the
+// prediction (a pruned clone of the main program, see ForwardProgram) and returns the mean loss
+// and, when the model names a prediction, the AUC.
+//
+// Not thread-safe. The registry passed to Create must outlive the trainer.
+#ifndef TESSERA_TRAINER_LOCAL_TRAINER_H_
+#define TESSERA_TRAINER_LOCAL_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/data/example.h"
+#include "common/executor.h"
+#include "common/op_registry.h"
+#include "common/scope.h"
+#include "proto/program.pb.h"
+#include "trainer/feeder.h"
+#include "trainer/model.h"
+
+namespace tessera {
+
+struct LocalTrainerOptions {
+  int64_t batch_size = 32;        // >= 1
+  int epochs = 1;                 // epochs Train() runs (>= 0)
+  int64_t log_every_steps = 100;  // 0: no per-step lines
+  uint64_t seed = 0;              // shuffle seed (epoch e uses seed + e)
+  bool shuffle = true;
+  std::ostream* log = nullptr;  // where progress lines go; nullptr: std::cout
+  // Distributed training: batch_size is the global batch; every replica visits the same global
+  // order and trains on its share (data::BatchSharder) of each global batch, so N replicas of a
+  // sync job together see exactly what one single-machine trainer sees. Global batches smaller
+  // than num_replicas are skipped (a replica would get no example).
+  int num_replicas = 1;
+  int rank = 0;
+  // Called before each step with the 0-based global step (e.g. to stamp RPC requests).
+  std::function<void(int64_t)> before_step;
+};
+
+struct EpochStats {
+  int64_t epoch = 0;  // 0-based
+  int64_t steps = 0;
+  int64_t samples = 0;
+  double mean_loss = 0;  // sample-weighted mean of the batch losses
+  double seconds = 0;
+  double samples_per_sec = 0;
+};
+
+struct EvalResult {
+  int64_t samples = 0;
+  double mean_loss = 0;  // sample-weighted mean of the batch losses
+  // true when the model names a prediction and the data set has both labels 0 and 1
+  bool has_auc = false;
+  double auc = 0;
+};
+
+// The forward part of block 0 of `main` needed to compute `targets`: the ops without a backward,
+// optimize, RPC, distributed or LR-schedule role on which a target depends, in program order,
+// and the variables they use. NotFound if a target is not produced by any such op.
+absl::StatusOr<ProgramDesc> ForwardProgram(const ProgramDesc& main,
+                                           const std::vector<std::string>& targets);
+
+class LocalTrainer {
+ public:
+  using Options = LocalTrainerOptions;
+
+  // Checks the options and the feed spec against the main program, prepares the main and
+  // evaluation programs and runs the startup program in a fresh scope. InvalidArgument names
+  // the bad option or variable; a failing startup op is reported as the executor reports it.
+  static absl::StatusOr<std::unique_ptr<LocalTrainer>> Create(const OpRegistry* registry,
+                                                              ModelSpec model, Options options);
+
+  // Runs Options::epochs epochs (continuing from the epochs already run) and returns their
+  // statistics. Stops at the first error, e.g. a failing op or a non-finite loss (which names
+  // the step and suggests a lower learning rate).
+  absl::StatusOr<std::vector<EpochStats>> Train(const data::Dataset& train);
+  // Runs the next epoch.
+  absl::StatusOr<EpochStats> TrainEpoch(const data::Dataset& train);
+  // Mean loss (and AUC) of the current parameters on `dataset` (in order, batch_size at a
+  // time). Does not change any parameter. InvalidArgument if `dataset` is empty.
+  absl::StatusOr<EvalResult> Evaluate(const data::Dataset& dataset);
+
+  // The variables (parameters, optimizer state, last step's activations).
+  Scope* scope() { return &scope_; }
+  const ModelSpec& model() const { return model_; }
+  const ProgramDesc& eval_program() const { return eval_program_; }
+  int64_t global_step() const { return global_step_; }
+  int64_t epochs_done() const { return epoch_; }
+
+ private:
+  LocalTrainer(const OpRegistry* registry, ModelSpec model, Options options);
+  // Value of the loss variable after a run; error if it is missing or not finite.
+  absl::StatusOr<double> ReadLoss() const;
+  std::ostream& log() const;
+
+  Executor executor_;
+  ModelSpec model_;
+  Options options_;
+  Feeder feeder_;
+  ProgramDesc eval_program_;
+  PreparedBlock main_block_;
+  PreparedBlock eval_block_;
+  Scope scope_;
+  int64_t epoch_ = 0;
+  int64_t global_step_ = 0;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_TRAINER_LOCAL_TRAINER_H_

@@ -1,0 +1,224 @@
+#include "trainer/local_trainer.h"
+
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "common/layers/layers.h"
+#include "common/layers/optimizer.h"
+#include "common/ops/ops.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+using data::Dataset;
+using data::Example;
+
+// y = 2 x0 - x1 + 0.5 on a grid, no noise.
+Dataset LinearData(int n) {
+  Dataset d;
+  d.num_dense = 2;
+  for (int i = 0; i < n; ++i) {
+    float x0 = std::sin(0.37f * i), x1 = std::cos(0.91f * i + 0.3f);
+    d.examples.push_back({{x0, x1}, {}, 2 * x0 - x1 + 0.5f});
+  }
+  return d;
+}
+
+class LocalTrainerTest : public ::testing::Test {
+ protected:
+  // Linear regression (or, with `logistic`, logistic regression whose prediction is the
+  // sigmoid of the logit) trained by SGD.
+  ModelSpec Linear(float lr, bool logistic = false) {
+    ModelSpec m;
+    ProgramBuilder b(&m.main, &m.startup);
+    std::string x = layers::Data(b, "x", {-1, 2});
+    std::string y = layers::Data(b, "y", {-1, 1});
+    layers::FcOptions fc;
+    fc.name = "fc";
+    std::string out = layers::Fc(b, x, 1, fc);
+    if (logistic) {
+      m.loss = layers::Mean(b, layers::SigmoidCrossEntropyWithLogits(b, out, y));
+      m.prediction = layers::Sigmoid(b, out);
+    } else {
+      m.loss = layers::Mean(b, layers::SquareError(b, out, y));
+    }
+    OptimizerOptions o;
+    o.learning_rate = lr;
+    auto pairs = SGD(o).Minimize(b, *registry_, m.loss);
+    EXPECT_TRUE(pairs.ok()) << pairs.status();
+    m.feeds.dense = "x";
+    m.feeds.num_dense = 2;
+    m.feeds.label = "y";
+    return m;
+  }
+
+  std::unique_ptr<OpRegistry> registry_ = NewStandardOpRegistry();
+  std::ostringstream log_;
+};
+
+TEST_F(LocalTrainerTest, ForwardProgramKeepsOnlyTheForwardOpsOfTheTargets) {
+  ModelSpec m = Linear(0.1f, /*logistic=*/true);
+  auto fwd = ForwardProgram(m.main, {m.loss});
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  std::vector<std::string> types;
+  for (const auto& op : fwd->blocks(0).ops()) {
+    types.push_back(op.type());
+    EXPECT_EQ(OpRoleOf(op) & (kRoleBackward | kRoleOptimize), 0) << OpSignature(op);
+  }
+  // The sigmoid of the prediction is not needed for the loss.
+  EXPECT_EQ(types, (std::vector<std::string>{"mul", "elementwise_add",
+                                             "sigmoid_cross_entropy_with_logits", "mean"}));
+  EXPECT_EQ(FindVarDesc(fwd->blocks(0), "fc.w@GRAD"), nullptr);
+  EXPECT_NE(FindVarDesc(fwd->blocks(0), "fc.w"), nullptr);
+
+  auto both = ForwardProgram(m.main, {m.loss, m.prediction});
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->blocks(0).ops_size(), 5);
+
+  auto bad = ForwardProgram(m.main, {"fc.w@GRAD"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'fc.w@GRAD'"), std::string::npos);
+}
+
+TEST_F(LocalTrainerTest, TrainsLinearRegressionAndLogsProgress) {
+  LocalTrainer::Options o;
+  o.batch_size = 8;
+  o.epochs = 30;
+  o.log_every_steps = 5;
+  o.seed = 7;
+  o.log = &log_;
+  auto trainer = LocalTrainer::Create(registry_.get(), Linear(0.2f), o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  Dataset data = LinearData(100);
+  auto before = (*trainer)->Evaluate(data);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_FALSE(before->has_auc);
+  auto epochs = (*trainer)->Train(data);
+  ASSERT_TRUE(epochs.ok()) << epochs.status();
+  ASSERT_EQ(epochs->size(), 30u);
+  EXPECT_EQ((*epochs)[0].samples, 100);
+  EXPECT_EQ((*epochs)[0].steps, 13);  // 12 full batches and one of 4
+  EXPECT_EQ((*trainer)->global_step(), 30 * 13);
+  EXPECT_LT(epochs->back().mean_loss, (*epochs)[0].mean_loss * 0.01);
+  auto after = (*trainer)->Evaluate(data);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->samples, 100);
+  EXPECT_LT(after->mean_loss, 1e-4);
+  EXPECT_GT(before->mean_loss, 0.1);
+  // The learned parameters are the planted ones.
+  const Tensor& w = (*trainer)->scope()->FindVar("fc.w")->Get<Tensor>();
+  EXPECT_NEAR(w.data<float>()[0], 2.0f, 0.02f);
+  EXPECT_NEAR(w.data<float>()[1], -1.0f, 0.02f);
+
+  const std::string log = log_.str();
+  EXPECT_NE(log.find("step 5 loss "), std::string::npos) << log;
+  EXPECT_NE(log.find("step 390 loss "), std::string::npos) << log;
+  EXPECT_NE(log.find(" samples/s "), std::string::npos) << log;
+  EXPECT_NE(log.find("epoch 29 mean loss "), std::string::npos) << log;
+}
+
+TEST_F(LocalTrainerTest, SameSeedSameRunOtherSeedOtherOrder) {
+  Dataset data = LinearData(50);
+  auto run = [&](uint64_t seed) {
+    LocalTrainer::Options o;
+    o.batch_size = 4;
+    o.epochs = 2;
+    o.seed = seed;
+    o.log = &log_;
+    auto t = LocalTrainer::Create(registry_.get(), Linear(0.05f), o);
+    EXPECT_TRUE(t.ok());
+    auto e = (*t)->Train(data);
+    EXPECT_TRUE(e.ok());
+    return std::make_pair((*e)[0].mean_loss, (*e)[1].mean_loss);
+  };
+  auto a = run(1), b = run(1), c = run(2);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST_F(LocalTrainerTest, EvaluateComputesAucWithoutChangingParameters) {
+  // Separable along x0 - x1 > 0.
+  Dataset data;
+  data.num_dense = 2;
+  for (int i = 0; i < 200; ++i) {
+    float x0 = std::sin(1.3f * i), x1 = std::cos(0.7f * i);
+    data.examples.push_back({{x0, x1}, {}, x0 - x1 > 0 ? 1.0f : 0.0f});
+  }
+  LocalTrainer::Options o;
+  o.batch_size = 16;
+  o.epochs = 20;
+  o.log_every_steps = 0;
+  o.log = &log_;
+  auto trainer = LocalTrainer::Create(registry_.get(), Linear(0.5f, true), o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Train(data).ok());
+  Tensor w = (*trainer)->scope()->FindVar("fc.w")->Get<Tensor>().Clone();
+  auto r1 = (*trainer)->Evaluate(data);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  auto r2 = (*trainer)->Evaluate(data);
+  ASSERT_TRUE(r2.ok());
+  ASSERT_TRUE(r1->has_auc);
+  EXPECT_GT(r1->auc, 0.97);
+  EXPECT_EQ(r1->auc, r2->auc);
+  EXPECT_EQ(r1->mean_loss, r2->mean_loss);
+  const Tensor& w2 = (*trainer)->scope()->FindVar("fc.w")->Get<Tensor>();
+  EXPECT_EQ(w.data<float>()[0], w2.data<float>()[0]);
+  EXPECT_EQ(w.data<float>()[1], w2.data<float>()[1]);
+  EXPECT_EQ(log_.str().find("step "), std::string::npos);  // log_every_steps = 0
+
+  // One class only: no AUC, but the loss is still reported.
+  Dataset ones = data;
+  for (auto& e : ones.examples) e.label = 1;
+  auto r3 = (*trainer)->Evaluate(ones);
+  ASSERT_TRUE(r3.ok()) << r3.status();
+  EXPECT_FALSE(r3->has_auc);
+}
+
+TEST_F(LocalTrainerTest, DivergenceIsReportedWithTheStep) {
+  LocalTrainer::Options o;
+  o.batch_size = 10;
+  o.epochs = 100;
+  o.log = &log_;
+  auto trainer = LocalTrainer::Create(registry_.get(), Linear(50.0f), o);
+  ASSERT_TRUE(trainer.ok());
+  auto r = (*trainer)->Train(LinearData(100));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("lower the learning rate"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("step "), std::string::npos);
+}
+
+TEST_F(LocalTrainerTest, BadOptionsAndSpecsAreRejected) {
+  LocalTrainer::Options o;
+  o.batch_size = 0;
+  auto t = LocalTrainer::Create(registry_.get(), Linear(0.1f), o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("batch_size"), std::string::npos);
+
+  o.batch_size = 4;
+  ModelSpec m = Linear(0.1f);
+  m.loss = "nope";
+  t = LocalTrainer::Create(registry_.get(), m, o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("'nope'"), std::string::npos);
+
+  m = Linear(0.1f);
+  m.feeds.dense = "z";
+  t = LocalTrainer::Create(registry_.get(), m, o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("'z'"), std::string::npos);
+
+  // Data that does not fit the spec fails at the first step, naming the feed.
+  t = LocalTrainer::Create(registry_.get(), Linear(0.1f), o);
+  ASSERT_TRUE(t.ok());
+  Dataset bad = LinearData(10);
+  bad.examples[3].dense.pop_back();
+  auto r = (*t)->TrainEpoch(bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("feed 'x'"), std::string::npos) << r.status();
+  EXPECT_FALSE((*t)->TrainEpoch(Dataset()).ok());
+}
+
+}  // namespace
+}  // namespace tessera

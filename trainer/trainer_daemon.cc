@@ -1,0 +1,74 @@
+#include "trainer/trainer_daemon.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/ops/ops.h"
+#include "common/params_io.h"
+#include "common/rpc/grpc/grpc_client.h"
+#include "common/status.h"
+#include "trainer/local_trainer.h"
+#include "trainer/rpc_ops.h"
+#include "transpiler/cluster_programs.h"
+
+namespace tessera {
+
+absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
+  RpcContext rpc;
+  rpc.job_id = config.job_id;
+  rpc.trainer_id = config.trainer_id;
+  GrpcClientOptions co;
+  co.deadline = absl::Seconds(config.rpc_deadline_s);
+  co.chunk_bytes = config.chunk_bytes;
+  ClientPool pool([co](const std::string& ep) {
+    return std::make_unique<GrpcPServerClient>(ep, co);
+  });
+  rpc.clients = &pool;
+
+  OpRegistry registry;
+  TS_RETURN_IF_ERROR(RegisterStandardOps(&registry));
+  TS_RETURN_IF_ERROR(RegisterRpcOps(&registry, &rpc));
+
+  TS_ASSIGN_OR_RETURN(ModelSpec model, LoadModel(config, registry));
+  TS_ASSIGN_OR_RETURN(DistributeTranspiler t,
+                      DistributeTranspiler::Transpile(model.main, model.startup,
+                                                      TranspilerConfigFor(config, config.trainer_id)));
+  std::vector<std::string> trainable;
+  for (const auto& v : model.main.blocks(0).vars()) {
+    if (v.trainable()) trainable.push_back(v.name());
+  }
+  ModelSpec dist = model;
+  dist.main = t.trainer_program();
+  dist.startup = t.trainer_startup_program();
+
+  TS_ASSIGN_OR_RETURN(examples::ExampleData data,
+                      examples::LoadExampleData(ExampleOptionsFor(config)));
+  LocalTrainerOptions lo;
+  lo.batch_size = config.batch_size;
+  lo.epochs = config.epochs;
+  lo.seed = config.seed;
+  lo.num_replicas = config.trainers;
+  lo.rank = config.trainer_id;
+  lo.log_every_steps = config.trainer_id == 0 ? config.log_every_steps : 0;
+  lo.log = &log;
+  lo.before_step = [&rpc](int64_t step) { rpc.step = step; };
+
+  log << "trainer " << config.trainer_id << "/" << config.trainers << ": example "
+      << config.example << ", " << data.train.examples.size() << " training examples, global batch "
+      << config.batch_size << ", pservers " << config.pservers.size() << " ("
+      << (config.sync_mode ? "sync" : "async") << ")" << std::endl;
+  // Create() runs the startup program, which pulls the initial parameters from the pservers.
+  TS_ASSIGN_OR_RETURN(auto trainer, LocalTrainer::Create(&registry, dist, lo));
+  TS_RETURN_IF_ERROR(trainer->Train(data.train).status());
+  if (config.trainer_id == 0 && !data.test.examples.empty()) {
+    TS_ASSIGN_OR_RETURN(EvalResult eval, trainer->Evaluate(data.test));
+    log << "trainer 0: held-out loss " << eval.mean_loss;
+    if (eval.has_auc) log << " auc " << eval.auc;
+    log << std::endl;
+  }
+  TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
+  if (!config.dump_params.empty()) {
+    TS_RETURN_IF_ERROR(SaveVariables(*trainer->scope(), trainable, config.dump_params));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

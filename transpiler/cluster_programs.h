@@ -1,0 +1,25 @@
+// The single-machine program a daemon starts from (an example's, or program files) and its
+// transpilation for this cluster. Shared by the pserver and trainer daemons and the
+// tessera_transpile tool so that all of them derive exactly the same programs.
+#ifndef TESSERA_TRANSPILER_CLUSTER_PROGRAMS_H_
+#define TESSERA_TRANSPILER_CLUSTER_PROGRAMS_H_
+
+#include "absl/status/statusor.h"
+#include "common/config/cluster_config.h"
+#include "common/op_registry.h"
+#include "examples/registry.h"
+#include "transpiler/distribute_transpiler.h"
+#include "trainer/model.h"
+
+namespace tessera {
+
+examples::ExampleOptions ExampleOptionsFor(const ClusterConfig& config);
+// The model: the example's, with main/startup replaced by --program/--startup_program if given.
+absl::StatusOr<ModelSpec> LoadModel(const ClusterConfig& config, const OpRegistry& registry);
+TranspilerConfig TranspilerConfigFor(const ClusterConfig& config, int trainer_id);
+absl::StatusOr<DistributeTranspiler> TranspileFor(const ClusterConfig& config,
+                                                  const OpRegistry& registry, int trainer_id);
+
+}  // namespace tessera
+
+#endif  // TESSERA_TRANSPILER_CLUSTER_PROGRAMS_H_
