@@ -151,6 +151,70 @@ TEST(PsClusterTest, SyncThreeByThreeCtrWithSparseTablesEqualsSingleMachine) {
   for (const auto& p : params) ExpectClose(p, want, 1e-4);
 }
 
+// Sum of the integer after `key` over every occurrence in `text`.
+int64_t SumAfter(const std::string& text, const std::string& key) {
+  int64_t total = 0;
+  for (size_t pos = text.find(key); pos != std::string::npos; pos = text.find(key, pos + 1)) {
+    total += std::strtoll(text.c_str() + pos + key.size(), nullptr, 10);
+  }
+  return total;
+}
+
+double HeldOutLoss(const std::string& dir) {
+  std::string log = ReadFileOrEmpty(dir + "/trainer.0.log");
+  size_t pos = log.find("held-out loss ");
+  EXPECT_NE(pos, std::string::npos) << log;
+  return pos == std::string::npos ? -1 : std::strtod(log.c_str() + pos + 14, nullptr);
+}
+
+class AsyncTest : public ::testing::TestWithParam<std::string> {};
+
+// Async training (trainers read their own writes) converges at least as well as sync after the
+// same samples (held-out loss at most 10% above sync's).
+TEST_P(AsyncTest, ConvergesLikeSync) {
+  Job job;
+  job.example = GetParam();
+  job.flags = {"--num_examples=2048", "--num_test_examples=512", "--batch_size=64",
+               job.example == "ctr" ? "--epochs=2" : "--epochs=25", "--seed=11",
+               "--vocab_per_slot=500", "--min_block_size=400"};
+  std::string sync_dir = MakeTempDir("sync_ref");
+  RunJob(job, sync_dir);
+  double sync_loss = HeldOutLoss(sync_dir);
+  job.flags.push_back("--sync_mode=false");
+  std::string dir = MakeTempDir("async");
+  RunJob(job, dir);
+  double async_loss = HeldOutLoss(dir);
+  EXPECT_LT(async_loss, 1.1 * sync_loss) << "async " << async_loss << " vs sync " << sync_loss;
+}
+
+// Fully asynchronous trainers with merged pushes: every gradient a trainer pushed is applied
+// exactly once (pserver counters equal trainer counters).
+TEST_P(AsyncTest, AppliesEveryPushExactlyOnce) {
+  Job job;
+  job.example = GetParam();
+  job.flags = {"--num_examples=2048", "--num_test_examples=64", "--batch_size=64", "--epochs=2",
+               "--seed=11", "--vocab_per_slot=500", "--min_block_size=400", "--sync_mode=false",
+               "--async_max_merge=3", "--noasync_read_own_writes"};
+  std::string dir = MakeTempDir("async_count");
+  RunJob(job, dir);
+  std::string pservers = ReadFileOrEmpty(dir + "/pserver.0.log") +
+                         ReadFileOrEmpty(dir + "/pserver.1.log");
+  int64_t applied = SumAfter(pservers, "grads_applied=");
+  int64_t sent_total = 0;
+  for (int k = 0; k < job.trainers; ++k) {
+    std::string tlog = ReadFileOrEmpty(absl::StrCat(dir, "/trainer.", k, ".log"));
+    int64_t sent = SumAfter(tlog, " sent=");
+    int64_t pushed = SumAfter(tlog, "pushed=");
+    EXPECT_GT(sent, 0) << tlog;
+    EXPECT_LE(sent, pushed);
+    EXPECT_EQ(SumAfter(pservers, absl::StrCat("grads_from_trainer_", k, "=")), sent) << pservers;
+    sent_total += sent;
+  }
+  EXPECT_EQ(applied, sent_total) << pservers;
+}
+
+INSTANTIATE_TEST_SUITE_P(Examples, AsyncTest, ::testing::Values("mlp_regression", "ctr"));
+
 TEST(PsClusterTest, KilledTrainerFailsTheBarrierWithItsIdAndNothingHangs) {
   std::string dir = MakeTempDir("kill");
   ProcessGroup group;

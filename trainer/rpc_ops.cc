@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "trainer/communicator.h"
 
 namespace tessera {
 
@@ -43,6 +44,12 @@ absl::Status RegisterRpcOps(OpRegistry* registry, RpcContext* rpc) {
                    TS_ASSIGN_OR_RETURN(const Variable* v, ctx.InputVar("X", static_cast<int>(i)));
                    values.push_back(v);
                  }
+                 if (!ctx.BoolAttr("sync_mode", true) && rpc->communicator != nullptr) {
+                   for (size_t i = 0; i < vars.size(); ++i) {
+                     TS_RETURN_IF_ERROR(rpc->communicator->Push(vars[i], eps[i], *values[i]));
+                   }
+                   return absl::OkStatus();
+                 }
                  StatusGroup group(static_cast<int>(vars.size()));
                  RequestMeta meta = rpc->Meta();
                  for (size_t i = 0; i < vars.size(); ++i) {
@@ -61,6 +68,11 @@ absl::Status RegisterRpcOps(OpRegistry* registry, RpcContext* rpc) {
                  for (size_t i = 0; i < vars.size(); ++i) {
                    TS_ASSIGN_OR_RETURN(Variable * v, ctx.OutputVar("Out", static_cast<int>(i)));
                    outs.push_back(v);
+                 }
+                 // Async with read_own_writes: pull parameters only after this trainer's queued
+                 // gradients were applied (staleness comes only from the other trainers).
+                 if (rpc->communicator != nullptr && rpc->read_own_writes) {
+                   TS_RETURN_IF_ERROR(rpc->communicator->Flush());
                  }
                  StatusGroup group(static_cast<int>(vars.size()));
                  RequestMeta meta = rpc->Meta();

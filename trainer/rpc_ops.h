@@ -1,6 +1,7 @@
 // The trainer's RPC ops, registered into the trainer's OpRegistry with the state they share:
 //   send          X (list) with attr epmap (one endpoint per X): pushes every variable to its
-//                 pserver, all in parallel, and waits for all.
+//                 pserver, all in parallel, and waits for all (with sync_mode=false and a
+//                 communicator: queues them for the background sender and returns).
 //   send_barrier  attr endpoints: tells every pserver this trainer sent all gradients of the step.
 //   recv          Out (list) with attr epmap: pulls every variable from its pserver in parallel.
 //   fetch_barrier attr endpoints: tells every pserver this trainer fetched the step's parameters.
@@ -35,11 +36,20 @@ class ClientPool {
 
 // Shared by the RPC op kernels of one trainer. `step` is the trainer's current step; the
 // training loop advances it after each step.
+class AsyncCommunicator;
+
 struct RpcContext {
   std::string job_id;
   int trainer_id = 0;
   std::atomic<int64_t> step{0};
   ClientPool* clients = nullptr;
+  // Async mode: `send` ops with sync_mode=false queue their gradients here (nullptr: they send
+  // and wait like sync sends).
+  AsyncCommunicator* communicator = nullptr;
+  // Async: `recv` first waits until this trainer's queued gradients are applied, so a trainer
+  // never computes on parameters that miss its own last update (much better convergence with
+  // momentum; the communicator then rarely merges). false: fully asynchronous (Fluid-like).
+  bool read_own_writes = true;
 
   RequestMeta Meta() const { return RequestMeta{job_id, trainer_id, step.load()}; }
 };

@@ -5,6 +5,7 @@
 #include "common/params_io.h"
 #include "common/rpc/grpc/grpc_client.h"
 #include "common/status.h"
+#include "trainer/communicator.h"
 #include "trainer/local_trainer.h"
 #include "trainer/rpc_ops.h"
 #include "transpiler/cluster_programs.h"
@@ -22,6 +23,15 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
     return std::make_unique<GrpcPServerClient>(ep, co);
   });
   rpc.clients = &pool;
+  std::unique_ptr<AsyncCommunicator> communicator;
+  if (!config.sync_mode) {
+    CommunicatorOptions cop;
+    cop.max_merge = config.async_max_merge;
+    cop.queue_capacity = config.async_max_merge;
+    communicator = std::make_unique<AsyncCommunicator>(&rpc, cop);
+    rpc.communicator = communicator.get();
+    rpc.read_own_writes = config.async_read_own_writes;
+  }
 
   OpRegistry registry;
   TS_RETURN_IF_ERROR(RegisterStandardOps(&registry));
@@ -63,6 +73,12 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
     log << "trainer 0: held-out loss " << eval.mean_loss;
     if (eval.has_auc) log << " auc " << eval.auc;
     log << std::endl;
+  }
+  if (communicator != nullptr) {
+    TS_RETURN_IF_ERROR(communicator->Flush());
+    CommunicatorStats cs = communicator->stats();
+    log << "trainer " << config.trainer_id << ": async gradients pushed=" << cs.pushed
+        << " sent=" << cs.sent << std::endl;
   }
   TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
   if (!config.dump_params.empty()) {

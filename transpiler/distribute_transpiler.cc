@@ -371,10 +371,12 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
           }
           *ob->add_ops() = RoleOp(MakeOp("sum", {{"X", per_trainer}}, {{"Out", {gb.name}}}),
                                   kRoleOptimize);
-          OpDesc scale = MakeOp("scale", {{"X", {gb.name}}}, {{"Out", {gb.name}}});
-          SetAttr(&scale, "scale", 1.0f / static_cast<float>(config.trainers));
-          *ob->add_ops() = RoleOp(scale, kRoleOptimize);
         }
+        // Sync: the mean of the trainers' gradients. Async: each push counts 1/N, so one push
+        // from every trainer moves the parameters as far as one sync step.
+        OpDesc scale = MakeOp("scale", {{"X", {gb.name}}}, {{"Out", {gb.name}}});
+        SetAttr(&scale, "scale", 1.0f / static_cast<float>(config.trainers));
+        *ob->add_ops() = RoleOp(scale, kRoleOptimize);
         OpDesc opt = item.op;
         RenameOpInput(&opt, item.param, pb.name);
         RenameOpOutput(&opt, item.param, pb.name);

@@ -119,6 +119,10 @@ const std::vector<Setting>& Table() {
        Real(&ClusterConfig::barrier_timeout_s, "barrier_timeout_s", 0.001)},
       {{"chunk_bytes", {"TESSERA_CHUNK_BYTES"}},
        Int(&ClusterConfig::chunk_bytes, "chunk_bytes", 0)},
+      {{"async_max_merge", {"TESSERA_ASYNC_MAX_MERGE"}},
+       Int(&ClusterConfig::async_max_merge, "async_max_merge", 1)},
+      {{"async_read_own_writes", {"TESSERA_ASYNC_READ_OWN_WRITES"}},
+       Bool(&ClusterConfig::async_read_own_writes, "async_read_own_writes")},
   };
   return *table;
 }

@@ -52,6 +52,8 @@ struct ClusterConfig {
   double rpc_deadline_s = 120;
   double barrier_timeout_s = 60;
   int64_t chunk_bytes = int64_t{4} << 20;
+  int async_max_merge = 4;                // async: gradients merged per push
+  bool async_read_own_writes = true;      // async: recv waits for this trainer's pushes
 };
 
 // Looks up an environment variable (nullopt when unset).

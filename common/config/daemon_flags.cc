@@ -10,7 +10,7 @@ namespace tessera {
 
 namespace {
 bool IsBoolFlag(const std::string& flag) {
-  return flag == "sync_mode" || flag == "slice_var_up";
+  return flag == "sync_mode" || flag == "slice_var_up" || flag == "async_read_own_writes";
 }
 bool Known(const std::string& flag) {
   for (const auto& s : AllSettings()) {
