@@ -66,6 +66,7 @@ absl::Status ParameterServer::Init() {
     param_to_block_[b.param] = static_cast<int>(blocks_.size());
     blocks_.push_back(std::move(b));
   }
+  TS_RETURN_IF_ERROR(InitTables());
   CreateBlockVariables(program_.blocks(0), scope_);
   for (const auto& b : blocks_) CreateBlockVariables(program_.blocks(b.block_id), scope_);
   for (int k = 0; k < num_trainers_; ++k) trainer_scopes_.push_back(scope_->NewScope());
@@ -87,6 +88,79 @@ ParameterServer::~ParameterServer() {
   pool_.reset();
 }
 
+absl::Status ParameterServer::InitTables() {
+  for (const auto& op : program_.blocks(0).ops()) {
+    if (op.type() != "sparse_table") continue;
+    Table t;
+    t.name = GetStringAttr(op, "table", "");
+    t.grad = GetStringAttr(op, "grad", "");
+    t.lr = GetStringAttr(op, "learning_rate", "");
+    t.dim = GetIntAttr(op, "dim", 0);
+    SparseTableOptions o;
+    o.dim = t.dim;
+    std::string init = GetStringAttr(op, "init", "uniform_random");
+    if (init == "uniform_random") {
+      o.initializer.kind = SparseTableInitializer::kUniform;
+      o.initializer.min = GetFloatAttr(op, "init_min", -1.0);
+      o.initializer.max = GetFloatAttr(op, "init_max", 1.0);
+    } else if (init == "gaussian_random") {
+      o.initializer.kind = SparseTableInitializer::kGaussian;
+      o.initializer.mean = GetFloatAttr(op, "init_mean", 0.0);
+      o.initializer.std = GetFloatAttr(op, "init_std", 1.0);
+    } else if (init == "fill_constant") {
+      o.initializer.kind = SparseTableInitializer::kConstant;
+      o.initializer.value = GetFloatAttr(op, "init_value", 0.0);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("table ", t.name, ": initializer '", init,
+                                                     "' is not supported for distributed tables"));
+    }
+    o.initializer.seed = static_cast<uint64_t>(GetIntAttr(op, "init_seed", 0));
+    o.optimizer = GetStringAttr(op, "optimizer", "sgd");
+    o.l2 = GetFloatAttr(op, "regularization_coeff", 0.0);
+    o.adagrad_epsilon = GetFloatAttr(op, "epsilon", 1e-6);
+    o.adam_beta1 = GetFloatAttr(op, "beta1", 0.9);
+    o.adam_beta2 = GetFloatAttr(op, "beta2", 0.999);
+    o.adam_epsilon = GetFloatAttr(op, "epsilon", 1e-8);
+    o.admission_threshold = options_.table_admission_threshold;
+    o.evict_after_steps = options_.table_evict_after_steps;
+    auto table = SparseTable::Create(o);
+    if (!table.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("distributed table ", t.name, ": ", table.status().message()));
+    }
+    t.table = std::move(*table);
+    table_by_grad_[t.grad] = static_cast<int>(tables_.size());
+    table_by_name_[t.name] = static_cast<int>(tables_.size());
+    tables_.push_back(std::move(t));
+  }
+  return absl::OkStatus();
+}
+
+float ParameterServer::LearningRate(const std::string& var) const {
+  const Variable* v = scope_->FindVar(var);
+  if (v == nullptr || !v->Is<Tensor>() || v->Get<Tensor>().numel() < 1) return 0.0f;
+  const Tensor& t = v->Get<Tensor>();
+  return t.dtype() == FLOAT64 ? static_cast<float>(t.data<double>()[0]) : t.data<float>()[0];
+}
+
+absl::Status ParameterServer::ApplyTable(Table& t, const std::vector<const SelectedRows*>& grads,
+                                         int64_t step) {
+  std::vector<int64_t> ids;
+  std::vector<float> values;
+  const float scale = 1.0f / static_cast<float>(num_trainers_);
+  for (const SelectedRows* g : grads) {
+    ids.insert(ids.end(), g->rows.begin(), g->rows.end());
+    const float* v = g->value.data<float>();
+    for (int64_t i = 0; i < g->value.numel(); ++i) values.push_back(v[i] * scale);
+  }
+  absl::Status s = t.table->ApplyGradients(ids, values.data(), LearningRate(t.lr), step);
+  if (!s.ok()) {
+    return absl::InternalError(absl::StrCat("pserver ", options_.endpoint, " table ", t.name,
+                                            ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParameterServer::Admit(const RequestMeta& meta) {
   if (meta.job_id != options_.job_id) {
     return absl::UnauthenticatedError(absl::StrCat("request of job '", meta.job_id,
@@ -103,6 +177,30 @@ absl::Status ParameterServer::Admit(const RequestMeta& meta) {
 
 absl::StatusOr<Variable*> ParameterServer::PrepareReceive(const RequestMeta& meta,
                                                           const VariableHeader& h) {
+  auto table = table_by_grad_.find(h.name);
+  if (table != table_by_grad_.end()) {
+    const Table& t = tables_[table->second];
+    if (h.type != SELECTED_ROWS || h.dtype != FLOAT32 || h.dims.size() != 2 ||
+        h.dims[1] != t.dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient '", h.name, "' of table ", t.name, " must be float32 sparse rows of width ",
+          t.dim, ", got ", DataTypeName(h.dtype), ShapeString(h.dims)));
+    }
+    absl::MutexLock lock(&mu_);
+    if (sync_ && meta.step != step_) {
+      return absl::FailedPreconditionError(absl::StrCat("trainer ", meta.trainer_id, " sent '",
+                                                        h.name, "' for step ", meta.step,
+                                                        " but pserver is at step ", step_));
+    }
+    Scope* scope = sync_ ? scope_ : trainer_scopes_[meta.trainer_id];
+    Variable* var = scope->Var(sync_ ? TrainerGradName(h.name, meta.trainer_id) : h.name);
+    SelectedRows* sr = var->GetMutable<SelectedRows>();
+    sr->rows.resize(h.num_rows);
+    sr->height = h.height;
+    sr->value.Resize(h.dtype, h.dims);
+    if (sync_) table_grad_step_[{meta.trainer_id, h.name}] = meta.step;
+    return var;
+  }
   auto it = grad_to_block_.find(h.name);
   if (it == grad_to_block_.end()) {
     return absl::InvalidArgumentError(absl::StrCat("pserver ", options_.endpoint,
@@ -177,9 +275,15 @@ void ParameterServer::HandleSend(const RequestMeta& meta, const VariableHeader& 
 }
 
 void ParameterServer::AsyncApply(int trainer, const std::string& grad, DoneCallback done) {
-  OptimizeBlock& b = blocks_[grad_to_block_.at(grad)];
   absl::Status s;
-  {
+  auto table = table_by_grad_.find(grad);
+  if (table != table_by_grad_.end()) {
+    Table& t = tables_[table->second];
+    const SelectedRows& g = trainer_scopes_[trainer]->FindLocalVar(grad)->Get<SelectedRows>();
+    absl::MutexLock lock(t.mu.get());  // orders Adam's steps; lookups run concurrently
+    s = ApplyTable(t, {&g}, ++t.applies);
+  } else {
+    OptimizeBlock& b = blocks_[grad_to_block_.at(grad)];
     absl::MutexLock lock(b.mu.get());
     s = executor_.Run(b.prepared, trainer_scopes_[trainer]);
   }
@@ -230,8 +334,25 @@ void ParameterServer::HandleGet(const RequestMeta& meta, const std::string& name
 
 void ParameterServer::HandlePrefetch(const RequestMeta& meta, const std::string& table,
                                      std::vector<int64_t> ids, PrefetchDone done) {
-  done(absl::UnimplementedError(absl::StrCat("pserver ", options_.endpoint,
-                                             " serves no distributed table '", table, "'")));
+  auto it = table_by_name_.find(table);
+  if (it == table_by_name_.end()) {
+    done(absl::InvalidArgumentError(absl::StrCat("pserver ", options_.endpoint,
+                                                 " serves no distributed table '", table, "'")));
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.prefetches;
+  }
+  Table& t = tables_[it->second];
+  Tensor rows(FLOAT32, {static_cast<int64_t>(ids.size()), t.dim});
+  absl::Status s = t.table->Lookup(ids, rows.data<float>());
+  if (!s.ok()) {
+    done(absl::Status(s.code(), absl::StrCat("pserver ", options_.endpoint, " table ", table,
+                                             ": ", s.message())));
+    return;
+  }
+  done(std::move(rows));
 }
 
 void ParameterServer::HandleCheckpoint(const RequestMeta& meta, const std::string& dir,
@@ -311,7 +432,29 @@ void ParameterServer::RunSyncOptimize() {
   pool_->ParallelFor(static_cast<int>(blocks_.size()), [&](int i) {
     results[i] = executor_.Run(blocks_[i].prepared, scope_);
   });
+  int64_t step;
+  std::vector<std::vector<const SelectedRows*>> table_grads(tables_.size());
+  {
+    absl::MutexLock lock(&mu_);
+    step = step_;
+    for (size_t ti = 0; ti < tables_.size(); ++ti) {
+      for (int k = 0; k < num_trainers_; ++k) {
+        auto at = table_grad_step_.find({k, tables_[ti].grad});
+        if (at == table_grad_step_.end() || at->second != step) continue;
+        const Variable* v = scope_->FindVar(TrainerGradName(tables_[ti].grad, k));
+        if (v != nullptr && v->Is<SelectedRows>()) table_grads[ti].push_back(&v->Get<SelectedRows>());
+      }
+    }
+  }
+  std::vector<absl::Status> table_results(tables_.size());
+  pool_->ParallelFor(static_cast<int>(tables_.size()), [&](int i) {
+    // Every table takes an optimizer step each sync step (Adam's t), touched rows or not.
+    table_results[i] = ApplyTable(tables_[i], table_grads[i], step + 1);
+  });
   absl::Status s;
+  for (const auto& r : table_results) {
+    if (!r.ok() && s.ok()) s = r;
+  }
   for (size_t i = 0; i < results.size() && s.ok(); ++i) {
     if (!results[i].ok()) {
       s = absl::InternalError(absl::StrCat("pserver ", options_.endpoint, " optimizing ",
@@ -323,7 +466,7 @@ void ParameterServer::RunSyncOptimize() {
   {
     absl::MutexLock lock(&mu_);
     optimizing_ = false;
-    if (s.ok()) stats_.grads_applied += static_cast<int64_t>(blocks_.size());
+    if (s.ok()) stats_.grads_applied += static_cast<int64_t>(blocks_.size() + tables_.size());
     release.swap(send_.waiting);
     send_ = Barrier();
     gets.swap(pending_gets_);
@@ -384,8 +527,13 @@ absl::Status ParameterServer::Wait() {
 }
 
 ParameterServerStats ParameterServer::stats() const {
-  absl::MutexLock lock(&mu_);
-  return stats_;
+  ParameterServerStats out;
+  {
+    absl::MutexLock lock(&mu_);
+    out = stats_;
+  }
+  for (const auto& t : tables_) out.table_rows += t.table->Size();
+  return out;
 }
 
 }  // namespace tessera

@@ -10,7 +10,9 @@
 // A barrier that is not complete within barrier_timeout fails for everyone with a message naming
 // the missing trainer ids, and Wait() returns that error. Barriers are idempotent per trainer.
 // Async mode: each complete gradient is optimized as it arrives under its block's lock; gets
-// return a copy taken under that lock. COMPLETE from a trainer removes it from the barriers;
+// return a copy taken under that lock. Distributed tables (sparse_table ops): Prefetch looks
+// rows up in this pserver's shard; their sparse gradients are merged across trainers and
+// applied once per step (sync, scaled 1/N like dense gradients) or per push (async, 1/N). COMPLETE from a trainer removes it from the barriers;
 // when every trainer has completed, Wait() returns OK.
 // Thread-safe; RPC threads only record and dispatch, optimization runs on an internal pool.
 #ifndef TESSERA_PSERVER_PARAMETER_SERVER_H_
@@ -29,6 +31,7 @@
 #include "common/executor.h"
 #include "common/rpc/server.h"
 #include "common/thread_pool.h"
+#include "pserver/sparse_table.h"
 
 namespace tessera {
 
@@ -37,6 +40,9 @@ struct ParameterServerOptions {
   std::string endpoint;  // for messages
   absl::Duration barrier_timeout = absl::Seconds(60);
   int optimize_threads = 2;
+  // Distributed tables (every sparse_table op of the program): lifecycle options, off at 0.
+  int64_t table_admission_threshold = 0;
+  int64_t table_evict_after_steps = 0;
 };
 
 struct ParameterServerStats {
@@ -45,6 +51,8 @@ struct ParameterServerStats {
   int64_t grads_applied = 0;     // gradients optimized (async: per push; sync: per block per step)
   std::map<int, int64_t> grads_received;  // complete gradients per trainer
   int64_t gets = 0;
+  int64_t prefetches = 0;
+  int64_t table_rows = 0;  // rows held by this pserver's table shards
 };
 
 class ParameterServer : public RequestHandler {
@@ -84,6 +92,15 @@ class ParameterServer : public RequestHandler {
     PreparedBlock prepared;
     std::unique_ptr<absl::Mutex> mu = std::make_unique<absl::Mutex>();  // async updates
   };
+  struct Table {
+    std::string name;   // the table variable
+    std::string grad;   // its gradient shard name, as trainers send it
+    std::string lr;     // learning-rate variable
+    int64_t dim = 0;
+    std::unique_ptr<SparseTable> table;
+    std::unique_ptr<absl::Mutex> mu = std::make_unique<absl::Mutex>();
+    int64_t applies = 0;  // async: optimizer steps taken (Adam's t)
+  };
   struct Barrier {
     std::set<int> arrived;
     std::vector<DoneCallback> waiting;
@@ -100,6 +117,10 @@ class ParameterServer : public RequestHandler {
   void RunSyncOptimize();
   void ServeGet(const std::string& name, const GetDone& done);
   void AsyncApply(int trainer, const std::string& grad, DoneCallback done);
+  absl::Status InitTables();
+  float LearningRate(const std::string& var) const;
+  // Applies `grads` (rows of one table's gradient) scaled by 1/N at optimizer step `step`.
+  absl::Status ApplyTable(Table& t, const std::vector<const SelectedRows*>& grads, int64_t step);
   // Called with mu_ held: checks whether barrier `kind` is complete and, if so, acts.
   void MaybeCompleteBarriers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Watchdog();
@@ -114,6 +135,8 @@ class ParameterServer : public RequestHandler {
   std::vector<OptimizeBlock> blocks_;
   std::map<std::string, int> grad_to_block_;   // gradient block name -> index into blocks_
   std::map<std::string, int> param_to_block_;  // parameter block name -> index into blocks_
+  std::vector<Table> tables_;
+  std::map<std::string, int> table_by_grad_, table_by_name_;
   std::vector<Scope*> trainer_scopes_;         // async: per-trainer receive scopes
 
   mutable absl::Mutex mu_;
@@ -125,7 +148,9 @@ class ParameterServer : public RequestHandler {
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<std::pair<int, std::string>, int64_t> bytes_ ABSL_GUARDED_BY(mu_);  // async chunks
+  std::map<std::pair<int, std::string>, int64_t> bytes_ ABSL_GUARDED_BY(mu_);  // chunk bytes
+  // Sync: the step at which (trainer, table gradient) last arrived.
+  std::map<std::pair<int, std::string>, int64_t> table_grad_step_ ABSL_GUARDED_BY(mu_);
   ParameterServerStats stats_ ABSL_GUARDED_BY(mu_);
 
   std::unique_ptr<ThreadPool> pool_;

@@ -26,6 +26,8 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
   po.job_id = config.job_id;
   po.endpoint = config.current_endpoint;
   po.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
+  po.table_admission_threshold = config.table_admission_threshold;
+  po.table_evict_after_steps = config.table_evict_after_steps;
   TS_ASSIGN_OR_RETURN(auto ps, ParameterServer::Create(program, &scope, registry.get(), po));
 
   GrpcServerOptions so;
@@ -42,7 +44,8 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
   ParameterServerStats stats = ps->stats();
   log << "pserver " << config.current_endpoint << ": steps=" << stats.steps
       << " sends=" << stats.sends << " grads_applied=" << stats.grads_applied
-      << " gets=" << stats.gets;
+      << " gets=" << stats.gets << " prefetches=" << stats.prefetches
+      << " table_rows=" << stats.table_rows;
   for (const auto& [trainer, n] : stats.grads_received) {
     log << " grads_from_trainer_" << trainer << "=" << n;
   }

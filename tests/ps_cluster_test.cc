@@ -138,7 +138,8 @@ TEST(PsClusterTest, SyncThreeByThreeCtrWithSparseTablesEqualsSingleMachine) {
   job.pservers = 3;
   job.trainers = 3;
   job.flags = {"--num_examples=576", "--num_test_examples=64", "--batch_size=96", "--epochs=1",
-               "--seed=5", "--vocab_per_slot=2000", "--split_method=hash_name"};
+               "--seed=5", "--vocab_per_slot=2000", "--split_method=hash_name",
+               "--nodistributed_tables"};
   auto params = RunJob(job, dir);
   ASSERT_EQ(params.size(), 3u);
   examples::ExampleOptions eo;

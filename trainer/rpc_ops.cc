@@ -1,6 +1,10 @@
 #include "trainer/rpc_ops.h"
 
 #include "absl/strings/str_cat.h"
+#include <cstring>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/ops/sharding.h"
 #include "common/status.h"
 #include "trainer/communicator.h"
 
@@ -31,9 +35,70 @@ absl::Status Barrier(RpcContext* rpc, const std::vector<std::string>& endpoints,
   return group.Wait();
 }
 
+// prefetch: Ids (int64, any values) -> Out [N, dim], the rows of distributed table `table`:
+// duplicate ids are fetched once, ids are split by shard (attr shard_method, shard k served by
+// epmap[k]), one request per pserver in parallel, rows gathered back in input order.
+absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
+  TS_ASSIGN_OR_RETURN(const Tensor* ids, ctx.Input("Ids"));
+  TS_RETURN_IF_ERROR(ctx.CheckDType("Ids", *ids, INT64));
+  auto eps = ctx.StringsAttr("epmap");
+  std::string table = ctx.StringAttr("table");
+  int64_t dim = ctx.IntAttr("dim", 0);
+  ShardMethod method;
+  if (!ParseShardMethod(ctx.StringAttr("shard_method", "hash"), &method)) {
+    return ctx.Error("shard_method is not hash or mod");
+  }
+  if (eps.empty() || dim < 1) return ctx.Error("needs epmap and dim >= 1");
+  const int n = static_cast<int>(eps.size());
+  const int64_t count = ids->numel();
+  const int64_t* id = ids->data<int64_t>();
+  // Unique ids per shard and, for every input position, where its row will be.
+  absl::flat_hash_map<int64_t, std::pair<int, int64_t>> where;  // id -> (shard, index)
+  std::vector<std::vector<int64_t>> shard_ids(n);
+  where.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    auto [it, inserted] = where.try_emplace(id[i]);
+    if (inserted) {
+      int k = ShardOf(id[i], n, method);
+      it->second = {k, static_cast<int64_t>(shard_ids[k].size())};
+      shard_ids[k].push_back(id[i]);
+    }
+  }
+  std::vector<Tensor> rows(n);
+  int calls = 0;
+  for (int k = 0; k < n; ++k) calls += shard_ids[k].empty() ? 0 : 1;
+  StatusGroup group(calls);
+  RequestMeta meta = rpc->Meta();
+  for (int k = 0; k < n; ++k) {
+    if (shard_ids[k].empty()) continue;
+    rpc->clients->Get(eps[k])->PrefetchAsync(meta, table, &shard_ids[k], &rows[k],
+                                             group.Callback());
+  }
+  TS_RETURN_IF_ERROR(group.Wait());
+  for (int k = 0; k < n; ++k) {
+    if (shard_ids[k].empty()) continue;
+    if (rows[k].dtype() != FLOAT32 || rows[k].rank() != 2 || rows[k].dim(1) != dim ||
+        rows[k].dim(0) != static_cast<int64_t>(shard_ids[k].size())) {
+      return ctx.Error(absl::StrCat("pserver ", eps[k], " returned ", rows[k].DebugString(),
+                                    " for ", shard_ids[k].size(), " ids of table ", table,
+                                    " (dim ", dim, ")"));
+    }
+  }
+  TS_ASSIGN_OR_RETURN(Tensor * out, ctx.Output("Out"));
+  out->Resize(FLOAT32, {count, dim});
+  float* o = out->data<float>();
+  for (int64_t i = 0; i < count; ++i) {
+    const auto& [k, index] = where[id[i]];
+    std::memcpy(o + i * dim, rows[k].data<float>() + index * dim, sizeof(float) * dim);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RegisterRpcOps(OpRegistry* registry, RpcContext* rpc) {
+  TS_RETURN_IF_ERROR(registry->Register(
+      "prefetch", {[rpc](OpContext& ctx) { return Prefetch(rpc, ctx); }, nullptr}));
   TS_RETURN_IF_ERROR(registry->Register(
       "send", {[rpc](OpContext& ctx) -> absl::Status {
                  auto vars = OpInputs(ctx.op(), "X");

@@ -10,6 +10,7 @@ examples::ExampleOptions ExampleOptionsFor(const ClusterConfig& config) {
   o.name = config.example;
   o.learning_rate = config.learning_rate;
   o.vocab_per_slot = config.vocab_per_slot;
+  o.distributed_tables = config.distributed_tables;
   o.seed = config.seed;
   o.num_examples = config.num_examples;
   o.num_test_examples = config.num_test_examples;
@@ -38,6 +39,7 @@ TranspilerConfig TranspilerConfigFor(const ClusterConfig& config, int trainer_id
       config.split_method == "hash_name" ? SplitMethod::kHashName : SplitMethod::kRoundRobin;
   t.slice_var_up = config.slice_var_up;
   t.min_block_size = config.min_block_size;
+  t.table_shard_method = config.table_shard_method;
   return t;
 }
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "common/layers/program_builder.h"
 #include "common/op_desc.h"
+#include "common/ops/sharding.h"
 #include "common/status.h"
 #include "common/tensor.h"
 
@@ -21,6 +22,13 @@ struct OptimizeItem {
   std::vector<VarBlock> param_blocks, grad_blocks;
   // State variable -> its per-block names (sliced like the param, or copied per block).
   std::map<std::string, std::vector<VarBlock>> state_blocks;
+};
+
+// A distributed table and its optimize op.
+struct TableItem {
+  std::string table, grad, lr;
+  OpDesc opt;
+  int64_t dim = 0;
 };
 
 Shape VarShape(const BlockDesc& block, const std::string& name) {
@@ -147,6 +155,12 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
 
   // Optimize ops and their (param, grad) pairs.
   std::vector<OptimizeItem> items;
+  std::vector<TableItem> tables;
+  ShardMethod shard_method;
+  if (!ParseShardMethod(config.table_shard_method, &shard_method)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table_shard_method '", config.table_shard_method, "' is not hash or mod"));
+  }
   for (const auto& op : block.ops()) {
     if ((OpRoleOf(op) & kRoleOptimize) == 0) continue;
     auto rv = GetStringsAttr(op, kOpRoleVarAttr);
@@ -166,13 +180,17 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
       return absl::InvalidArgumentError(absl::StrCat("parameter ", item.param, " is not declared"));
     }
     if (pv->is_distributed()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "parameter ", item.param, " is a distributed table; distributed tables are served by "
-          "the sparse-table path, not by dense optimize blocks"));
+      if (pv->shape_size() != 2) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "distributed table ", item.param, " must be 2-D [dict_size, dim], is ",
+            ShapeString(VarShape(block, item.param))));
+      }
+      tables.push_back({item.param, item.grad, item.lr, op, pv->shape(1)});
+      continue;
     }
     items.push_back(std::move(item));
   }
-  if (items.empty()) {
+  if (items.empty() && tables.empty()) {
     return absl::InvalidArgumentError(
         "the program has no optimize ops (build it with an optimizer's Minimize)");
   }
@@ -224,7 +242,48 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
     }
     tb->mutable_ops()->Swap(&kept);
   }
+  // Distributed tables: prefetch instead of lookup, a table-free sparse gradient.
+  auto table_of = [&](const OpDesc& op) -> const TableItem* {
+    std::string w = OpInput(op, "W");
+    for (const auto& t : tables) {
+      if (t.table == w) return &t;
+    }
+    return nullptr;
+  };
+  for (auto& op : *tb->mutable_ops()) {
+    const TableItem* t = table_of(op);
+    if (t == nullptr) continue;
+    if (op.type() == "lookup_table") {
+      OpDesc pf = MakeOp("prefetch", {{"Ids", OpInputs(op, "Ids")}}, {{"Out", OpOutputs(op, "Out")}});
+      SetAttr(&pf, "table", t->table);
+      SetAttr(&pf, "epmap", config.pservers);
+      SetAttr(&pf, "shard_method", config.table_shard_method);
+      SetAttr(&pf, "dim", t->dim);
+      SetAttr(&pf, kOpRoleAttr, OpRoleOf(op));  // a forward op (evaluation keeps it)
+      op = pf;
+    } else if (op.type() == "lookup_table_grad") {
+      OpDesc g = MakeOp("lookup_sparse_grad",
+                        {{"Ids", OpInputs(op, "Ids")}, {"Out@GRAD", OpInputs(op, "Out@GRAD")}},
+                        {{"W@GRAD", OpOutputs(op, "W@GRAD")}});
+      SetAttr(&g, kOpRoleAttr, OpRoleOf(op));
+      op = g;
+    }
+  }
   std::vector<std::string> send_vars, send_eps, recv_vars, recv_eps;
+  for (const auto& t : tables) {
+    std::vector<std::string> shards;
+    for (int k = 0; k < num_ps; ++k) {
+      std::string name = absl::StrCat(t.grad, ".shard", k);
+      VarDesc* v = DeclareVar(tb, name, {-1, t.dim}, FLOAT32);
+      v->set_type(SELECTED_ROWS);
+      shards.push_back(name);
+      send_vars.push_back(name);
+      send_eps.push_back(config.pservers[k]);
+    }
+    OpDesc split = MakeOp("split_by_shard", {{"X", {t.grad}}}, {{"Out", shards}});
+    SetAttr(&split, "shard_method", config.table_shard_method);
+    *tb->add_ops() = RoleOp(split, kRoleRPC | kRoleBackward);
+  }
   for (const auto& item : items) {
     int n = static_cast<int>(item.grad_blocks.size());
     if (n > 1) {
@@ -281,6 +340,17 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
   for (const auto& item : items) {
     for (const auto& [var, blocks] : item.state_blocks) pserver_only.insert(var);
     if (!item.lr.empty()) pserver_only.insert(item.lr);
+  }
+  for (const auto& t : tables) {
+    pserver_only.insert(t.table);
+    if (!t.lr.empty()) pserver_only.insert(t.lr);
+    for (const auto& slot : t.opt.inputs()) {  // the table's optimizer state
+      if (slot.parameter() == "Param" || slot.parameter() == "Grad" ||
+          slot.parameter() == "LearningRate") {
+        continue;
+      }
+      for (const auto& var : slot.arguments()) pserver_only.insert(var);
+    }
   }
   {
     google::protobuf::RepeatedPtrField<VarDesc> kept;
@@ -392,6 +462,41 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
         *ob->add_ops() = opt;
         grad_to_block.push_back(absl::StrCat(gb.name, ":", ob->idx()));
       }
+    }
+    for (const auto& t : tables) {
+      OpDesc st = MakeOp("sparse_table", {}, {});
+      SetAttr(&st, "table", t.table);
+      SetAttr(&st, "grad", absl::StrCat(t.grad, ".shard", ps));
+      SetAttr(&st, "dim", t.dim);
+      SetAttr(&st, "shard", static_cast<int64_t>(ps));
+      SetAttr(&st, "num_shards", static_cast<int64_t>(num_ps));
+      SetAttr(&st, "shard_method", config.table_shard_method);
+      SetAttr(&st, "optimizer", t.opt.type());
+      for (const auto& a : t.opt.attrs()) {
+        if (a.name() != kOpRoleAttr && a.name() != kOpRoleVarAttr) *st.add_attrs() = a;
+      }
+      SetAttr(&st, "learning_rate", t.lr);
+      VarBlock whole{t.table, t.table, 0, 0, 1, t.dim, VarShape(block, t.table), ep};
+      OpDesc init_op;
+      if (!InitOpFor(startup, whole, &init_op)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("startup program does not initialize table ", t.table));
+      }
+      SetAttr(&st, "init", init_op.type());
+      for (const auto& a : init_op.attrs()) {
+        if (a.name() == "min" || a.name() == "max" || a.name() == "mean" || a.name() == "std" ||
+            a.name() == "value" || a.name() == "seed") {
+          OpDesc::Attr* copy = st.add_attrs();
+          *copy = a;
+          copy->set_name("init_" + a.name());
+        }
+      }
+      if (!t.lr.empty() && declared_lr.insert(t.lr).second) {
+        VarBlock lr{t.lr, t.lr, 0, 0, 1, 0, VarShape(block, t.lr), ep};
+        DeclareLike(b0, block, lr, true);
+        TS_RETURN_IF_ERROR(init(lr));
+      }
+      *b0->add_ops() = RoleOp(st, kRoleRPC);
     }
     OpDesc ls = MakeOp("listen_and_serv", {}, {});
     SetAttr(&ls, "endpoint", ep);

@@ -14,6 +14,12 @@
 // grad_to_block_id); each optimize block sums the trainers' gradients, scales by 1/N (sync) and
 // runs the optimizer on its slice. Pserver startup initializes each slice so that it equals the
 // same rows of the single-machine initialization (counter-based random ops, `offset` attribute).
+// Distributed tables (embedding with is_distributed): the table never exists on a trainer. Its
+// lookup_table becomes `prefetch` (dedupe ids, one request per owning pserver, rows gathered back
+// in input order), its lookup_table_grad becomes `lookup_sparse_grad` (SelectedRows of the ids),
+// and the gradient is split by owning shard (`split_by_shard`, duplicates merged) and sent. Each
+// pserver's program gets one `sparse_table` op per table in block 0 describing its shard
+// (initializer, optimizer and hyper-parameters, learning-rate variable).
 // The transpiler is pure: the same inputs give byte-identical outputs.
 #ifndef TESSERA_TRANSPILER_DISTRIBUTE_TRANSPILER_H_
 #define TESSERA_TRANSPILER_DISTRIBUTE_TRANSPILER_H_
@@ -44,6 +50,8 @@ struct TranspilerConfig {
   std::function<int(const std::string&, int, int)> dispatcher;
   bool slice_var_up = true;
   int64_t min_block_size = 8192;
+  // Distributed tables: which pserver owns an id ("hash" of the id, or "mod": id mod #pservers).
+  std::string table_shard_method = "hash";
 };
 
 // One slice of a variable.

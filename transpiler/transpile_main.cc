@@ -157,7 +157,7 @@ int Main(int argc, char** argv) {
     pserver_programs.push_back(*std::move(startup));
   }
   for (size_t i = 0; i < config->pservers.size(); ++i) {
-    programs.push_back({absl::StrCat("pserver_", i, ".pbtxt"), &pserver_programs[2 * i + 1]});
+    programs.push_back({absl::StrCat("pserver_", i, ".pbtxt"), &pserver_programs[2 * i]});
     programs.push_back({absl::StrCat("pserver_", i, "_startup.pbtxt"), &pserver_programs[2 * i + 1]});
   }
 

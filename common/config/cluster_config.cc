@@ -105,6 +105,14 @@ const std::vector<Setting>& Table() {
        Int(&ClusterConfig::num_test_examples, "num_test_examples", 0)},
       {{"vocab_per_slot", {"TESSERA_VOCAB_PER_SLOT"}},
        Int(&ClusterConfig::vocab_per_slot, "vocab_per_slot", 1)},
+      {{"distributed_tables", {"TESSERA_DISTRIBUTED_TABLES"}},
+       Bool(&ClusterConfig::distributed_tables, "distributed_tables")},
+      {{"table_shard_method", {"TESSERA_TABLE_SHARD_METHOD"}},
+       Str(&ClusterConfig::table_shard_method)},
+      {{"table_admission_threshold", {"TESSERA_TABLE_ADMISSION_THRESHOLD"}},
+       Int(&ClusterConfig::table_admission_threshold, "table_admission_threshold", 0)},
+      {{"table_evict_after_steps", {"TESSERA_TABLE_EVICT_AFTER_STEPS"}},
+       Int(&ClusterConfig::table_evict_after_steps, "table_evict_after_steps", 0)},
       {{"batch_size", {"TESSERA_BATCH_SIZE"}}, Int(&ClusterConfig::batch_size, "batch_size", 1)},
       {{"epochs", {"TESSERA_EPOCHS"}}, Int(&ClusterConfig::epochs, "epochs", 0)},
       {{"seed", {"TESSERA_SEED"}}, Int(&ClusterConfig::seed, "seed", 0)},
@@ -123,6 +131,8 @@ const std::vector<Setting>& Table() {
        Int(&ClusterConfig::async_max_merge, "async_max_merge", 1)},
       {{"async_read_own_writes", {"TESSERA_ASYNC_READ_OWN_WRITES"}},
        Bool(&ClusterConfig::async_read_own_writes, "async_read_own_writes")},
+      {{"metrics_port", {"TESSERA_METRICS_PORT"}},
+       Int(&ClusterConfig::metrics_port, "metrics_port", 0)},
   };
   return *table;
 }
@@ -203,6 +213,10 @@ absl::Status Validate(const ClusterConfig& c) {
       return bad(absl::StrCat("--current_endpoint=", c.current_endpoint,
                               " is not in --pservers=", absl::StrJoin(c.pservers, ",")));
     }
+  }
+  if (c.table_shard_method != "hash" && c.table_shard_method != "mod") {
+    return bad(absl::StrCat("--table_shard_method='", c.table_shard_method,
+                            "' must be hash or mod"));
   }
   if (c.example != "ctr" && c.example != "mlp_regression") {
     return bad(absl::StrCat("--example='", c.example, "' must be ctr or mlp_regression"));

@@ -42,6 +42,10 @@ struct ClusterConfig {
   int64_t num_examples = 20000;           // synthetic training examples
   int64_t num_test_examples = 5000;
   int64_t vocab_per_slot = 100000;        // synthetic CTR vocabulary
+  bool distributed_tables = true;         // ctr: embedding tables live only on the pservers
+  std::string table_shard_method = "hash";  // distributed tables: "hash" or "mod" of the id
+  int64_t table_admission_threshold = 0;  // create a row at its K-th sighting (0 = off)
+  int64_t table_evict_after_steps = 0;    // drop rows unseen for T steps (0 = off)
   int64_t batch_size = 256;               // global batch (split across trainers)
   int epochs = 1;
   uint64_t seed = 1;
@@ -54,6 +58,8 @@ struct ClusterConfig {
   int64_t chunk_bytes = int64_t{4} << 20;
   int async_max_merge = 4;                // async: gradients merged per push
   bool async_read_own_writes = true;      // async: recv waits for this trainer's pushes
+  // Monitoring.
+  int metrics_port = 0;                   // Prometheus /metrics HTTP port; 0 = off
 };
 
 // Looks up an environment variable (nullopt when unset).

@@ -10,7 +10,8 @@ namespace tessera {
 
 namespace {
 bool IsBoolFlag(const std::string& flag) {
-  return flag == "sync_mode" || flag == "slice_var_up" || flag == "async_read_own_writes";
+  return flag == "sync_mode" || flag == "slice_var_up" || flag == "async_read_own_writes" ||
+         flag == "distributed_tables";
 }
 bool Known(const std::string& flag) {
   for (const auto& s : AllSettings()) {

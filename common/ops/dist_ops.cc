@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/ops/kernel_util.h"
 #include "common/ops/selected_rows_util.h"
+#include "common/ops/sharding.h"
 
 namespace tessera {
 
@@ -70,10 +71,80 @@ absl::Status SplitSelectedRows(OpContext& ctx) {
   return absl::OkStatus();
 }
 
+// lookup_sparse_grad: the gradient of a distributed table lookup, which needs no table:
+// Ids [N] or [N, 1] int64 and Out@GRAD [N, D] -> W@GRAD SelectedRows (rows = ids in batch
+// order, height 0: ids are any int64).
+absl::Status LookupSparseGrad(OpContext& ctx) {
+  TS_ASSIGN_OR_RETURN(const Tensor* ids, ctx.Input("Ids"));
+  TS_ASSIGN_OR_RETURN(const Tensor* dout, ctx.Input("Out@GRAD"));
+  TS_RETURN_IF_ERROR(ctx.CheckDType("Ids", *ids, INT64));
+  if (dout->rank() < 1 || dout->dim(0) != ids->numel()) {
+    return ctx.Error(absl::StrCat("Out@GRAD ", dout->DebugString(), " does not match ",
+                                  ids->numel(), " ids"));
+  }
+  if (!ctx.HasOutput("W@GRAD")) return absl::OkStatus();
+  TS_ASSIGN_OR_RETURN(Variable * out, ctx.OutputVar("W@GRAD"));
+  SelectedRows* sr = out->GetMutable<SelectedRows>();
+  sr->height = 0;
+  sr->rows.assign(ids->data<int64_t>(), ids->data<int64_t>() + ids->numel());
+  sr->value.CopyFrom(*dout);
+  return absl::OkStatus();
+}
+
+// split_by_shard: X (SelectedRows of a distributed table) -> Out[k] the rows whose id belongs to
+// shard k (attrs num_shards = #outputs, shard_method "hash"|"mod"), duplicate ids merged (sum),
+// ids kept as they are.
+absl::Status SplitByShard(OpContext& ctx) {
+  TS_ASSIGN_OR_RETURN(const Variable* xv, ctx.InputVar("X"));
+  const SelectedRows* x = xv->GetIf<SelectedRows>();
+  if (x == nullptr) {
+    return ctx.Error(absl::StrCat("X '", ctx.InputName("X"), "' is not a SelectedRows"));
+  }
+  ShardMethod method;
+  std::string method_name = ctx.StringAttr("shard_method", "hash");
+  if (!ParseShardMethod(method_name, &method)) {
+    return ctx.Error(absl::StrCat("shard_method '", method_name, "' is not hash or mod"));
+  }
+  int n = static_cast<int>(OpOutputs(ctx.op(), "Out").size());
+  if (n < 1) return ctx.Error("needs at least one output");
+  SelectedRows merged;
+  if (!x->rows.empty()) {
+    TS_RETURN_IF_ERROR(ValidateSelectedRows(*x));
+    merged = MergeRows(*x);
+  }
+  int64_t width = merged.rows.empty() ? (x->value.initialized() && x->value.rank() > 1
+                                              ? x->value.numel() / std::max<int64_t>(1, x->value.dim(0))
+                                              : 0)
+                                        : RowWidth(merged);
+  DataType dtype = x->value.initialized() ? x->value.dtype() : FLOAT32;
+  size_t row_bytes = static_cast<size_t>(width) * SizeOf(dtype);
+  std::vector<std::vector<size_t>> picks(n);
+  for (size_t i = 0; i < merged.rows.size(); ++i) {
+    picks[ShardOf(merged.rows[i], n, method)].push_back(i);
+  }
+  for (int k = 0; k < n; ++k) {
+    TS_ASSIGN_OR_RETURN(Variable * ov, ctx.OutputVar("Out", k));
+    SelectedRows* out = ov->GetMutable<SelectedRows>();
+    out->height = x->height;
+    out->rows.clear();
+    out->value.Resize(dtype, {static_cast<int64_t>(picks[k].size()), width});
+    char* dst = static_cast<char*>(out->value.raw_data());
+    for (size_t j = 0; j < picks[k].size(); ++j) {
+      out->rows.push_back(merged.rows[picks[k][j]]);
+      std::memcpy(dst + j * row_bytes,
+                  static_cast<const char*>(merged.value.raw_data()) + picks[k][j] * row_bytes,
+                  row_bytes);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RegisterDistOps(OpRegistry* r) {
   TS_RETURN_IF_ERROR(r->Register("split_selected_rows", {SplitSelectedRows, nullptr}));
+  TS_RETURN_IF_ERROR(r->Register("lookup_sparse_grad", {LookupSparseGrad, nullptr}));
+  TS_RETURN_IF_ERROR(r->Register("split_by_shard", {SplitByShard, nullptr}));
   return absl::OkStatus();
 }
 

@@ -1,0 +1,41 @@
+// Which pserver shard owns a row of a distributed table. Stable across processes and runs.
+#ifndef TESSERA_COMMON_OPS_SHARDING_H_
+#define TESSERA_COMMON_OPS_SHARDING_H_
+
+#include <cstdint>
+#include <string>
+
+namespace tessera {
+
+enum class ShardMethod { kHash, kMod };
+
+// "hash" (default: a 64-bit mix of the id, spreads skewed and clustered ids) or "mod"
+// (non-negative id mod n). Unknown names fall back to hash; ParseShardMethod reports them.
+inline bool ParseShardMethod(const std::string& s, ShardMethod* out) {
+  if (s == "hash" || s.empty()) {
+    *out = ShardMethod::kHash;
+    return true;
+  }
+  if (s == "mod") {
+    *out = ShardMethod::kMod;
+    return true;
+  }
+  return false;
+}
+
+inline int ShardOf(int64_t id, int num_shards, ShardMethod method) {
+  uint64_t u = static_cast<uint64_t>(id);
+  if (method == ShardMethod::kHash) {
+    u += 0x9e3779b97f4a7c15ULL;  // splitmix64 finalizer
+    u = (u ^ (u >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    u = (u ^ (u >> 27)) * 0x94d049bb133111ebULL;
+    u ^= u >> 31;
+    return static_cast<int>(u % static_cast<uint64_t>(num_shards));
+  }
+  int64_t m = id % num_shards;
+  return static_cast<int>(m < 0 ? m + num_shards : m);
+}
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_OPS_SHARDING_H_
