@@ -17,10 +17,10 @@ namespace examples {
 struct ExampleOptions {
   std::string name = "ctr";        // "ctr" | "mlp_regression"
   float learning_rate = 0.0f;      // 0: the example's default
-  int64_t vocab_per_slot = 100000; // ctr: synthetic ids per slot (and local table rows)
+  int64_t vocab_per_slot = 10000;  // ctr: synthetic ids per slot (and local table rows)
   bool distributed_tables = false; // ctr: tables live on pservers
   uint64_t seed = 1;               // data seed (test data uses seed + 1000003)
-  int64_t num_examples = 20000;
+  int64_t num_examples = 60000;
   int64_t num_test_examples = 5000;
   std::string train_data;          // Criteo-format file instead of synthetic data (ctr)
   std::string test_data;

@@ -39,9 +39,9 @@ struct ClusterConfig {
   std::string startup_program;            // its startup program
   std::string train_data;                 // Criteo-format file; "" = synthetic data
   std::string test_data;
-  int64_t num_examples = 20000;           // synthetic training examples
+  int64_t num_examples = 60000;           // synthetic training examples
   int64_t num_test_examples = 5000;
-  int64_t vocab_per_slot = 100000;        // synthetic CTR vocabulary
+  int64_t vocab_per_slot = 10000;         // synthetic CTR vocabulary (distinct ids per slot)
   bool distributed_tables = true;         // ctr: embedding tables live only on the pservers
   std::string table_shard_method = "hash";  // distributed tables: "hash" or "mod" of the id
   int64_t table_admission_threshold = 0;  // create a row at its K-th sighting (0 = off)

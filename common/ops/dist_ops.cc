@@ -112,10 +112,10 @@ absl::Status SplitByShard(OpContext& ctx) {
     TS_RETURN_IF_ERROR(ValidateSelectedRows(*x));
     merged = MergeRows(*x);
   }
-  int64_t width = merged.rows.empty() ? (x->value.initialized() && x->value.rank() > 1
-                                              ? x->value.numel() / std::max<int64_t>(1, x->value.dim(0))
-                                              : 0)
-                                        : RowWidth(merged);
+  int64_t width = 1;  // elements per row: the value's dims after the first
+  if (x->value.initialized()) {
+    for (int d = 1; d < x->value.rank(); ++d) width *= x->value.dim(d);
+  }
   DataType dtype = x->value.initialized() ? x->value.dtype() : FLOAT32;
   size_t row_bytes = static_cast<size_t>(width) * SizeOf(dtype);
   std::vector<std::vector<size_t>> picks(n);
