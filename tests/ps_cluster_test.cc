@@ -152,6 +152,23 @@ TEST(PsClusterTest, SyncThreeByThreeCtrWithSparseTablesEqualsSingleMachine) {
   for (const auto& p : params) ExpectClose(p, want, 1e-4);
 }
 
+TEST(PsClusterTest, CtrWithDistributedTablesLearns) {
+  std::string dir = MakeTempDir("ctr_dist");
+  Job job;
+  job.example = "ctr";
+  job.flags = {"--num_examples=12000", "--num_test_examples=2000", "--batch_size=128",
+               "--epochs=1", "--seed=2", "--vocab_per_slot=2000", "--distributed_tables"};
+  auto params = RunJob(job, dir);
+  std::string log = ReadFileOrEmpty(dir + "/trainer.0.log");
+  size_t pos = log.find(" auc ");
+  ASSERT_NE(pos, std::string::npos) << log;
+  EXPECT_GT(std::strtod(log.c_str() + pos + 5, nullptr), 0.70) << log;
+  // The tables never existed on a trainer: the dump holds no emb_* / wide_* variable.
+  for (const auto& [name, t] : params[0]) EXPECT_EQ(name.rfind("emb_", 0), std::string::npos);
+  std::string ps = ReadFileOrEmpty(dir + "/pserver.0.log") + ReadFileOrEmpty(dir + "/pserver.1.log");
+  EXPECT_NE(ps.find("table_rows="), std::string::npos) << ps;
+}
+
 // Sum of the integer after `key` over every occurrence in `text`.
 int64_t SumAfter(const std::string& text, const std::string& key) {
   int64_t total = 0;

@@ -35,61 +35,90 @@ absl::Status Barrier(RpcContext* rpc, const std::vector<std::string>& endpoints,
   return group.Wait();
 }
 
-// prefetch: Ids (int64, any values) -> Out [N, dim], the rows of distributed table `table`:
-// duplicate ids are fetched once, ids are split by shard (attr shard_method, shard k served by
-// epmap[k]), one request per pserver in parallel, rows gathered back in input order.
+// prefetch: Ids[i] (int64, any values) -> Out[i] [N_i, dims[i]], the rows of distributed table
+// tables[i] (single-table form: attrs table, dim). Per table, duplicate ids are fetched once and
+// split by shard (attr shard_method; shard k is served by epmap[k]); the requests of all tables
+// to all pservers are in flight together; rows are gathered back in input order.
 absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
-  TS_ASSIGN_OR_RETURN(const Tensor* ids, ctx.Input("Ids"));
-  TS_RETURN_IF_ERROR(ctx.CheckDType("Ids", *ids, INT64));
   auto eps = ctx.StringsAttr("epmap");
-  std::string table = ctx.StringAttr("table");
-  int64_t dim = ctx.IntAttr("dim", 0);
+  std::vector<std::string> tables = ctx.StringsAttr("tables");
+  std::vector<int64_t> dims = ctx.IntsAttr("dims");
+  if (tables.empty()) {
+    tables = {ctx.StringAttr("table")};
+    dims = {ctx.IntAttr("dim", 0)};
+  }
+  const int num_tables = static_cast<int>(tables.size());
+  if (static_cast<int>(OpInputs(ctx.op(), "Ids").size()) != num_tables ||
+      static_cast<int>(OpOutputs(ctx.op(), "Out").size()) != num_tables ||
+      static_cast<int>(dims.size()) != num_tables) {
+    return ctx.Error(absl::StrCat("needs one Ids, Out and dim per table (", num_tables,
+                                  " tables)"));
+  }
   ShardMethod method;
   if (!ParseShardMethod(ctx.StringAttr("shard_method", "hash"), &method)) {
     return ctx.Error("shard_method is not hash or mod");
   }
-  if (eps.empty() || dim < 1) return ctx.Error("needs epmap and dim >= 1");
+  if (eps.empty()) return ctx.Error("needs epmap");
   const int n = static_cast<int>(eps.size());
-  const int64_t count = ids->numel();
-  const int64_t* id = ids->data<int64_t>();
-  // Unique ids per shard and, for every input position, where its row will be.
-  absl::flat_hash_map<int64_t, std::pair<int, int64_t>> where;  // id -> (shard, index)
-  std::vector<std::vector<int64_t>> shard_ids(n);
-  where.reserve(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) {
-    auto [it, inserted] = where.try_emplace(id[i]);
-    if (inserted) {
-      int k = ShardOf(id[i], n, method);
-      it->second = {k, static_cast<int64_t>(shard_ids[k].size())};
-      shard_ids[k].push_back(id[i]);
-    }
-  }
-  std::vector<Tensor> rows(n);
+  struct PerTable {
+    const Tensor* ids;
+    absl::flat_hash_map<int64_t, std::pair<int, int64_t>> where;  // id -> (shard, index)
+    std::vector<std::vector<int64_t>> shard_ids;
+    std::vector<Tensor> rows;
+  };
+  std::vector<PerTable> per(num_tables);
   int calls = 0;
-  for (int k = 0; k < n; ++k) calls += shard_ids[k].empty() ? 0 : 1;
+  for (int t = 0; t < num_tables; ++t) {
+    PerTable& p = per[t];
+    if (dims[t] < 1) return ctx.Error(absl::StrCat("table ", tables[t], " has dim ", dims[t]));
+    TS_ASSIGN_OR_RETURN(p.ids, ctx.Input("Ids", t));
+    TS_RETURN_IF_ERROR(ctx.CheckDType("Ids", *p.ids, INT64));
+    p.shard_ids.resize(n);
+    p.rows.resize(n);
+    const int64_t* id = p.ids->data<int64_t>();
+    p.where.reserve(static_cast<size_t>(p.ids->numel()));
+    for (int64_t i = 0; i < p.ids->numel(); ++i) {
+      auto [it, inserted] = p.where.try_emplace(id[i]);
+      if (inserted) {
+        int k = ShardOf(id[i], n, method);
+        it->second = {k, static_cast<int64_t>(p.shard_ids[k].size())};
+        p.shard_ids[k].push_back(id[i]);
+      }
+    }
+    for (int k = 0; k < n; ++k) calls += p.shard_ids[k].empty() ? 0 : 1;
+  }
   StatusGroup group(calls);
   RequestMeta meta = rpc->Meta();
-  for (int k = 0; k < n; ++k) {
-    if (shard_ids[k].empty()) continue;
-    rpc->clients->Get(eps[k])->PrefetchAsync(meta, table, &shard_ids[k], &rows[k],
-                                             group.Callback());
-  }
-  TS_RETURN_IF_ERROR(group.Wait());
-  for (int k = 0; k < n; ++k) {
-    if (shard_ids[k].empty()) continue;
-    if (rows[k].dtype() != FLOAT32 || rows[k].rank() != 2 || rows[k].dim(1) != dim ||
-        rows[k].dim(0) != static_cast<int64_t>(shard_ids[k].size())) {
-      return ctx.Error(absl::StrCat("pserver ", eps[k], " returned ", rows[k].DebugString(),
-                                    " for ", shard_ids[k].size(), " ids of table ", table,
-                                    " (dim ", dim, ")"));
+  for (int t = 0; t < num_tables; ++t) {
+    for (int k = 0; k < n; ++k) {
+      if (per[t].shard_ids[k].empty()) continue;
+      rpc->clients->Get(eps[k])->PrefetchAsync(meta, tables[t], &per[t].shard_ids[k],
+                                               &per[t].rows[k], group.Callback());
     }
   }
-  TS_ASSIGN_OR_RETURN(Tensor * out, ctx.Output("Out"));
-  out->Resize(FLOAT32, {count, dim});
-  float* o = out->data<float>();
-  for (int64_t i = 0; i < count; ++i) {
-    const auto& [k, index] = where[id[i]];
-    std::memcpy(o + i * dim, rows[k].data<float>() + index * dim, sizeof(float) * dim);
+  TS_RETURN_IF_ERROR(group.Wait());
+  for (int t = 0; t < num_tables; ++t) {
+    PerTable& p = per[t];
+    const int64_t dim = dims[t];
+    for (int k = 0; k < n; ++k) {
+      if (p.shard_ids[k].empty()) continue;
+      const Tensor& r = p.rows[k];
+      if (r.dtype() != FLOAT32 || r.rank() != 2 || r.dim(1) != dim ||
+          r.dim(0) != static_cast<int64_t>(p.shard_ids[k].size())) {
+        return ctx.Error(absl::StrCat("pserver ", eps[k], " returned ", r.DebugString(), " for ",
+                                      p.shard_ids[k].size(), " ids of table ", tables[t],
+                                      " (dim ", dim, ")"));
+      }
+    }
+    TS_ASSIGN_OR_RETURN(Tensor * out, ctx.Output("Out", t));
+    const int64_t count = p.ids->numel();
+    out->Resize(FLOAT32, {count, dim});
+    float* o = out->data<float>();
+    const int64_t* id = p.ids->data<int64_t>();
+    for (int64_t i = 0; i < count; ++i) {
+      const auto& [k, index] = p.where[id[i]];
+      std::memcpy(o + i * dim, p.rows[k].data<float>() + index * dim, sizeof(float) * dim);
+    }
   }
   return absl::OkStatus();
 }

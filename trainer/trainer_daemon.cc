@@ -43,7 +43,7 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
                                                       TranspilerConfigFor(config, config.trainer_id)));
   std::vector<std::string> trainable;
   for (const auto& v : model.main.blocks(0).vars()) {
-    if (v.trainable()) trainable.push_back(v.name());
+    if (v.trainable() && !v.is_distributed()) trainable.push_back(v.name());  // tables: pservers
   }
   ModelSpec dist = model;
   dist.main = t.trainer_program();

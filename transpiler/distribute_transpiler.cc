@@ -269,6 +269,47 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
       op = g;
     }
   }
+  // One prefetch op for all tables (their requests then travel together), at the first
+  // prefetch's place — when every Ids it reads is already available there.
+  {
+    std::vector<int> at;
+    for (int i = 0; i < tb->ops_size(); ++i) {
+      if (tb->ops(i).type() == "prefetch") at.push_back(i);
+    }
+    bool fusable = at.size() > 1;
+    for (size_t j = 1; fusable && j < at.size(); ++j) {
+      std::string ids = OpInput(tb->ops(at[j]), "Ids");
+      for (int i = at[0]; i < at[j] && fusable; ++i) {
+        for (const auto& out : AllOutputArgs(tb->ops(i))) fusable &= out != ids;
+      }
+    }
+    if (fusable) {
+      std::vector<std::string> ids, outs, names;
+      std::vector<int64_t> dims;
+      for (int i : at) {
+        const OpDesc& op = tb->ops(i);
+        ids.push_back(OpInput(op, "Ids"));
+        outs.push_back(OpOutput(op, "Out"));
+        names.push_back(GetStringAttr(op, "table", ""));
+        dims.push_back(GetIntAttr(op, "dim", 0));
+      }
+      OpDesc fused = MakeOp("prefetch", {{"Ids", ids}}, {{"Out", outs}});
+      SetAttr(&fused, "tables", names);
+      SetAttr(&fused, "dims", dims);
+      SetAttr(&fused, "epmap", config.pservers);
+      SetAttr(&fused, "shard_method", config.table_shard_method);
+      SetAttr(&fused, kOpRoleAttr, OpRoleOf(tb->ops(at[0])));
+      google::protobuf::RepeatedPtrField<OpDesc> kept;
+      for (int i = 0; i < tb->ops_size(); ++i) {
+        if (i == at[0]) {
+          *kept.Add() = fused;
+        } else if (tb->ops(i).type() != "prefetch") {
+          *kept.Add() = tb->ops(i);
+        }
+      }
+      tb->mutable_ops()->Swap(&kept);
+    }
+  }
   std::vector<std::string> send_vars, send_eps, recv_vars, recv_eps;
   for (const auto& t : tables) {
     std::vector<std::string> shards;
