@@ -1,6 +1,7 @@
 #include "trainer/trainer_daemon.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/layers/memory_optimize.h"
 #include "common/ops/ops.h"
 #include "common/params_io.h"
 #include "common/rpc/grpc/grpc_client.h"
@@ -48,6 +49,21 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
   ModelSpec dist = model;
   dist.main = t.trainer_program();
   dist.startup = t.trainer_startup_program();
+  if (config.memory_optimize) {
+    // Gradients stay intact (they are sent to the pservers); feeds and fetches keep their names.
+    MemoryOptimizeOptions mo;
+    mo.skip_grads = true;
+    mo.skip_vars = {dist.loss, dist.prediction, dist.feeds.dense, dist.feeds.label};
+    for (const auto& slot : dist.feeds.slots) mo.skip_vars.insert(slot.name);
+    // Variables that RPC ops send, receive or prefetch: their names are names on the wire.
+    for (const auto& op : dist.main.blocks(0).ops()) {
+      if ((OpRoleOf(op) & kRoleRPC) == 0 && op.type() != "prefetch") continue;
+      for (const auto& a : AllInputArgs(op)) mo.skip_vars.insert(a);
+      for (const auto& a : AllOutputArgs(op)) mo.skip_vars.insert(a);
+    }
+    TS_ASSIGN_OR_RETURN(MemoryOptimizeStats stats, MemoryOptimize(&dist.main, mo));
+    log << "trainer " << config.trainer_id << ": " << MemoryOptimizeReport(stats) << std::endl;
+  }
 
   TS_ASSIGN_OR_RETURN(examples::ExampleData data,
                       examples::LoadExampleData(ExampleOptionsFor(config)));

@@ -121,6 +121,8 @@ const std::vector<Setting>& Table() {
       {{"log_every_steps", {"TESSERA_LOG_EVERY_STEPS"}},
        Int(&ClusterConfig::log_every_steps, "log_every_steps", 0)},
       {{"dump_params", {"TESSERA_DUMP_PARAMS"}}, Str(&ClusterConfig::dump_params)},
+      {{"memory_optimize", {"TESSERA_MEMORY_OPTIMIZE"}},
+       Bool(&ClusterConfig::memory_optimize, "memory_optimize")},
       {{"rpc_deadline_s", {"TESSERA_RPC_DEADLINE_S"}},
        Real(&ClusterConfig::rpc_deadline_s, "rpc_deadline_s", 0.001)},
       {{"barrier_timeout_s", {"TESSERA_BARRIER_TIMEOUT_S"}},

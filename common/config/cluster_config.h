@@ -52,6 +52,7 @@ struct ClusterConfig {
   float learning_rate = 0.0f;             // 0 = the example's default
   int64_t log_every_steps = 20;
   std::string dump_params;                // trainer: write final parameters here
+  bool memory_optimize = false;           // trainer: reuse buffers of temporaries (grads kept)
   // RPC.
   double rpc_deadline_s = 120;
   double barrier_timeout_s = 60;

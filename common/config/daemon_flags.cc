@@ -11,7 +11,7 @@ namespace tessera {
 namespace {
 bool IsBoolFlag(const std::string& flag) {
   return flag == "sync_mode" || flag == "slice_var_up" || flag == "async_read_own_writes" ||
-         flag == "distributed_tables";
+         flag == "distributed_tables" || flag == "memory_optimize";
 }
 bool Known(const std::string& flag) {
   for (const auto& s : AllSettings()) {
