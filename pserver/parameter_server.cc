@@ -172,6 +172,7 @@ absl::Status ParameterServer::Admit(const RequestMeta& meta) {
                                                    " is outside [0, ", num_trainers_, ")"));
   }
   absl::MutexLock lock(&mu_);
+  last_request_ = absl::Now();
   return failure_;
 }
 
@@ -502,7 +503,17 @@ void ParameterServer::Watchdog() {
       mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100));
       if (stopping_) return;
       if (!failure_.ok()) continue;
+      // Silence from everyone (nobody waits at a barrier, which names the missing instead).
+      if (!finished_ && !active_.empty() && last_request_ != absl::InfinitePast() &&
+          absl::Now() - last_request_ > options_.barrier_timeout && !optimizing_ &&
+          send_.waiting.empty() && fetch_.waiting.empty()) {
+        timeout = absl::DeadlineExceededError(absl::StrCat(
+            "pserver ", options_.endpoint, ": no request from any trainer for ",
+            absl::FormatDuration(options_.barrier_timeout), "; trainers ", Missing(Barrier()),
+            " presumed dead (check their logs, then restart the job)"));
+      }
       for (auto [b, what] : {std::make_pair(&send_, "send"), std::make_pair(&fetch_, "fetch")}) {
+        if (!timeout.ok()) break;
         if (b->waiting.empty() || optimizing_) continue;
         absl::Duration waited = absl::Now() - b->first_arrival;
         if (waited > options_.barrier_timeout) {

@@ -8,7 +8,9 @@
 //   the send barriers return; gets are served (a get that arrives while optimizing waits) ->
 //   FETCH_BARRIER from every active trainer -> step s+1.
 // A barrier that is not complete within barrier_timeout fails for everyone with a message naming
-// the missing trainer ids, and Wait() returns that error. Barriers are idempotent per trainer.
+// the missing trainer ids, and Wait() returns that error; so does silence from every trainer
+// for barrier_timeout once training started (all trainers dead). Barriers are idempotent per
+// trainer.
 // Async mode: each complete gradient is optimized as it arrives under its block's lock; gets
 // return a copy taken under that lock. Distributed tables (sparse_table ops): Prefetch looks
 // rows up in this pserver's shard; their sparse gradients are merged across trainers and
@@ -152,6 +154,9 @@ class ParameterServer : public RequestHandler {
   // Sync: the step at which (trainer, table gradient) last arrived.
   std::map<std::pair<int, std::string>, int64_t> table_grad_step_ ABSL_GUARDED_BY(mu_);
   ParameterServerStats stats_ ABSL_GUARDED_BY(mu_);
+  // Last request from any trainer (InfinitePast before the first): when every active trainer
+  // has been silent for barrier_timeout, they are presumed dead and the server fails.
+  absl::Time last_request_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
   std::unique_ptr<ThreadPool> pool_;
   std::thread watchdog_;

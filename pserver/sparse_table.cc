@@ -1,0 +1,961 @@
+#include "pserver/sparse_table.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#ifdef __SSE4_2__
+#include <nmmintrin.h>
+#endif
+
+#include "Eigen/Core"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/ops/counter_rng.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the export format is written in host byte order, which must be little-endian");
+
+namespace tessera {
+
+namespace sparse_table_format {
+
+namespace {
+
+// The byte-at-a-time table of the reflected CRC-32C polynomial.
+struct Crc32cTable {
+  uint32_t t[256];
+  constexpr Crc32cTable() : t() {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      t[i] = c;
+    }
+  }
+};
+[[maybe_unused]] constexpr Crc32cTable kCrcTable;
+
+}  // namespace
+
+uint32_t Crc32c(const void* data, size_t n, uint32_t crc) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  crc = ~crc;
+#ifdef __SSE4_2__
+  uint64_t c = crc;
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    c = _mm_crc32_u64(c, v);
+  }
+  crc = static_cast<uint32_t>(c);
+  for (; n > 0; --n) crc = _mm_crc32_u8(crc, *p++);
+#else
+  for (; n > 0; --n) crc = kCrcTable.t[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+#endif
+  return ~crc;
+}
+
+}  // namespace sparse_table_format
+
+namespace {
+
+namespace fmt = sparse_table_format;
+
+constexpr uint32_t kNoSlot = 0xFFFFFFFFu;
+constexpr uint64_t kMaxRowsPerShard = uint64_t{1} << 31;
+constexpr uint64_t kInitialCapacity = 16;
+constexpr size_t kRowHeaderBytes = 16;
+constexpr size_t kChunkTargetBytes = size_t{64} << 10;
+constexpr uint32_t kImportedEpoch = 1;
+constexpr int64_t kMaxDim = int64_t{1} << 20;
+
+// A hash map bucket: the row's slot (kNoSlot = empty) and the low 32 bits of its id's hash,
+// which also give the bucket's home position (tag & mask) when the map is rebuilt.
+struct Bucket {
+  uint32_t slot;
+  uint32_t tag;
+};
+static_assert(sizeof(Bucket) == 8, "Bucket must stay 8 bytes");
+
+// The first 16 bytes of a slot. A free slot has epoch 0 and keeps the next free slot in `seen`.
+struct RowHeader {
+  int64_t id;
+  uint32_t seen;   // step clock (low 32 bits) or seconds since the table's creation
+  uint32_t epoch;  // export epoch of the last change
+};
+static_assert(sizeof(RowHeader) == kRowHeaderBytes, "RowHeader must stay 16 bytes");
+
+struct Pending {
+  uint32_t count = 0;
+  uint32_t seen = 0;
+};
+
+// Where a batch starts its walk over the shards: different per call and thread, so that
+// concurrent batches do not queue behind each other on the same shard locks in lockstep.
+int StartShardBits() {
+  thread_local uint64_t state = reinterpret_cast<uintptr_t>(&state);
+  state = counter_rng_internal::Mix64(state + counter_rng_internal::kGolden);
+  return static_cast<int>(state >> 40);
+}
+
+inline uint64_t HashId(int64_t id) {
+  return counter_rng_internal::Mix64(static_cast<uint64_t>(id) + counter_rng_internal::kGolden);
+}
+
+using ArrayMap = Eigen::Map<Eigen::Array<float, Eigen::Dynamic, 1>>;
+using ConstArrayMap = Eigen::Map<const Eigen::Array<float, Eigen::Dynamic, 1>>;
+
+uint32_t OptCode(const std::string& name) { return name == "adagrad" ? 1 : name == "adam" ? 2 : 0; }
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+// write() all of [p, p + n).
+bool WriteAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// pread() exactly n bytes at `offset`; false on error or early end of file (errno 0).
+bool ReadAllAt(int fd, char* p, size_t n, uint64_t offset) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (r == 0) {
+      errno = 0;
+      return false;
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+  return true;
+}
+
+template <typename T>
+void Put(char* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+template <typename T>
+T Get(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// Closes a file descriptor on scope exit.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  // Closes now; false (errno set) on failure.
+  bool Close() {
+    const int fd = fd_;
+    fd_ = -1;
+    return ::close(fd) == 0;
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+struct alignas(64) SparseTable::Shard {
+  mutable absl::Mutex mu;
+  std::unique_ptr<Bucket[]> buckets ABSL_GUARDED_BY(mu);
+  uint64_t capacity ABSL_GUARDED_BY(mu) = 0;  // buckets, a power of two
+  uint64_t size ABSL_GUARDED_BY(mu) = 0;      // live rows
+  std::vector<std::unique_ptr<char[]>> chunks ABSL_GUARDED_BY(mu);
+  uint32_t used_slots ABSL_GUARDED_BY(mu) = 0;  // slots [0, used_slots) were handed out
+  uint32_t free_head ABSL_GUARDED_BY(mu) = kNoSlot;
+  absl::flat_hash_map<int64_t, Pending> pending ABSL_GUARDED_BY(mu);
+  int64_t created ABSL_GUARDED_BY(mu) = 0;
+  int64_t evicted ABSL_GUARDED_BY(mu) = 0;
+  int64_t dropped ABSL_GUARDED_BY(mu) = 0;
+};
+
+// A batch of ids with duplicates linked to their first occurrence, first occurrences grouped
+// by shard.
+struct SparseTable::Partition {
+  static constexpr uint32_t kEnd = 0xFFFFFFFFu;
+  std::vector<uint64_t> hash;   // per first occurrence
+  std::vector<uint32_t> next;   // per position: the next position with the same id, or kEnd
+  std::vector<uint32_t> count;  // per first occurrence: occurrences of its id in the batch
+  std::vector<uint32_t> order;  // first occurrences grouped by shard, ascending within a shard
+  std::vector<uint32_t> begin;  // shard s owns order[begin[s], begin[s + 1])
+};
+
+absl::StatusOr<std::unique_ptr<SparseTable>> SparseTable::Create(const SparseTableOptions& o) {
+  auto bad = [](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("SparseTableOptions.", what));
+  };
+  if (o.dim < 1 || o.dim > kMaxDim) {
+    return bad(absl::StrCat("dim is ", o.dim, "; it must be in [1, ", kMaxDim, "]"));
+  }
+  const SparseTableInitializer& init = o.initializer;
+  switch (init.kind) {
+    case SparseTableInitializer::kUniform:
+      if (!std::isfinite(init.min) || !std::isfinite(init.max) || !(init.min <= init.max)) {
+        return bad(absl::StrCat("initializer min ", init.min, " and max ", init.max,
+                                " must be finite with min <= max"));
+      }
+      break;
+    case SparseTableInitializer::kGaussian:
+      if (!std::isfinite(init.mean) || !std::isfinite(init.std) || init.std < 0) {
+        return bad(absl::StrCat("initializer mean ", init.mean, " and std ", init.std,
+                                " must be finite with std >= 0"));
+      }
+      break;
+    case SparseTableInitializer::kConstant:
+      if (!std::isfinite(init.value)) {
+        return bad(absl::StrCat("initializer value ", init.value, " must be finite"));
+      }
+      break;
+    default:
+      return bad(absl::StrCat("initializer kind ", static_cast<int>(init.kind),
+                              " is not kUniform, kGaussian or kConstant"));
+  }
+  Opt opt;
+  if (o.optimizer == "sgd") {
+    opt = Opt::kSgd;
+  } else if (o.optimizer == "adagrad") {
+    opt = Opt::kAdagrad;
+  } else if (o.optimizer == "adam") {
+    opt = Opt::kAdam;
+  } else {
+    return bad(absl::StrCat("optimizer is '", o.optimizer, "'; expected sgd, adagrad or adam"));
+  }
+  if (!std::isfinite(o.l2)) return bad(absl::StrCat("l2 is ", o.l2, "; it must be finite"));
+  if (!(o.adagrad_epsilon >= 0) || !std::isfinite(o.adagrad_epsilon)) {
+    return bad(absl::StrCat("adagrad_epsilon is ", o.adagrad_epsilon, "; it must be >= 0"));
+  }
+  if (!(o.adam_beta1 >= 0 && o.adam_beta1 < 1) || !(o.adam_beta2 >= 0 && o.adam_beta2 < 1)) {
+    return bad(absl::StrCat("adam_beta1 ", o.adam_beta1, " and adam_beta2 ", o.adam_beta2,
+                            " must be in [0, 1)"));
+  }
+  if (!(o.adam_epsilon >= 0) || !std::isfinite(o.adam_epsilon)) {
+    return bad(absl::StrCat("adam_epsilon is ", o.adam_epsilon, "; it must be >= 0"));
+  }
+  if (o.num_shards < 1 || o.num_shards > 4096 || (o.num_shards & (o.num_shards - 1)) != 0) {
+    return bad(
+        absl::StrCat("num_shards is ", o.num_shards, "; it must be a power of two in [1, 4096]"));
+  }
+  constexpr int64_t kMaxAge = std::numeric_limits<int32_t>::max();
+  if (o.admission_threshold < 0 || o.admission_threshold > kMaxAge) {
+    return bad(absl::StrCat("admission_threshold is ", o.admission_threshold,
+                            "; it must be in [0, ", kMaxAge, "] (0 = off)"));
+  }
+  if (o.evict_after_steps < 0 || o.evict_after_steps > kMaxAge || o.evict_after_seconds < 0 ||
+      o.evict_after_seconds > kMaxAge) {
+    return bad(absl::StrCat("evict_after_steps ", o.evict_after_steps, " and evict_after_seconds ",
+                            o.evict_after_seconds, " must be in [0, ", kMaxAge, "] (0 = off)"));
+  }
+  if (o.evict_after_steps > 0 && o.evict_after_seconds > 0) {
+    return bad(absl::StrCat("evict_after_steps (", o.evict_after_steps,
+                            ") and evict_after_seconds (", o.evict_after_seconds,
+                            ") are both set; use at most one"));
+  }
+  return std::unique_ptr<SparseTable>(new SparseTable(o, opt));
+}
+
+namespace {
+int64_t StateMultiple(const std::string& optimizer) {
+  return optimizer == "adagrad" ? 1 : optimizer == "adam" ? 2 : 0;
+}
+size_t SlotStride(int64_t dim, int64_t state_width) {
+  const size_t bytes = kRowHeaderBytes + sizeof(float) * static_cast<size_t>(dim + state_width);
+  return (bytes + 7) / 8 * 8;
+}
+int ChunkShift(size_t stride) {
+  int shift = 0;
+  while ((stride << (shift + 1)) <= kChunkTargetBytes) ++shift;
+  return shift;
+}
+}  // namespace
+
+SparseTable::SparseTable(const SparseTableOptions& options, Opt opt)
+    : options_(options),
+      opt_(opt),
+      dim_(options.dim),
+      state_width_(StateMultiple(options.optimizer) * options.dim),
+      stride_(SlotStride(dim_, state_width_)),
+      chunk_shift_(ChunkShift(stride_)),
+      shard_mask_(options.num_shards - 1),
+      created_(options.clock ? options.clock() : absl::Now()),
+      shards_(new Shard[options.num_shards]) {
+  for (int s = 0; s < options.num_shards; ++s) {
+    Shard& shard = shards_[s];
+    absl::MutexLock lock(&shard.mu);
+    shard.capacity = kInitialCapacity;
+    shard.buckets.reset(new Bucket[kInitialCapacity]);
+    std::memset(shard.buckets.get(), 0xFF, sizeof(Bucket) * kInitialCapacity);
+  }
+}
+
+SparseTable::~SparseTable() = default;
+
+char* SparseTable::SlotPtr(const Shard& shard, uint32_t slot) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const uint32_t mask = (uint32_t{1} << chunk_shift_) - 1;
+  return shard.chunks[slot >> chunk_shift_].get() + static_cast<size_t>(slot & mask) * stride_;
+}
+
+void SparseTable::InitValues(int64_t id, float* values) const {
+  const SparseTableInitializer& init = options_.initializer;
+  const uint64_t first = static_cast<uint64_t>(id) * static_cast<uint64_t>(dim_);
+  switch (init.kind) {
+    case SparseTableInitializer::kUniform:
+      FillCounterUniform<float>(init.seed, first, init.min, init.max, values, dim_);
+      break;
+    case SparseTableInitializer::kGaussian:
+      FillCounterGaussian<float>(init.seed, first, init.mean, init.std, values, dim_);
+      break;
+    case SparseTableInitializer::kConstant:
+      std::fill(values, values + dim_, static_cast<float>(init.value));
+      break;
+  }
+}
+
+void SparseTable::PartitionIds(absl::Span<const int64_t> ids, Partition* p) const {
+  constexpr uint32_t kEnd = Partition::kEnd;
+  const size_t n = ids.size();
+  const int num_shards = shard_mask_ + 1;
+  p->hash.resize(n);
+  p->next.assign(n, kEnd);
+  p->count.resize(n);
+  p->begin.assign(num_shards + 1, 0);
+  // First occurrences by open addressing on the id hash (a small, cache-resident table).
+  size_t cap = 16;
+  while (cap < 2 * n) cap *= 2;
+  const size_t mask = cap - 1;
+  std::vector<uint32_t> first(cap, kEnd);
+  std::vector<uint32_t> tail(n);
+  std::vector<uint32_t> firsts;
+  firsts.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t id = ids[i];
+    const uint64_t h = HashId(id);
+    for (size_t j = h & mask;; j = (j + 1) & mask) {
+      const uint32_t f = first[j];
+      if (f == kEnd) {
+        first[j] = static_cast<uint32_t>(i);
+        p->hash[i] = h;
+        p->count[i] = 1;
+        tail[i] = static_cast<uint32_t>(i);
+        firsts.push_back(static_cast<uint32_t>(i));
+        ++p->begin[((h >> 32) & shard_mask_) + 1];
+        break;
+      }
+      if (ids[f] == id) {
+        p->next[tail[f]] = static_cast<uint32_t>(i);
+        tail[f] = static_cast<uint32_t>(i);
+        ++p->count[f];
+        break;
+      }
+    }
+  }
+  for (int s = 0; s < num_shards; ++s) p->begin[s + 1] += p->begin[s];
+  p->order.resize(firsts.size());
+  std::vector<uint32_t> cursor(p->begin.begin(), p->begin.end() - 1);
+  for (uint32_t i : firsts) p->order[cursor[(p->hash[i] >> 32) & shard_mask_]++] = i;
+}
+
+void SparseTable::Prefetch(const Shard& shard, const Partition& part, uint32_t k,
+                           uint32_t end) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  constexpr uint32_t kBucketAhead = 8, kSlotAhead = 4;
+  const uint64_t mask = shard.capacity - 1;
+  if (k + kBucketAhead < end) {
+    __builtin_prefetch(&shard.buckets[part.hash[part.order[k + kBucketAhead]] & mask]);
+  }
+  if (k + kSlotAhead < end) {
+    const uint64_t h = part.hash[part.order[k + kSlotAhead]];
+    const Bucket b = shard.buckets[h & mask];
+    if (b.slot != kNoSlot && b.tag == static_cast<uint32_t>(h)) {
+      const char* slot = SlotPtr(shard, b.slot);
+      for (size_t line = 0; line < stride_; line += 64) __builtin_prefetch(slot + line);
+    }
+  }
+}
+
+uint32_t SparseTable::FindSlot(const Shard& shard, int64_t id,
+                               uint64_t hash) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const uint32_t tag = static_cast<uint32_t>(hash);
+  const uint64_t mask = shard.capacity - 1;
+  const Bucket* buckets = shard.buckets.get();
+  for (uint64_t i = tag & mask;; i = (i + 1) & mask) {
+    const Bucket b = buckets[i];
+    if (b.slot == kNoSlot) return kNoSlot;
+    if (b.tag == tag && reinterpret_cast<const RowHeader*>(SlotPtr(shard, b.slot))->id == id) {
+      return b.slot;
+    }
+  }
+}
+
+uint32_t SparseTable::CreateRow(Shard& shard, int64_t id, uint64_t hash, uint32_t seen,
+                                uint32_t epoch,
+                                bool initialize) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (shard.size >= kMaxRowsPerShard) return kNoSlot;
+  // Grow the map first so that the load factor stays <= 3/4.
+  if ((shard.size + 1) * 4 > shard.capacity * 3) {
+    const uint64_t cap = shard.capacity * 2;
+    const uint64_t mask = cap - 1;
+    std::unique_ptr<Bucket[]> next(new Bucket[cap]);
+    std::memset(next.get(), 0xFF, sizeof(Bucket) * cap);
+    for (uint64_t i = 0; i < shard.capacity; ++i) {
+      const Bucket b = shard.buckets[i];
+      if (b.slot == kNoSlot) continue;
+      uint64_t j = b.tag & mask;
+      while (next[j].slot != kNoSlot) j = (j + 1) & mask;
+      next[j] = b;
+    }
+    shard.buckets = std::move(next);
+    shard.capacity = cap;
+  }
+  uint32_t slot;
+  if (shard.free_head != kNoSlot) {
+    slot = shard.free_head;
+    shard.free_head = reinterpret_cast<RowHeader*>(SlotPtr(shard, slot))->seen;
+  } else {
+    if (static_cast<uint64_t>(shard.used_slots) == static_cast<uint64_t>(shard.chunks.size())
+                                                       << chunk_shift_) {
+      shard.chunks.emplace_back(new char[stride_ << chunk_shift_]);
+    }
+    slot = shard.used_slots++;
+  }
+  char* p = SlotPtr(shard, slot);
+  RowHeader* h = reinterpret_cast<RowHeader*>(p);
+  h->id = id;
+  h->seen = seen;
+  h->epoch = epoch;
+  if (initialize) {
+    float* values = reinterpret_cast<float*>(p + kRowHeaderBytes);
+    InitValues(id, values);
+    if (state_width_ > 0) std::memset(values + dim_, 0, sizeof(float) * state_width_);
+  }
+  const uint32_t tag = static_cast<uint32_t>(hash);
+  const uint64_t mask = shard.capacity - 1;
+  uint64_t i = tag & mask;
+  while (shard.buckets[i].slot != kNoSlot) i = (i + 1) & mask;
+  shard.buckets[i] = Bucket{slot, tag};
+  ++shard.size;
+  ++shard.created;
+  return slot;
+}
+
+void SparseTable::RemoveRow(Shard& shard, uint32_t slot) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  RowHeader* h = reinterpret_cast<RowHeader*>(SlotPtr(shard, slot));
+  const uint64_t mask = shard.capacity - 1;
+  Bucket* buckets = shard.buckets.get();
+  uint64_t i = static_cast<uint32_t>(HashId(h->id)) & mask;
+  while (buckets[i].slot != slot) i = (i + 1) & mask;
+  // Backward-shift deletion: move later entries of the probe run into the hole unless their
+  // home position lies cyclically in (hole, j].
+  for (uint64_t j = i;;) {
+    j = (j + 1) & mask;
+    if (buckets[j].slot == kNoSlot) break;
+    const uint64_t home = buckets[j].tag & mask;
+    const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+    if (!stays) {
+      buckets[i] = buckets[j];
+      i = j;
+    }
+  }
+  buckets[i].slot = kNoSlot;
+  h->epoch = 0;
+  h->seen = shard.free_head;
+  shard.free_head = slot;
+  --shard.size;
+  ++shard.evicted;
+}
+
+void SparseTable::ApplyOptimizer(char* slot, const float* grad, float lr, float lr_t) const {
+  float* p = reinterpret_cast<float*>(slot + kRowHeaderBytes);
+  ArrayMap P(p, dim_);
+  ConstArrayMap G(grad, dim_);
+  const float c = static_cast<float>(options_.l2);
+  // The expressions of common/ops/optimizer_ops.cc, so that results match bit for bit.
+  switch (opt_) {
+    case Opt::kSgd:
+      P -= lr * (G + c * P);
+      break;
+    case Opt::kAdagrad: {
+      ArrayMap M(p + dim_, dim_);
+      const float eps = static_cast<float>(options_.adagrad_epsilon);
+      M += (G + c * P).square();
+      P -= lr * (G + c * P) / (M.sqrt() + eps);
+      break;
+    }
+    case Opt::kAdam: {
+      ArrayMap M1(p + dim_, dim_), M2(p + 2 * dim_, dim_);
+      const float b1 = static_cast<float>(options_.adam_beta1);
+      const float b2 = static_cast<float>(options_.adam_beta2);
+      const float eps = static_cast<float>(options_.adam_epsilon);
+      M1 = b1 * M1 + (1.0f - b1) * (G + c * P);
+      M2 = b2 * M2 + (1.0f - b2) * (G + c * P).square();
+      P -= lr_t * M1 / (M2.sqrt() + eps);
+      break;
+    }
+  }
+}
+
+int SparseTable::StartShard() const { return StartShardBits() & shard_mask_; }
+
+uint32_t SparseTable::NowSeconds() const {
+  const absl::Time now = options_.clock ? options_.clock() : absl::Now();
+  const int64_t s = absl::ToInt64Seconds(now - created_);
+  return static_cast<uint32_t>(std::clamp<int64_t>(s, 0, std::numeric_limits<uint32_t>::max()));
+}
+
+uint32_t SparseTable::SeenStamp() const {
+  if (options_.evict_after_seconds > 0) return NowSeconds();
+  return static_cast<uint32_t>(step_.load(std::memory_order_relaxed));
+}
+
+absl::Status SparseTable::ShardFull(int shard_index) const {
+  return absl::ResourceExhaustedError(absl::StrCat("sparse table shard ", shard_index, " is full (",
+                                                   kMaxRowsPerShard,
+                                                   " rows); use more shards or pservers"));
+}
+
+void SparseTable::AdvanceStep(int64_t step) {
+  int64_t cur = step_.load(std::memory_order_relaxed);
+  while (step > cur && !step_.compare_exchange_weak(cur, step, std::memory_order_relaxed)) {
+  }
+}
+
+absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
+  if (ids.empty()) return absl::OkStatus();
+  if (out == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SparseTable::Lookup of ", ids.size(), " ids with a null output"));
+  }
+  if (ids.size() >= Partition::kEnd) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SparseTable::Lookup batch of ", ids.size(), " ids is too large"));
+  }
+  Partition part;
+  PartitionIds(ids, &part);
+  const uint32_t seen = SeenStamp();
+  const int64_t threshold = options_.admission_threshold;
+  const size_t row_bytes = sizeof(float) * dim_;
+  const int first_shard = StartShard();
+  for (int i = 0; i <= shard_mask_; ++i) {
+    const int s = (first_shard + i) & shard_mask_;
+    const uint32_t b = part.begin[s], e = part.begin[s + 1];
+    if (b == e) continue;
+    Shard& shard = shards_[s];
+    absl::MutexLock lock(&shard.mu);
+    const uint32_t epoch = epoch_.load(std::memory_order_relaxed);
+    for (uint32_t k = b; k < e; ++k) {
+      Prefetch(shard, part, k, e);
+      const uint32_t pos = part.order[k];
+      const int64_t id = ids[pos];
+      const uint64_t hash = part.hash[pos];
+      float* dst = out + static_cast<size_t>(pos) * dim_;
+      uint32_t slot = FindSlot(shard, id, hash);
+      if (slot == kNoSlot) {
+        if (threshold > 1) {
+          // Every occurrence counts; all occurrences of this batch get the initial value.
+          Pending& pending = shard.pending[id];
+          pending.seen = seen;
+          pending.count = static_cast<uint32_t>(
+              std::min<int64_t>(threshold, int64_t{pending.count} + part.count[pos]));
+          if (pending.count < threshold) {
+            InitValues(id, dst);
+            continue;
+          }
+          shard.pending.erase(id);
+        }
+        slot = CreateRow(shard, id, hash, seen, epoch);
+        if (slot == kNoSlot) return ShardFull(s);
+      }
+      char* p = SlotPtr(shard, slot);
+      reinterpret_cast<RowHeader*>(p)->seen = seen;
+      std::memcpy(dst, p + kRowHeaderBytes, row_bytes);
+    }
+  }
+  // Repeated ids: copies of their first occurrence.
+  for (uint32_t pos : part.order) {
+    const float* src = out + static_cast<size_t>(pos) * dim_;
+    for (uint32_t j = part.next[pos]; j != Partition::kEnd; j = part.next[j]) {
+      std::memcpy(out + static_cast<size_t>(j) * dim_, src, row_bytes);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const float* grads,
+                                         float lr, int64_t step) {
+  if (opt_ == Opt::kAdam && step < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("SparseTable::ApplyGradients step is ", step,
+                                                   "; adam needs the 1-based step (>= 1)"));
+  }
+  AdvanceStep(step);
+  if (ids.empty()) return absl::OkStatus();
+  if (grads == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SparseTable::ApplyGradients of ", ids.size(), " ids with null gradients"));
+  }
+  if (ids.size() >= Partition::kEnd) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SparseTable::ApplyGradients batch of ", ids.size(), " ids is too large"));
+  }
+  float lr_t = 0;
+  if (opt_ == Opt::kAdam) {
+    const double b1pow = std::pow(options_.adam_beta1, static_cast<double>(step));
+    const double b2pow = std::pow(options_.adam_beta2, static_cast<double>(step));
+    lr_t = static_cast<float>(static_cast<double>(lr) * std::sqrt(1.0 - b2pow) / (1.0 - b1pow));
+  }
+  Partition part;
+  PartitionIds(ids, &part);
+  const uint32_t seen = SeenStamp();
+  const bool admission = options_.admission_threshold > 1;
+  std::vector<float> sums;
+  std::vector<const float*> shard_grads;
+  const int first_shard = StartShard();
+  for (int i = 0; i <= shard_mask_; ++i) {
+    const int s = (first_shard + i) & shard_mask_;
+    const uint32_t b = part.begin[s], e = part.begin[s + 1];
+    if (b == e) continue;
+    // The gradient of each distinct id: duplicates summed in their order of appearance (as
+    // MergeRows does), before taking the lock.
+    sums.resize(static_cast<size_t>(e - b) * dim_);
+    shard_grads.resize(e - b);
+    for (uint32_t k = b; k < e; ++k) {
+      const uint32_t pos = part.order[k];
+      const float* g = grads + static_cast<size_t>(pos) * dim_;
+      if (part.next[pos] != Partition::kEnd) {
+        float* sum = sums.data() + static_cast<size_t>(k - b) * dim_;
+        ArrayMap acc(sum, dim_);
+        acc = ConstArrayMap(g, dim_);
+        for (uint32_t j = part.next[pos]; j != Partition::kEnd; j = part.next[j]) {
+          acc += ConstArrayMap(grads + static_cast<size_t>(j) * dim_, dim_);
+        }
+        g = sum;
+      }
+      shard_grads[k - b] = g;
+    }
+    Shard& shard = shards_[s];
+    absl::MutexLock lock(&shard.mu);
+    const uint32_t epoch = epoch_.load(std::memory_order_relaxed);
+    for (uint32_t k = b; k < e; ++k) {
+      Prefetch(shard, part, k, e);
+      const uint32_t pos = part.order[k];
+      const int64_t id = ids[pos];
+      uint32_t slot = FindSlot(shard, id, part.hash[pos]);
+      if (slot == kNoSlot) {
+        if (admission) {
+          shard.dropped += part.count[pos];
+          continue;
+        }
+        slot = CreateRow(shard, id, part.hash[pos], seen, epoch);
+        if (slot == kNoSlot) return ShardFull(s);
+      }
+      char* p = SlotPtr(shard, slot);
+      RowHeader* h = reinterpret_cast<RowHeader*>(p);
+      h->seen = seen;
+      h->epoch = epoch;
+      ApplyOptimizer(p, shard_grads[k - b], lr, lr_t);
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t SparseTable::EvictStale() {
+  int64_t limit = options_.evict_after_steps;
+  if (limit == 0) limit = options_.evict_after_seconds;
+  if (limit == 0) return 0;
+  const uint32_t now = SeenStamp();
+  const uint32_t max_age = static_cast<uint32_t>(limit);
+  // Ages of stamps newer than `now` (written concurrently) wrap to >= 2^31: not stale.
+  auto stale = [&](uint32_t stamp) {
+    const uint32_t age = now - stamp;
+    return age >= max_age && age < (uint32_t{1} << 31);
+  };
+  int64_t removed = 0;
+  for (int s = 0; s <= shard_mask_; ++s) {
+    Shard& shard = shards_[s];
+    absl::MutexLock lock(&shard.mu);
+    for (uint32_t slot = 0; slot < shard.used_slots; ++slot) {
+      const RowHeader* h = reinterpret_cast<const RowHeader*>(SlotPtr(shard, slot));
+      if (h->epoch != 0 && stale(h->seen)) {
+        RemoveRow(shard, slot);
+        ++removed;
+      }
+    }
+    absl::erase_if(shard.pending, [&](const auto& kv) { return stale(kv.second.seen); });
+  }
+  return removed;
+}
+
+absl::StatusOr<int64_t> SparseTable::Export(const std::string& path,
+                                            const SparseTableExportOptions& export_options) {
+  absl::MutexLock export_lock(&export_mu_);
+  const uint32_t since = last_export_epoch_;
+  // Rows changed from here on record epoch + 1, so the next only_changed export sees them.
+  const uint32_t epoch = epoch_.fetch_add(1);
+  const bool with_state = export_options.with_optimizer_state && state_width_ > 0;
+  const int64_t state_width = with_state ? state_width_ : 0;
+  const size_t record_bytes = 8 + sizeof(float) * (dim_ + state_width) + 4;
+
+  static std::atomic<uint64_t> temp_counter{0};
+  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid(), ".", temp_counter.fetch_add(1));
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "sparse table export to ", path, ": cannot create temp file ", temp, ": ", ErrnoText()));
+  }
+  FdCloser closer(fd);
+  auto fail = [&](const std::string& what) {
+    const std::string err = ErrnoText();
+    ::unlink(temp.c_str());
+    return absl::UnavailableError(
+        absl::StrCat("sparse table export to ", path, ": ", what, " ", temp, ": ", err));
+  };
+  char header[fmt::kHeaderBytes] = {};
+  if (!WriteAll(fd, header, sizeof(header))) return fail("cannot write");
+
+  uint64_t count = 0;
+  std::vector<char> buffer;
+  for (int s = 0; s <= shard_mask_; ++s) {
+    buffer.clear();
+    {
+      Shard& shard = shards_[s];
+      absl::MutexLock lock(&shard.mu);
+      buffer.reserve(record_bytes * shard.size);
+      for (uint32_t slot = 0; slot < shard.used_slots; ++slot) {
+        const char* p = SlotPtr(shard, slot);
+        const RowHeader* h = reinterpret_cast<const RowHeader*>(p);
+        if (h->epoch == 0) continue;
+        if (export_options.only_changed && h->epoch <= since) continue;
+        const size_t at = buffer.size();
+        buffer.resize(at + record_bytes);
+        char* r = buffer.data() + at;
+        Put<int64_t>(r, h->id);
+        std::memcpy(r + 8, p + kRowHeaderBytes, record_bytes - 12);
+        Put<uint32_t>(r + record_bytes - 4, fmt::Crc32c(r, record_bytes - 4));
+      }
+    }
+    count += buffer.size() / record_bytes;
+    if (!WriteAll(fd, buffer.data(), buffer.size())) return fail("cannot write");
+  }
+
+  std::memcpy(header, fmt::kMagic, 8);
+  Put<uint32_t>(header + 8, fmt::kVersion);
+  Put<uint32_t>(header + 12, export_options.only_changed ? fmt::kFlagOnlyChanged : 0);
+  Put<uint32_t>(header + 16, static_cast<uint32_t>(dim_));
+  Put<uint32_t>(header + 20, static_cast<uint32_t>(state_width));
+  Put<uint64_t>(header + 24, count);
+  Put<uint32_t>(header + 32, OptCode(options_.optimizer));
+  Put<uint32_t>(header + 36, fmt::Crc32c(header, 36));
+  if (::pwrite(fd, header, sizeof(header), 0) != static_cast<ssize_t>(sizeof(header))) {
+    return fail("cannot write the header of");
+  }
+  if (::fsync(fd) != 0) return fail("cannot fsync");
+  if (!closer.Close()) return fail("cannot close");
+  if (::rename(temp.c_str(), path.c_str()) != 0) return fail("cannot rename to the target");
+  // Make the rename durable: fsync the directory (best effort; some file systems refuse).
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+  last_export_epoch_ = epoch;
+  return static_cast<int64_t>(count);
+}
+
+absl::StatusOr<int64_t> SparseTable::Import(const std::string& path) {
+  auto corrupt = [&](uint64_t offset, const std::string& what) {
+    return absl::DataLossError(
+        absl::StrCat("sparse table file ", path, ": ", what, " at offset ", offset));
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(
+        absl::StrCat("sparse table file ", path, ": cannot open: ", ErrnoText()));
+  }
+  FdCloser closer(fd);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("sparse table file ", path, ": cannot stat: ", ErrnoText()));
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < fmt::kHeaderBytes) {
+    return corrupt(
+        size, absl::StrCat("truncated header (", size, " bytes, need ", fmt::kHeaderBytes, ")"));
+  }
+  char header[fmt::kHeaderBytes];
+  auto read_error = [&](uint64_t offset) {
+    const std::string err = errno == 0 ? "unexpected end of file" : ErrnoText();
+    return absl::UnavailableError(
+        absl::StrCat("sparse table file ", path, ": cannot read at offset ", offset, ": ", err));
+  };
+  if (!ReadAllAt(fd, header, sizeof(header), 0)) return read_error(0);
+  if (std::memcmp(header, fmt::kMagic, 8) != 0) {
+    return corrupt(0, "bad magic (not a sparse table export)");
+  }
+  const uint32_t version = Get<uint32_t>(header + 8);
+  if (version != fmt::kVersion) {
+    return corrupt(
+        8, absl::StrCat("unsupported version ", version, " (expected ", fmt::kVersion, ")"));
+  }
+  if (Get<uint32_t>(header + 36) != fmt::Crc32c(header, 36)) {
+    return corrupt(36, "header checksum mismatch");
+  }
+  const uint32_t dim = Get<uint32_t>(header + 16);
+  if (dim != dim_) {
+    return corrupt(16, absl::StrCat("dim ", dim, " does not match the table's dim ", dim_));
+  }
+  const uint32_t state_width = Get<uint32_t>(header + 20);
+  const uint32_t opt_code = Get<uint32_t>(header + 32);
+  if (state_width != 0 &&
+      (state_width != state_width_ || opt_code != OptCode(options_.optimizer))) {
+    return corrupt(20, absl::StrCat("optimizer state of ", state_width, " floats (optimizer ",
+                                    opt_code, ") does not match the table's ", state_width_,
+                                    " floats of ", options_.optimizer));
+  }
+  const uint64_t count = Get<uint64_t>(header + 24);
+  const uint64_t record_bytes = 8 + sizeof(float) * (dim + uint64_t{state_width}) + 4;
+  const uint64_t max_count = (size - fmt::kHeaderBytes) / record_bytes;
+  if (count > max_count) {
+    return corrupt(fmt::kHeaderBytes + max_count * record_bytes,
+                   absl::StrCat("truncated: record ", max_count, " of ", count, " is incomplete (",
+                                size, " bytes)"));
+  }
+  const uint64_t expected = fmt::kHeaderBytes + count * record_bytes;
+  if (size != expected) {
+    return corrupt(expected, absl::StrCat(size - expected, " unexpected bytes after the last of ",
+                                          count, " records"));
+  }
+
+  // Whole records per read.
+  const uint64_t per_read = std::max<uint64_t>(1, (uint64_t{4} << 20) / record_bytes);
+  std::vector<char> buffer(per_read * record_bytes);
+  std::vector<int64_t> ids;
+  // Pass 0 validates every record; pass 1 loads them (re-checking the checksums).
+  for (int pass = 0; pass < 2; ++pass) {
+    for (uint64_t first = 0; first < count; first += per_read) {
+      const uint64_t n = std::min(per_read, count - first);
+      const uint64_t offset = fmt::kHeaderBytes + first * record_bytes;
+      if (!ReadAllAt(fd, buffer.data(), n * record_bytes, offset)) return read_error(offset);
+      ids.resize(n);
+      for (uint64_t k = 0; k < n; ++k) {
+        const char* r = buffer.data() + k * record_bytes;
+        ids[k] = Get<int64_t>(r);
+        if (Get<uint32_t>(r + record_bytes - 4) != fmt::Crc32c(r, record_bytes - 4)) {
+          return corrupt(offset + k * record_bytes,
+                         absl::StrCat("record ", first + k, " (id ", ids[k], ") checksum mismatch",
+                                      pass == 1 ? " (file changed)" : ""));
+        }
+      }
+      if (pass == 0) continue;
+      Partition part;
+      PartitionIds(ids, &part);
+      const uint32_t seen = SeenStamp();
+      for (int s = 0; s <= shard_mask_; ++s) {
+        const uint32_t b = part.begin[s], e = part.begin[s + 1];
+        if (b == e) continue;
+        Shard& shard = shards_[s];
+        absl::MutexLock lock(&shard.mu);
+        for (uint32_t k = b; k < e; ++k) {
+          Prefetch(shard, part, k, e);
+          const uint32_t pos = part.order[k];
+          const int64_t id = ids[pos];
+          uint32_t last = pos;  // a repeated id (not written by Export): the last record wins
+          while (part.next[last] != Partition::kEnd) last = part.next[last];
+          uint32_t slot = FindSlot(shard, id, part.hash[pos]);
+          if (slot == kNoSlot) {
+            shard.pending.erase(id);
+            slot = CreateRow(shard, id, part.hash[pos], seen, kImportedEpoch,
+                             /*initialize=*/false);
+            if (slot == kNoSlot) return ShardFull(s);
+          }
+          char* p = SlotPtr(shard, slot);
+          RowHeader* h = reinterpret_cast<RowHeader*>(p);
+          h->seen = seen;
+          h->epoch = kImportedEpoch;
+          float* values = reinterpret_cast<float*>(p + kRowHeaderBytes);
+          const char* r = buffer.data() + static_cast<size_t>(last) * record_bytes;
+          std::memcpy(values, r + 8, sizeof(float) * (dim_ + state_width));
+          if (state_width == 0 && state_width_ > 0) {
+            std::memset(values + dim_, 0, sizeof(float) * state_width_);
+          }
+        }
+      }
+    }
+  }
+  return static_cast<int64_t>(count);
+}
+
+bool SparseTable::PeekRow(int64_t id, float* values, float* state) const {
+  const uint64_t hash = HashId(id);
+  const Shard& shard = shards_[(hash >> 32) & shard_mask_];
+  absl::ReaderMutexLock lock(&shard.mu);
+  const uint32_t slot = FindSlot(shard, id, hash);
+  if (slot == kNoSlot) return false;
+  const float* p = reinterpret_cast<const float*>(SlotPtr(shard, slot) + kRowHeaderBytes);
+  if (values != nullptr) std::memcpy(values, p, sizeof(float) * dim_);
+  if (state != nullptr && state_width_ > 0) {
+    std::memcpy(state, p + dim_, sizeof(float) * state_width_);
+  }
+  return true;
+}
+
+int64_t SparseTable::Size() const {
+  int64_t n = 0;
+  for (int s = 0; s <= shard_mask_; ++s) {
+    absl::ReaderMutexLock lock(&shards_[s].mu);
+    n += static_cast<int64_t>(shards_[s].size);
+  }
+  return n;
+}
+
+int64_t SparseTable::MemoryBytes() const { return Stats().memory_bytes; }
+
+SparseTableStats SparseTable::Stats() const {
+  SparseTableStats st;
+  st.memory_bytes = sizeof(*this) + sizeof(Shard) * (shard_mask_ + 1);
+  const int64_t chunk_bytes = static_cast<int64_t>(stride_) << chunk_shift_;
+  for (int s = 0; s <= shard_mask_; ++s) {
+    const Shard& shard = shards_[s];
+    absl::ReaderMutexLock lock(&shard.mu);
+    st.rows += static_cast<int64_t>(shard.size);
+    st.pending_ids += static_cast<int64_t>(shard.pending.size());
+    st.created_rows += shard.created;
+    st.evicted_rows += shard.evicted;
+    st.dropped_gradients += shard.dropped;
+    st.memory_bytes +=
+        static_cast<int64_t>(shard.chunks.size()) * chunk_bytes +
+        static_cast<int64_t>(shard.chunks.capacity() * sizeof(void*)) +
+        static_cast<int64_t>(shard.capacity * sizeof(Bucket)) +
+        static_cast<int64_t>(shard.pending.capacity() * (sizeof(std::pair<int64_t, Pending>) + 1));
+  }
+  return st;
+}
+
+}  // namespace tessera

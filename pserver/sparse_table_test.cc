@@ -1,0 +1,765 @@
+#include "pserver/sparse_table.h"
+
+#include <dirent.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/executor.h"
+#include "common/op_desc.h"
+#include "common/ops/counter_rng.h"
+#include "common/ops/ops.h"
+#include "common/scope.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+constexpr int64_t kMin64 = std::numeric_limits<int64_t>::min();
+constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max();
+constexpr int64_t kE18 = 1000000000000000000;
+
+SparseTableOptions Opts(int64_t dim, const std::string& optimizer = "sgd") {
+  SparseTableOptions o;
+  o.dim = dim;
+  o.optimizer = optimizer;
+  o.initializer.min = -0.25;
+  o.initializer.max = 0.75;
+  o.initializer.seed = 1234;
+  return o;
+}
+
+std::unique_ptr<SparseTable> MakeTable(const SparseTableOptions& o) {
+  absl::StatusOr<std::unique_ptr<SparseTable>> t = SparseTable::Create(o);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(t).value() : nullptr;
+}
+
+std::vector<float> InitRow(const SparseTableOptions& o, int64_t id) {
+  std::vector<float> row(o.dim);
+  FillCounterUniform<float>(o.initializer.seed, static_cast<uint64_t>(id) * o.dim,
+                            o.initializer.min, o.initializer.max, row.data(), o.dim);
+  return row;
+}
+
+std::vector<float> Row(const SparseTable& t, int64_t id) {
+  std::vector<float> row(t.options().dim);
+  EXPECT_TRUE(t.PeekRow(id, row.data())) << "no row " << id;
+  return row;
+}
+
+std::vector<float> State(const SparseTable& t, int64_t id) {
+  std::vector<float> values(t.options().dim), state(t.state_width());
+  EXPECT_TRUE(t.PeekRow(id, values.data(), state.data())) << "no row " << id;
+  return state;
+}
+
+std::vector<float> RandomFloats(size_t n, uint64_t seed, float lo = -1, float hi = 1) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+TEST(Crc32cTest, KnownVectorAndExtension) {
+  const std::string s = "123456789";
+  EXPECT_EQ(sparse_table_format::Crc32c(s.data(), s.size()), 0xE3069283u);
+  const uint32_t head = sparse_table_format::Crc32c(s.data(), 4);
+  EXPECT_EQ(sparse_table_format::Crc32c(s.data() + 4, 5, head), 0xE3069283u);
+  EXPECT_EQ(sparse_table_format::Crc32c(nullptr, 0), 0u);
+}
+
+TEST(SparseTableTest, RejectsBadOptionsNamingTheValue) {
+  auto expect_bad = [](SparseTableOptions o, const std::string& needle) {
+    absl::StatusOr<std::unique_ptr<SparseTable>> t = SparseTable::Create(o);
+    ASSERT_FALSE(t.ok()) << needle;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(t.status().message().find(needle), std::string::npos) << t.status();
+  };
+  SparseTableOptions o = Opts(4);
+  o.dim = 0;
+  expect_bad(o, "dim is 0");
+  o = Opts(4, "rmsprop");
+  expect_bad(o, "'rmsprop'");
+  o = Opts(4);
+  o.num_shards = 48;
+  expect_bad(o, "num_shards is 48");
+  o = Opts(4);
+  o.initializer.min = 2;
+  expect_bad(o, "min 2");
+  o = Opts(4);
+  o.evict_after_steps = 3;
+  o.evict_after_seconds = 5;
+  expect_bad(o, "both set");
+  o = Opts(4);
+  o.admission_threshold = -1;
+  expect_bad(o, "admission_threshold is -1");
+}
+
+TEST(SparseTableTest, ExtremeIdsGetTheirOwnRows) {
+  const SparseTableOptions o = Opts(6);
+  auto table = MakeTable(o);
+  const std::vector<int64_t> ids = {0, -1, kMin64, kMax64, kE18};
+  std::vector<float> out(ids.size() * o.dim);
+  ASSERT_TRUE(table->Lookup(ids, out.data()).ok());
+  EXPECT_EQ(table->Size(), 5);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(std::vector<float>(out.begin() + i * o.dim, out.begin() + (i + 1) * o.dim),
+              InitRow(o, ids[i]))
+        << "id " << ids[i];
+  }
+  // Each row is updated on its own: p -= lr * g.
+  const std::vector<float> grads = RandomFloats(ids.size() * o.dim, 5);
+  ASSERT_TRUE(table->ApplyGradients(ids, grads.data(), 0.5f, 1).ok());
+  EXPECT_EQ(table->Size(), 5);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::vector<float> expect = InitRow(o, ids[i]);
+    for (int64_t j = 0; j < o.dim; ++j) expect[j] -= 0.5f * grads[i * o.dim + j];
+    EXPECT_EQ(Row(*table, ids[i]), expect) << "id " << ids[i];
+  }
+}
+
+TEST(SparseTableTest, BatchOfOneRepeatedIdMergesGradientsBeforeTheOptimizer) {
+  SparseTableOptions o = Opts(5, "adagrad");
+  auto table = MakeTable(o);
+  auto merged = MakeTable(o);
+  const int n = 64;
+  const std::vector<int64_t> ids(n, 42);
+  std::vector<float> out(n * o.dim);
+  ASSERT_TRUE(table->Lookup(ids, out.data()).ok());
+  EXPECT_EQ(table->Size(), 1);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(std::vector<float>(out.begin() + i * o.dim, out.begin() + (i + 1) * o.dim),
+              InitRow(o, 42));
+  }
+  const std::vector<float> grads = RandomFloats(n * o.dim, 9);
+  std::vector<float> sum(grads.begin(), grads.begin() + o.dim);
+  for (int i = 1; i < n; ++i) {
+    for (int64_t j = 0; j < o.dim; ++j) sum[j] += grads[i * o.dim + j];
+  }
+  ASSERT_TRUE(table->ApplyGradients(ids, grads.data(), 0.1f, 1).ok());
+  const std::vector<int64_t> one = {42};
+  ASSERT_TRUE(merged->ApplyGradients(one, sum.data(), 0.1f, 1).ok());
+  EXPECT_EQ(Row(*table, 42), Row(*merged, 42));
+  EXPECT_EQ(State(*table, 42), State(*merged, 42));
+  EXPECT_NE(Row(*table, 42), InitRow(o, 42));
+}
+
+TEST(SparseTableTest, EmptyBatchesAreNoOps) {
+  auto table = MakeTable(Opts(4, "adam"));
+  EXPECT_TRUE(table->Lookup({}, nullptr).ok());
+  EXPECT_TRUE(table->ApplyGradients({}, nullptr, 0.1f, 1).ok());
+  EXPECT_EQ(table->Size(), 0);
+  const std::string path = TempPath("empty.tbl");
+  absl::StatusOr<int64_t> n = table->Export(path, {});
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 0);
+  auto fresh = MakeTable(Opts(4, "adam"));
+  n = fresh->Import(path);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 0);
+  EXPECT_EQ(fresh->Size(), 0);
+  // Null buffers with ids are an error, not a crash; adam needs a 1-based step.
+  const std::vector<int64_t> ids = {1};
+  EXPECT_EQ(table->Lookup(ids, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table->ApplyGradients(ids, nullptr, 0.1f, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  const float g[4] = {1, 2, 3, 4};
+  EXPECT_EQ(table->ApplyGradients(ids, g, 0.1f, 0).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Runs an op on `scope` through the executor.
+void RunOp(const Executor& exec, const OpDesc& op, Scope* scope) {
+  absl::Status s = exec.RunOp(op, scope);
+  ASSERT_TRUE(s.ok()) << s;
+}
+
+class InitializerTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(InitializerTest, RowsEqualTheDenseRandomOpForAnyShardCount) {
+  const std::string op_type = GetParam();
+  const int64_t vocab = 40, dim = 7;
+  auto registry = NewStandardOpRegistry();
+  Executor exec(registry.get());
+  Scope scope;
+  OpDesc op = MakeOp(op_type, {}, {{"Out", {"W"}}});
+  SetAttr(&op, "shape", std::vector<int64_t>{vocab, dim});
+  SetAttr(&op, "seed", int64_t{77});
+  SparseTableOptions o = Opts(dim);
+  o.initializer.seed = 77;
+  if (op_type == "uniform_random") {
+    SetAttr(&op, "min", -0.25f);
+    SetAttr(&op, "max", 0.75f);
+  } else {
+    SetAttr(&op, "mean", 0.5f);
+    SetAttr(&op, "std", 2.0f);
+    o.initializer.kind = SparseTableInitializer::kGaussian;
+    o.initializer.mean = 0.5;
+    o.initializer.std = 2.0;
+  }
+  RunOp(exec, op, &scope);
+  const Tensor& w = scope.FindVar("W")->Get<Tensor>();
+  ASSERT_EQ(w.numel(), vocab * dim);
+
+  std::vector<int64_t> ids(vocab);
+  for (int64_t i = 0; i < vocab; ++i) ids[i] = (i * 17 + 5) % vocab;  // a permutation
+  for (int shards : {1, 4, 64}) {
+    o.num_shards = shards;
+    auto table = MakeTable(o);
+    // Touch the ids in two batches, in a scrambled order.
+    std::vector<float> out(vocab * dim);
+    ASSERT_TRUE(table->Lookup(absl::MakeConstSpan(ids).subspan(0, 13), out.data()).ok());
+    ASSERT_TRUE(table->Lookup(absl::MakeConstSpan(ids).subspan(13), out.data() + 13 * dim).ok());
+    for (int64_t i = 0; i < vocab; ++i) {
+      for (int64_t j = 0; j < dim; ++j) {
+        ASSERT_EQ(out[i * dim + j], w.data<float>()[ids[i] * dim + j])
+            << op_type << " shards " << shards << " id " << ids[i] << " col " << j;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, InitializerTest,
+                         ::testing::Values("uniform_random", "gaussian_random"));
+
+TEST(SparseTableTest, ConstantInitializer) {
+  SparseTableOptions o = Opts(3);
+  o.initializer.kind = SparseTableInitializer::kConstant;
+  o.initializer.value = 0.125;
+  auto table = MakeTable(o);
+  const std::vector<int64_t> ids = {kMin64, 3};
+  std::vector<float> out(6);
+  ASSERT_TRUE(table->Lookup(ids, out.data()).ok());
+  EXPECT_EQ(out, std::vector<float>(6, 0.125f));
+}
+
+// The sparse table against the dense path: lookup_table_grad (is_sparse) + the optimizer op on a
+// [V, dim] parameter created by uniform_random, run through the Executor for a few steps.
+struct OptimizerCase {
+  std::string optimizer;
+  double l2;
+};
+void PrintTo(const OptimizerCase& c, std::ostream* os) { *os << c.optimizer << " l2=" << c.l2; }
+
+class OptimizerMatchTest : public ::testing::TestWithParam<OptimizerCase> {};
+
+TEST_P(OptimizerMatchTest, TouchedRowsEqualTheDenseSparseGradientKernel) {
+  const OptimizerCase c = GetParam();
+  const int64_t vocab = 12, dim = 5, batch = 9;
+  const float lr = 0.05f, beta1 = 0.875f, beta2 = 0.9375f;
+  auto registry = NewStandardOpRegistry();
+  Executor exec(registry.get());
+  Scope scope;
+
+  OpDesc init = MakeOp("uniform_random", {}, {{"Out", {"W"}}});
+  SetAttr(&init, "shape", std::vector<int64_t>{vocab, dim});
+  SetAttr(&init, "seed", int64_t{1234});
+  SetAttr(&init, "min", -0.25f);
+  SetAttr(&init, "max", 0.75f);
+  RunOp(exec, init, &scope);
+  scope.Var("lr")->GetMutable<Tensor>()->Resize(FLOAT32, {1});
+  scope.FindVar("lr")->GetMutable<Tensor>()->data<float>()[0] = lr;
+
+  OpDesc grad =
+      MakeOp("lookup_table_grad", {{"W", {"W"}}, {"Ids", {"Ids"}}, {GradVarName("Out"), {"dOut"}}},
+             {{GradVarName("W"), {"dW"}}});
+  SetAttr(&grad, "is_sparse", true);
+
+  Slots ins = {{"Param", {"W"}}, {"Grad", {"dW"}}, {"LearningRate", {"lr"}}};
+  Slots outs = {{"ParamOut", {"W"}}};
+  std::vector<std::string> moments;
+  auto zeros = [&](const std::string& name, const Shape& shape, float v) {
+    Tensor* t = scope.Var(name)->GetMutable<Tensor>();
+    t->Resize(FLOAT32, shape);
+    for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = v;
+  };
+  if (c.optimizer == "adagrad") {
+    ins.push_back({"Moment", {"m"}});
+    outs.push_back({"MomentOut", {"m"}});
+    moments = {"m"};
+  } else if (c.optimizer == "adam") {
+    ins.insert(
+        ins.end(),
+        {{"Moment1", {"m1"}}, {"Moment2", {"m2"}}, {"Beta1Pow", {"b1p"}}, {"Beta2Pow", {"b2p"}}});
+    outs.insert(outs.end(), {{"Moment1Out", {"m1"}},
+                             {"Moment2Out", {"m2"}},
+                             {"Beta1PowOut", {"b1p"}},
+                             {"Beta2PowOut", {"b2p"}}});
+    moments = {"m1", "m2"};
+    zeros("b1p", {1}, beta1);
+    zeros("b2p", {1}, beta2);
+  }
+  for (const std::string& m : moments) zeros(m, {vocab, dim}, 0.0f);
+  OpDesc opt = MakeOp(c.optimizer, ins, outs);
+  SetAttr(&opt, "regularization_coeff", static_cast<float>(c.l2));
+  if (c.optimizer == "adam") {
+    SetAttr(&opt, "beta1", beta1);
+    SetAttr(&opt, "beta2", beta2);
+  }
+
+  SparseTableOptions o = Opts(dim, c.optimizer);
+  o.l2 = static_cast<float>(c.l2);
+  o.adam_beta1 = beta1;
+  o.adam_beta2 = beta2;
+  o.num_shards = 4;
+  auto table = MakeTable(o);
+
+  std::mt19937_64 rng(99);
+  absl::flat_hash_map<int64_t, bool> touched;
+  for (int64_t step = 1; step <= 4; ++step) {
+    std::vector<int64_t> ids(batch);
+    for (int64_t& id : ids) id = static_cast<int64_t>(rng() % 6) * 2;  // duplicates, gaps
+    const std::vector<float> dout = RandomFloats(batch * dim, 100 + step);
+    Tensor* ids_t = scope.Var("Ids")->GetMutable<Tensor>();
+    ids_t->Resize(INT64, {batch, 1});
+    std::copy(ids.begin(), ids.end(), ids_t->data<int64_t>());
+    Tensor* dout_t = scope.Var("dOut")->GetMutable<Tensor>();
+    dout_t->Resize(FLOAT32, {batch, dim});
+    std::copy(dout.begin(), dout.end(), dout_t->data<float>());
+
+    // The trainer's view: the rows it looks up equal the dense parameter's rows.
+    std::vector<float> looked(batch * dim);
+    ASSERT_TRUE(table->Lookup(ids, looked.data()).ok());
+    const Tensor& w = scope.FindVar("W")->Get<Tensor>();
+    for (int64_t i = 0; i < batch; ++i) {
+      for (int64_t j = 0; j < dim; ++j) {
+        ASSERT_EQ(looked[i * dim + j], w.data<float>()[ids[i] * dim + j])
+            << "lookup before step " << step << " id " << ids[i];
+      }
+    }
+    RunOp(exec, grad, &scope);
+    RunOp(exec, opt, &scope);
+    ASSERT_TRUE(table->ApplyGradients(ids, dout.data(), lr, step).ok());
+    for (int64_t id : ids) touched[id] = true;
+
+    // Bit-exact: the table runs the kernels' Eigen expressions on the same merged gradients,
+    // and the dyadic betas make the beta powers exact in both.
+    for (const auto& [id, unused] : touched) {
+      const std::vector<float> row = Row(*table, id);
+      const std::vector<float> state = State(*table, id);
+      for (int64_t j = 0; j < dim; ++j) {
+        EXPECT_EQ(row[j], w.data<float>()[id * dim + j])
+            << c.optimizer << " step " << step << " id " << id << " col " << j;
+        for (size_t m = 0; m < moments.size(); ++m) {
+          const Tensor& mt = scope.FindVar(moments[m])->Get<Tensor>();
+          EXPECT_EQ(state[m * dim + j], mt.data<float>()[id * dim + j])
+              << c.optimizer << " " << moments[m] << " step " << step << " id " << id;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(table->Size(), static_cast<int64_t>(touched.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, OptimizerMatchTest,
+                         ::testing::Values(OptimizerCase{"sgd", 0.0}, OptimizerCase{"sgd", 0.01},
+                                           OptimizerCase{"adagrad", 0.0},
+                                           OptimizerCase{"adagrad", 0.01},
+                                           OptimizerCase{"adam", 0.0}, OptimizerCase{"adam", 0.01}),
+                         [](const ::testing::TestParamInfo<OptimizerCase>& info) {
+                           return info.param.optimizer + (info.param.l2 == 0 ? "" : "_l2");
+                         });
+
+// Threads hammering overlapping ids end where serial application of the same batches ends.
+// SGD from 0 with small integer gradients and lr 1 is exact in float, so any interleaving
+// gives the same bits.
+TEST(SparseTableTest, ConcurrentUpdatesEqualSerialApplication) {
+  SparseTableOptions o = Opts(8);
+  o.initializer.kind = SparseTableInitializer::kConstant;
+  o.initializer.value = 0;
+  o.num_shards = 4;  // few shards: many collisions on the same locks
+  auto concurrent = MakeTable(o);
+  auto serial = MakeTable(o);
+  const int kThreads = 4, kIters = 300, kBatch = 48;
+
+  auto batch_of = [&](int thread, int iter, std::vector<int64_t>* ids, std::vector<float>* g) {
+    std::mt19937_64 rng(thread * 100003 + iter);
+    ids->resize(kBatch);
+    g->resize(kBatch * o.dim);
+    for (int i = 0; i < kBatch; ++i) {
+      // Mostly a small hot set shared by all threads (repeats within a batch), some spread ids.
+      (*ids)[i] =
+          rng() % 4 == 0 ? static_cast<int64_t>(rng()) : static_cast<int64_t>(rng() % 20) - 10;
+    }
+    for (float& x : *g) x = static_cast<float>(static_cast<int>(rng() % 7) - 3);
+  };
+
+  std::vector<std::thread> threads;
+  std::atomic<bool> done{false};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<int64_t> ids;
+      std::vector<float> g, out;
+      for (int it = 0; it < kIters; ++it) {
+        batch_of(t, it, &ids, &g);
+        out.resize(ids.size() * o.dim);
+        ASSERT_TRUE(concurrent->Lookup(ids, out.data()).ok());
+        ASSERT_TRUE(concurrent->ApplyGradients(ids, g.data(), 1.0f, it + 1).ok());
+      }
+    });
+  }
+  // Readers and exporters run alongside.
+  std::thread reader([&] {
+    const std::string path = TempPath("concurrent.tbl");
+    while (!done.load()) {
+      EXPECT_GE(concurrent->MemoryBytes(), 0);
+      EXPECT_TRUE(concurrent->Export(path, {}).ok());
+    }
+  });
+  for (auto& th : threads) th.join();
+  done = true;
+  reader.join();
+
+  std::vector<int64_t> ids;
+  std::vector<float> g;
+  absl::flat_hash_map<int64_t, std::vector<float>> sums;
+  for (int t = 0; t < kThreads; ++t) {
+    for (int it = 0; it < kIters; ++it) {
+      batch_of(t, it, &ids, &g);
+      ASSERT_TRUE(serial->ApplyGradients(ids, g.data(), 1.0f, it + 1).ok());
+      for (size_t i = 0; i < ids.size(); ++i) {
+        std::vector<float>& s = sums[ids[i]];
+        s.resize(o.dim);
+        for (int64_t j = 0; j < o.dim; ++j) s[j] += g[i * o.dim + j];
+      }
+    }
+  }
+  EXPECT_EQ(concurrent->Size(), static_cast<int64_t>(sums.size()));
+  EXPECT_EQ(serial->Size(), static_cast<int64_t>(sums.size()));
+  for (const auto& [id, s] : sums) {
+    std::vector<float> expect(o.dim);
+    for (int64_t j = 0; j < o.dim; ++j) expect[j] = -s[j];
+    ASSERT_EQ(Row(*concurrent, id), expect) << "id " << id;
+    ASSERT_EQ(Row(*serial, id), expect) << "id " << id;
+  }
+}
+
+TEST(SparseTableTest, AdmissionCreatesRowsOnlyAtTheKthSighting) {
+  SparseTableOptions o = Opts(4);
+  o.admission_threshold = 3;
+  auto table = MakeTable(o);
+  const std::vector<int64_t> seven = {7};
+  std::vector<float> out(4);
+  const std::vector<float> g = {1, 1, 1, 1};
+
+  ASSERT_TRUE(table->Lookup(seven, out.data()).ok());
+  EXPECT_EQ(out, InitRow(o, 7));  // the initial value, not stored
+  EXPECT_EQ(table->Size(), 0);
+  EXPECT_EQ(table->Stats().pending_ids, 1);
+  ASSERT_TRUE(table->ApplyGradients(seven, g.data(), 1.0f, 1).ok());  // dropped
+  EXPECT_EQ(table->Stats().dropped_gradients, 1);
+  EXPECT_FALSE(table->PeekRow(7, out.data()));
+
+  ASSERT_TRUE(table->Lookup(seven, out.data()).ok());
+  EXPECT_EQ(table->Size(), 0);
+  ASSERT_TRUE(table->Lookup(seven, out.data()).ok());  // the third sighting
+  EXPECT_EQ(table->Size(), 1);
+  EXPECT_EQ(table->Stats().pending_ids, 0);
+  EXPECT_EQ(Row(*table, 7), InitRow(o, 7));
+  ASSERT_TRUE(table->ApplyGradients(seven, g.data(), 1.0f, 2).ok());
+  std::vector<float> expect = InitRow(o, 7);
+  for (float& x : expect) x -= 1;
+  EXPECT_EQ(Row(*table, 7), expect);
+  EXPECT_EQ(table->Stats().dropped_gradients, 1);
+
+  // Repeats within one batch count: the third occurrence creates the row.
+  const std::vector<int64_t> nines = {9, 9, 9, 9};
+  std::vector<float> out4(16);
+  ASSERT_TRUE(table->Lookup(nines, out4.data()).ok());
+  EXPECT_TRUE(table->PeekRow(9, out.data()));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(std::vector<float>(out4.begin() + 4 * i, out4.begin() + 4 * i + 4), InitRow(o, 9));
+  }
+  EXPECT_EQ(table->Size(), 2);
+}
+
+TEST(SparseTableTest, EvictsRowsUnseenForTSteps) {
+  SparseTableOptions o = Opts(4);
+  o.evict_after_steps = 2;
+  auto table = MakeTable(o);
+  const std::vector<float> g(8, 1.0f);
+  std::vector<float> out(12);
+  const std::vector<int64_t> abc = {1, 2, 3};
+  ASSERT_TRUE(table->Lookup(abc, out.data()).ok());  // seen at step 0
+  const std::vector<int64_t> a = {1}, ab = {1, 2};
+  ASSERT_TRUE(table->ApplyGradients(a, g.data(), 1.0f, 1).ok());
+  EXPECT_EQ(table->EvictStale(), 0);  // 3 is 1 step old
+  ASSERT_TRUE(table->ApplyGradients(ab, g.data(), 1.0f, 2).ok());
+  EXPECT_EQ(table->EvictStale(), 1);  // 3 is 2 steps old
+  EXPECT_FALSE(table->PeekRow(3, out.data()));
+  EXPECT_EQ(table->Size(), 2);
+  EXPECT_EQ(table->Stats().evicted_rows, 1);
+  ASSERT_TRUE(table->ApplyGradients(a, g.data(), 1.0f, 3).ok());
+  table->AdvanceStep(4);
+  EXPECT_EQ(table->EvictStale(), 1);  // 2 last seen at step 2
+  EXPECT_FALSE(table->PeekRow(2, out.data()));
+  EXPECT_TRUE(table->PeekRow(1, out.data()));
+  // An evicted id comes back with its initial value.
+  const std::vector<int64_t> b = {2};
+  ASSERT_TRUE(table->Lookup(b, out.data()).ok());
+  EXPECT_EQ(std::vector<float>(out.begin(), out.begin() + 4), InitRow(o, 2));
+}
+
+TEST(SparseTableTest, EvictsRowsUnseenForTSeconds) {
+  SparseTableOptions o = Opts(2);
+  o.evict_after_seconds = 10;
+  absl::Time now = absl::FromUnixSeconds(1000000);
+  o.clock = [&now] { return now; };
+  auto table = MakeTable(o);
+  std::vector<float> out(4);
+  const std::vector<int64_t> ab = {10, 20}, a = {10};
+  ASSERT_TRUE(table->Lookup(ab, out.data()).ok());
+  now += absl::Seconds(5);
+  ASSERT_TRUE(table->Lookup(a, out.data()).ok());
+  now += absl::Seconds(7);  // 20: 12 s unseen, 10: 7 s
+  EXPECT_EQ(table->EvictStale(), 1);
+  EXPECT_TRUE(table->PeekRow(10, out.data()));
+  EXPECT_FALSE(table->PeekRow(20, out.data()));
+}
+
+TEST(SparseTableTest, EvictionForgetsPendingAdmissionCounts) {
+  SparseTableOptions o = Opts(2);
+  o.admission_threshold = 2;
+  o.evict_after_steps = 1;
+  auto table = MakeTable(o);
+  std::vector<float> out(2);
+  const std::vector<int64_t> five = {5};
+  ASSERT_TRUE(table->Lookup(five, out.data()).ok());
+  EXPECT_EQ(table->Stats().pending_ids, 1);
+  table->AdvanceStep(1);
+  EXPECT_EQ(table->EvictStale(), 0);
+  EXPECT_EQ(table->Stats().pending_ids, 0);
+  ASSERT_TRUE(table->Lookup(five, out.data()).ok());  // counts as the first sighting again
+  EXPECT_EQ(table->Size(), 0);
+  ASSERT_TRUE(table->Lookup(five, out.data()).ok());
+  EXPECT_EQ(table->Size(), 1);
+}
+
+TEST(SparseTableTest, EvictedSlotsAreReused) {
+  SparseTableOptions o = Opts(16);
+  o.num_shards = 1;
+  o.evict_after_steps = 1;
+  auto table = MakeTable(o);
+  std::vector<int64_t> ids(10000);
+  std::vector<float> out(ids.size() * 16);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
+  ASSERT_TRUE(table->Lookup(ids, out.data()).ok());
+  const int64_t bytes = table->MemoryBytes();
+  table->AdvanceStep(1);
+  EXPECT_EQ(table->EvictStale(), 10000);
+  EXPECT_EQ(table->Size(), 0);
+  for (int64_t& id : ids) id += 1000000;
+  ASSERT_TRUE(table->Lookup(ids, out.data()).ok());
+  EXPECT_EQ(table->Size(), 10000);
+  EXPECT_EQ(table->MemoryBytes(), bytes);
+  // The map still finds every row after backward-shift deletions and reuse.
+  for (size_t i = 0; i < ids.size(); i += 97) EXPECT_EQ(Row(*table, ids[i]), InitRow(o, ids[i]));
+}
+
+// A table with some updated rows, among them the extreme ids.
+std::vector<int64_t> Populate(SparseTable* table, int n) {
+  std::vector<int64_t> ids = {0, -1, kMin64, kMax64, kE18};
+  for (int i = 1; i <= n; ++i) ids.push_back(i * 7919);
+  const int64_t dim = table->options().dim;
+  std::vector<float> out(ids.size() * dim);
+  EXPECT_TRUE(table->Lookup(ids, out.data()).ok());
+  const std::vector<float> g = RandomFloats(ids.size() * dim, 3);
+  EXPECT_TRUE(table->ApplyGradients(ids, g.data(), 0.1f, 1).ok());
+  EXPECT_TRUE(table->ApplyGradients(ids, g.data(), 0.1f, 2).ok());
+  return ids;
+}
+
+TEST(SparseTableTest, ExportRoundTripsIntoAFreshTable) {
+  SparseTableOptions o = Opts(4, "adagrad");
+  auto table = MakeTable(o);
+  const std::vector<int64_t> ids = Populate(table.get(), 100);
+  const std::string path = TempPath("full.tbl");
+
+  absl::StatusOr<int64_t> n = table->Export(path, {false, /*with_optimizer_state=*/true});
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, static_cast<int64_t>(ids.size()));
+  o.num_shards = 8;  // the shard count does not matter
+  auto fresh = MakeTable(o);
+  n = fresh->Import(path);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, static_cast<int64_t>(ids.size()));
+  EXPECT_EQ(fresh->Size(), table->Size());
+  for (int64_t id : ids) {
+    EXPECT_EQ(Row(*fresh, id), Row(*table, id)) << id;
+    EXPECT_EQ(State(*fresh, id), State(*table, id)) << id;
+  }
+
+  // Values only (for serving): the state starts at zero.
+  n = table->Export(path, {});
+  ASSERT_TRUE(n.ok()) << n.status();
+  auto serving = MakeTable(o);
+  ASSERT_TRUE(serving->Import(path).ok());
+  for (int64_t id : ids) {
+    EXPECT_EQ(Row(*serving, id), Row(*table, id)) << id;
+    EXPECT_EQ(State(*serving, id), std::vector<float>(4, 0.0f)) << id;
+  }
+  // No temp files are left beside the export.
+  DIR* dir = opendir(TempPath("").c_str());
+  ASSERT_NE(dir, nullptr);
+  while (dirent* e = readdir(dir)) {
+    EXPECT_EQ(std::string(e->d_name).find(".tmp."), std::string::npos) << e->d_name;
+  }
+  closedir(dir);
+}
+
+TEST(SparseTableTest, OnlyChangedExportHoldsExactlyTheChangedRows) {
+  SparseTableOptions o = Opts(3, "adam");
+  auto table = MakeTable(o);
+  const std::vector<int64_t> ids = Populate(table.get(), 50);
+  const std::string full = TempPath("base.tbl"), delta = TempPath("delta.tbl");
+  ASSERT_TRUE(table->Export(full, {}).ok());
+
+  // Change three rows, create one; a lookup of an existing row is not a change.
+  const std::vector<int64_t> changed = {-1, 7919 * 3, kMax64};
+  const std::vector<float> g = RandomFloats(changed.size() * 3, 11);
+  ASSERT_TRUE(table->ApplyGradients(changed, g.data(), 0.1f, 3).ok());
+  std::vector<float> out(6);
+  const std::vector<int64_t> looked = {4242, 7919};
+  ASSERT_TRUE(table->Lookup(looked, out.data()).ok());
+
+  absl::StatusOr<int64_t> n = table->Export(delta, {/*only_changed=*/true, false});
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 4);
+  auto only = MakeTable(o);
+  ASSERT_TRUE(only->Import(delta).ok());
+  EXPECT_EQ(only->Size(), 4);
+  for (int64_t id : {int64_t{-1}, int64_t{7919 * 3}, kMax64, int64_t{4242}}) {
+    EXPECT_EQ(Row(*only, id), Row(*table, id)) << id;
+  }
+  // base + delta == the table now.
+  auto replica = MakeTable(o);
+  ASSERT_TRUE(replica->Import(full).ok());
+  ASSERT_TRUE(replica->Import(delta).ok());
+  EXPECT_EQ(replica->Size(), table->Size());
+  for (int64_t id : ids) EXPECT_EQ(Row(*replica, id), Row(*table, id)) << id;
+
+  // Nothing changed since: an empty delta.
+  n = table->Export(delta, {true, false});
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0);
+
+  // A failed export does not count as an export: its changes stay in the next delta.
+  const std::vector<int64_t> one = {0};
+  ASSERT_TRUE(table->ApplyGradients(one, g.data(), 0.1f, 4).ok());
+  n = table->Export(TempPath("no/such/dir/x.tbl"), {true, false});
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.status().message().find("no/such/dir/x.tbl"), std::string::npos) << n.status();
+  n = table->Export(delta, {true, false});
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 1);
+
+  // Imported rows do not count as changed.
+  n = replica->Export(delta, {true, false});
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0);
+}
+
+TEST(SparseTableTest, ImportRejectsCorruptFilesNamingFileAndOffset) {
+  SparseTableOptions o = Opts(4);
+  auto table = MakeTable(o);
+  Populate(table.get(), 10);
+  const std::string path = TempPath("good.tbl"), bad = TempPath("bad.tbl");
+  absl::StatusOr<int64_t> count = table->Export(path, {});
+  ASSERT_TRUE(count.ok());
+  const std::string bytes = ReadFile(path);
+  const size_t record = 8 + 4 * 4 + 4;
+  ASSERT_EQ(bytes.size(), 40 + *count * record);
+
+  auto expect_error = [&](const std::string& content, const std::string& needle,
+                          const SparseTableOptions& opts) {
+    WriteFile(bad, content);
+    auto fresh = MakeTable(opts);
+    absl::StatusOr<int64_t> n = fresh->Import(bad);
+    ASSERT_FALSE(n.ok()) << needle;
+    EXPECT_NE(n.status().message().find(bad), std::string::npos) << n.status();
+    EXPECT_NE(n.status().message().find(needle), std::string::npos) << n.status();
+    EXPECT_EQ(fresh->Size(), 0) << "a bad file must not be half imported";
+  };
+  expect_error(bytes.substr(0, bytes.size() - 10),
+               absl::StrCat("offset ", 40 + (*count - 1) * record), o);
+  std::string flipped = bytes;
+  flipped[40 + 2 * record + 12] ^= 0x20;  // a value byte of record 2
+  expect_error(flipped, absl::StrCat("record 2 (id "), o);
+  expect_error(flipped, absl::StrCat("offset ", 40 + 2 * record), o);
+  std::string last = bytes;
+  last[bytes.size() - 1] ^= 1;  // the last record's checksum
+  expect_error(last, absl::StrCat("offset ", 40 + (*count - 1) * record), o);
+  expect_error("XXXXXXXX" + bytes.substr(8), "offset 0", o);
+  expect_error(bytes.substr(0, 20), "truncated header", o);
+  expect_error(bytes + "junk", absl::StrCat("offset ", bytes.size()), o);
+  std::string header = bytes;
+  header[24] ^= 1;  // count, caught by the header checksum
+  expect_error(header, "offset 36", o);
+  expect_error(bytes, "offset 16", Opts(5));  // dim mismatch
+
+  auto fresh = MakeTable(o);
+  absl::StatusOr<int64_t> n = fresh->Import(TempPath("missing.tbl"));
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.status().message().find("missing.tbl"), std::string::npos);
+}
+
+TEST(SparseTableTest, ImportAdmitsRowsAndOverwrites) {
+  SparseTableOptions o = Opts(4);
+  auto table = MakeTable(o);
+  const std::vector<int64_t> ids = Populate(table.get(), 5);
+  const std::string path = TempPath("admit.tbl");
+  ASSERT_TRUE(table->Export(path, {}).ok());
+  SparseTableOptions gated = o;
+  gated.admission_threshold = 5;
+  auto other = MakeTable(gated);
+  std::vector<float> out(ids.size() * 4);
+  ASSERT_TRUE(other->Lookup(ids, out.data()).ok());  // pending only
+  EXPECT_EQ(other->Size(), 0);
+  ASSERT_TRUE(other->Import(path).ok());
+  EXPECT_EQ(other->Size(), static_cast<int64_t>(ids.size()));
+  EXPECT_EQ(other->Stats().pending_ids, 0);
+  for (int64_t id : ids) EXPECT_EQ(Row(*other, id), Row(*table, id));
+}
+
+TEST(SparseTableTest, MemoryBytesTracksRows) {
+  SparseTableOptions o = Opts(16, "adagrad");
+  o.num_shards = 1;
+  auto table = MakeTable(o);
+  const int64_t empty = table->MemoryBytes();
+  std::vector<int64_t> ids(50000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i) * 1000003;
+  std::vector<float> out(ids.size() * 16);
+  ASSERT_TRUE(table->Lookup(ids, out.data()).ok());
+  const int64_t per_row = (table->MemoryBytes() - empty) / 50000;
+  EXPECT_GE(per_row, 144);  // the slot: 16 header + 16 values + 16 moments
+  EXPECT_LE(per_row, 240);  // + map and partly filled chunks
+}
+
+}  // namespace
+}  // namespace tessera
