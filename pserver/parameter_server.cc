@@ -96,6 +96,7 @@ absl::Status ParameterServer::InitTables() {
     t.grad = GetStringAttr(op, "grad", "");
     t.lr = GetStringAttr(op, "learning_rate", "");
     t.dim = GetIntAttr(op, "dim", 0);
+    t.shard = static_cast<int>(GetIntAttr(op, "shard", 0));
     SparseTableOptions o;
     o.dim = t.dim;
     std::string init = GetStringAttr(op, "init", "uniform_random");
@@ -154,6 +155,7 @@ absl::Status ParameterServer::ApplyTable(Table& t, const std::vector<const Selec
     for (int64_t i = 0; i < g->value.numel(); ++i) values.push_back(v[i] * scale);
   }
   absl::Status s = t.table->ApplyGradients(ids, values.data(), LearningRate(t.lr), step);
+  if (s.ok() && options_.table_evict_after_steps > 0) t.table->EvictStale();
   if (!s.ok()) {
     return absl::InternalError(absl::StrCat("pserver ", options_.endpoint, " table ", t.name,
                                             ": ", s.message()));
@@ -535,6 +537,25 @@ absl::Status ParameterServer::Wait() {
   auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_ || !failure_.ok(); };
   mu_.Await(absl::Condition(&done));
   return failure_;
+}
+
+absl::StatusOr<int64_t> ParameterServer::ExportTables(const std::string& dir,
+                                                      const TableExportOptions& options) {
+  int64_t rows = 0;
+  for (auto& t : tables_) {
+    SparseTableExportOptions eo;
+    eo.only_changed = options.only_changed;
+    eo.with_optimizer_state = options.with_optimizer_state;
+    std::string path = absl::StrCat(dir, "/", t.name, ".shard", t.shard, ".tbl");
+    auto n = t.table->Export(path, eo);
+    if (!n.ok()) {
+      return absl::Status(n.status().code(), absl::StrCat("pserver ", options_.endpoint,
+                                                          " exporting ", path, ": ",
+                                                          n.status().message()));
+    }
+    rows += *n;
+  }
+  return rows;
 }
 
 ParameterServerStats ParameterServer::stats() const {

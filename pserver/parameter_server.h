@@ -47,6 +47,11 @@ struct ParameterServerOptions {
   int64_t table_evict_after_steps = 0;
 };
 
+struct TableExportOptions {
+  bool only_changed = false;          // rows created/updated since the previous export
+  bool with_optimizer_state = false;  // to resume training (serving needs values only)
+};
+
 struct ParameterServerStats {
   int64_t steps = 0;             // completed sync steps
   int64_t sends = 0;             // SendVariable messages (chunks count separately)
@@ -72,6 +77,9 @@ class ParameterServer : public RequestHandler {
   // Fails every pending and future request with `reason` and releases Wait().
   void Fail(absl::Status reason);
   ParameterServerStats stats() const;
+  // Writes every table shard of this pserver to <dir>/<table>.shard<k>.tbl (format in
+  // pserver/sparse_table.h). Returns the rows written.
+  absl::StatusOr<int64_t> ExportTables(const std::string& dir, const TableExportOptions& options);
   bool sync_mode() const { return sync_; }
 
   absl::Status Admit(const RequestMeta& meta) override;
@@ -96,6 +104,7 @@ class ParameterServer : public RequestHandler {
   };
   struct Table {
     std::string name;   // the table variable
+    int shard = 0;      // which shard of the table this pserver holds
     std::string grad;   // its gradient shard name, as trainers send it
     std::string lr;     // learning-rate variable
     int64_t dim = 0;

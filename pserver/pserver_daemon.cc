@@ -41,6 +41,12 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
   absl::Status result = ps->Wait();
   server.Shutdown();
   server.Wait();
+  if (result.ok() && !config.table_export_dir.empty()) {
+    auto rows = ps->ExportTables(config.table_export_dir, TableExportOptions());
+    if (!rows.ok()) return rows.status();
+    log << "pserver " << config.current_endpoint << ": exported " << *rows << " table rows to "
+        << config.table_export_dir << std::endl;
+  }
   ParameterServerStats stats = ps->stats();
   log << "pserver " << config.current_endpoint << ": steps=" << stats.steps
       << " sends=" << stats.sends << " grads_applied=" << stats.grads_applied

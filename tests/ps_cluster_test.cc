@@ -12,6 +12,7 @@
 #include "common/params_io.h"
 #include "examples/registry.h"
 #include "gtest/gtest.h"
+#include "pserver/sparse_table.h"
 #include "tests/cluster_util.h"
 #include "trainer/local_trainer.h"
 
@@ -177,8 +178,22 @@ TEST(PsClusterTest, CtrWithDistributedTablesLearns) {
   Job job;
   job.example = "ctr";
   job.flags = {"--num_examples=12000", "--num_test_examples=2000", "--batch_size=128",
-               "--epochs=1", "--seed=2", "--vocab_per_slot=2000", "--distributed_tables"};
+               "--epochs=1", "--seed=2", "--vocab_per_slot=2000", "--distributed_tables",
+               "--table_export_dir=" + dir};
   auto params = RunJob(job, dir);
+  // Every pserver exported its shard of every table, and the files load into fresh tables.
+  int64_t rows = 0;
+  for (int shard = 0; shard < 2; ++shard) {
+    SparseTableOptions o;
+    o.dim = 8;
+    auto table = SparseTable::Create(o);
+    ASSERT_TRUE(table.ok());
+    auto n = (*table)->Import(absl::StrCat(dir, "/emb_3.shard", shard, ".tbl"));
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_GT(*n, 0);
+    rows += *n;
+  }
+  EXPECT_LE(rows, 2000);  // at most the slot's vocabulary
   std::string log = ReadFileOrEmpty(dir + "/trainer.0.log");
   size_t pos = log.find(" auc ");
   ASSERT_NE(pos, std::string::npos) << log;

@@ -113,6 +113,7 @@ const std::vector<Setting>& Table() {
        Int(&ClusterConfig::table_admission_threshold, "table_admission_threshold", 0)},
       {{"table_evict_after_steps", {"TESSERA_TABLE_EVICT_AFTER_STEPS"}},
        Int(&ClusterConfig::table_evict_after_steps, "table_evict_after_steps", 0)},
+      {{"table_export_dir", {"TESSERA_TABLE_EXPORT_DIR"}}, Str(&ClusterConfig::table_export_dir)},
       {{"batch_size", {"TESSERA_BATCH_SIZE"}}, Int(&ClusterConfig::batch_size, "batch_size", 1)},
       {{"epochs", {"TESSERA_EPOCHS"}}, Int(&ClusterConfig::epochs, "epochs", 0)},
       {{"seed", {"TESSERA_SEED"}}, Int(&ClusterConfig::seed, "seed", 0)},
