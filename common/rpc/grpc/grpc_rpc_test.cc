@@ -2,6 +2,9 @@
 #include <map>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "common/rpc/grpc/grpc_client.h"
 #include "common/rpc/grpc/grpc_server.h"
 #include "gtest/gtest.h"
@@ -167,6 +170,32 @@ TEST_F(GrpcRpcTest, BarrierReleasesBothTrainers) {
   c0->BarrierAsync({"job", 0, 1}, SEND_BARRIER, g.Callback());
   c1->BarrierAsync({"job", 1, 1}, SEND_BARRIER, g.Callback());
   EXPECT_TRUE(g.Wait().ok());
+}
+
+// The standard gRPC health service answers SERVING for the PServer service.
+TEST_F(GrpcRpcTest, HealthServiceSaysServing) {
+  auto channel = grpc::CreateChannel(endpoint_, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  // HealthCheckRequest{service: "tessera.PServer"} (field 1, length-delimited).
+  std::string service = "tessera.PServer";
+  std::string request = std::string("\x0a") + static_cast<char>(service.size()) + service;
+  grpc::Slice slice(request);
+  grpc::ByteBuffer req(&slice, 1), resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &req, &resp,
+                 [&](grpc::Status s) {
+                   status = s;
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  grpc::Slice out;
+  ASSERT_TRUE(resp.DumpToSingleSlice(&out).ok());
+  std::string bytes(reinterpret_cast<const char*>(out.begin()), out.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // HealthCheckResponse{status: SERVING}
 }
 
 TEST(GrpcClientTest, UnreachablePserverFailsWithEndpointWithinDeadline) {
