@@ -53,6 +53,19 @@ inline absl::Status CheckSameShape(const OpContext& ctx, absl::string_view slot_
                                 ShapeString(b.shape()), " must have the same shape"));
 }
 
+// The output gradient bound to `slot` (e.g. "Out@GRAD") must have the forward output's dtype
+// and `numel` elements; the error names the slot, the variable and both.
+inline absl::StatusOr<const Tensor*> GradInput(const OpContext& ctx, absl::string_view slot,
+                                               DataType dtype, int64_t numel) {
+  TS_ASSIGN_OR_RETURN(const Tensor* g, ctx.Input(slot));
+  if (g->dtype() != dtype || g->numel() != numel) {
+    return ctx.Error(absl::StrCat(slot, " '", ctx.InputName(slot), "' is ", g->DebugString(),
+                                  "; expected ", DataTypeName(dtype), " with ", numel,
+                                  " elements"));
+  }
+  return g;
+}
+
 }  // namespace tessera
 
 #endif  // TESSERA_COMMON_OPS_KERNEL_UTIL_H_

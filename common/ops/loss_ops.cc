@@ -13,18 +13,6 @@ namespace tessera {
 
 namespace {
 
-// The output gradient bound to `slot` must have the forward output's dtype and `numel`.
-absl::StatusOr<const Tensor*> GradInput(const OpContext& ctx, absl::string_view slot,
-                                        DataType dtype, int64_t numel) {
-  TS_ASSIGN_OR_RETURN(const Tensor* g, ctx.Input(slot));
-  if (g->dtype() != dtype || g->numel() != numel) {
-    return ctx.Error(absl::StrCat(slot, " '", ctx.InputName(slot), "' is ", g->DebugString(),
-                                  "; expected ", DataTypeName(dtype), " with ", numel,
-                                  " elements"));
-  }
-  return g;
-}
-
 // ---------------------------------------------------------------------------------------------
 // softmax_with_cross_entropy: Logits [..., C] -> Softmax [..., C], Loss [..., 1].
 // Hard labels (soft_label=false): Label [..., 1] int64/int32 class ids; a row whose label equals

@@ -24,18 +24,6 @@ absl::Status CheckSameDType(const OpContext& ctx, absl::string_view slot_a, cons
                                 ctx.InputName(slot_b), "' is ", DataTypeName(b.dtype())));
 }
 
-// The output gradient `slot` (e.g. "Out@GRAD") must match the forward output's dtype and size.
-absl::StatusOr<const Tensor*> GradInput(const OpContext& ctx, absl::string_view slot,
-                                        DataType dtype, int64_t numel) {
-  TS_ASSIGN_OR_RETURN(const Tensor* g, ctx.Input(slot));
-  if (g->dtype() != dtype || g->numel() != numel) {
-    return ctx.Error(absl::StrCat(slot, " '", ctx.InputName(slot), "' is ", g->DebugString(),
-                                  "; expected ", DataTypeName(dtype), " with ", numel,
-                                  " elements"));
-  }
-  return g;
-}
-
 // A gradient output of the same type and shape as `like`; never one of the op's inputs.
 absl::StatusOr<Tensor*> GradOutput(OpContext& ctx, absl::string_view slot, const Tensor& like,
                                    std::initializer_list<const Tensor*> inputs) {
