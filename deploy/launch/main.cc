@@ -1,15 +1,14 @@
-// tessera_launch: runs a local Tessera cluster.
+// tessera_launch: starts and supervises a Tessera cluster (or this host's share of one).
 //   tessera_launch --pservers=2 --trainers=2 --example=ctr [--log_dir=DIR] [daemon flags...]
-// Every flag it does not know is passed to every daemon (e.g. --epochs=2 --sync_mode=false).
+//   tessera_launch --config=job.pbtxt      (a LaunchConfig text proto, see proto/launch.proto)
+// --help lists the launcher's flags; every flag it does not know is passed to every daemon.
 #include <signal.h>
 #include <unistd.h>
 
 #include <climits>
-#include <cstdlib>
 #include <iostream>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
+#include "deploy/launch/launch_flags.h"
 #include "deploy/launch/launcher.h"
 
 namespace {
@@ -22,52 +21,37 @@ std::string SelfDir() {
   return path.substr(0, path.rfind('/'));
 }
 
-bool TakeInt(const std::string& arg, const std::string& name, int* out, int* exit_code) {
-  std::string prefix = "--" + name + "=";
-  if (!absl::StartsWith(arg, prefix)) return false;
-  if (!absl::SimpleAtoi(arg.substr(prefix.size()), out) || *out < 1) {
-    std::cerr << "tessera_launch: " << arg << ": must be a positive integer" << std::endl;
-    *exit_code = 2;
-  }
-  return true;
+// The daemon binary: in the Bazel output tree (deploy/launch/../../<package>/<name>), else next
+// to tessera_launch (an installed bin/ directory, as in the container image).
+std::string DefaultBinary(const std::string& package, const std::string& name) {
+  std::string self = SelfDir();
+  std::string in_tree = self + "/../../" + package + "/" + name;
+  if (::access(in_tree.c_str(), X_OK) == 0) return in_tree;
+  return self + "/" + name;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  tessera::LaunchOptions o;
-  // Binaries: next to this one in the Bazel output tree (deploy/launch/../../{pserver,trainer}).
-  std::string root = SelfDir() + "/../..";
-  o.pserver_bin = root + "/pserver/tessera_pserver";
-  o.trainer_bin = root + "/trainer/tessera_trainer";
-  int exit_code = 0;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::cout << "Usage: tessera_launch --pservers=N --trainers=M [--log_dir=DIR] "
-                   "[--host=127.0.0.1] [--pserver_bin=P] [--trainer_bin=T] [daemon flags...]\n";
+  tessera::LaunchOptions options;
+  options.pserver_bin = DefaultBinary("pserver", "tessera_pserver");
+  options.trainer_bin = DefaultBinary("trainer", "tessera_trainer");
+  absl::Status parsed =
+      tessera::ParseLaunchArgs(std::vector<std::string>(argv + 1, argv + argc), &options);
+  if (!parsed.ok()) {
+    if (parsed.code() == absl::StatusCode::kNotFound) {  // --help
+      std::cout << parsed.message();
       return 0;
     }
-    if (TakeInt(a, "pservers", &o.pservers, &exit_code)) continue;
-    if (TakeInt(a, "trainers", &o.trainers, &exit_code)) continue;
-    if (absl::StartsWith(a, "--log_dir=")) {
-      o.log_dir = a.substr(10);
-    } else if (absl::StartsWith(a, "--host=")) {
-      o.host = a.substr(7);
-    } else if (absl::StartsWith(a, "--pserver_bin=")) {
-      o.pserver_bin = a.substr(14);
-    } else if (absl::StartsWith(a, "--trainer_bin=")) {
-      o.trainer_bin = a.substr(14);
-    } else {
-      o.extra_args.push_back(a);
-    }
+    std::cerr << "tessera_launch: " << parsed.message() << std::endl;
+    return 2;
   }
-  if (exit_code != 0) return exit_code;
   struct sigaction sa {};
   sa.sa_handler = [](int) { tessera::Launcher::RequestStop(); };
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  tessera::Launcher launcher(o, std::cout);
+  sigaction(SIGHUP, &sa, nullptr);
+  tessera::Launcher launcher(options, std::cout);
   auto code = launcher.Run();
   if (!code.ok()) {
     std::cerr << "tessera_launch: " << code.status().message() << std::endl;
