@@ -181,6 +181,7 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) 
     if (options_.before_step) options_.before_step(global_step_);
     TS_RETURN_IF_ERROR(executor_.Run(main_block_, &scope_));
     TS_ASSIGN_OR_RETURN(double loss, ReadLoss());
+    if (options_.after_step) options_.after_step(global_step_, loss, size);
     ++global_step_;
     if (!std::isfinite(loss)) {
       return absl::FailedPreconditionError(

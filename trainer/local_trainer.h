@@ -49,6 +49,8 @@ struct LocalTrainerOptions {
   int rank = 0;
   // Called before each step with the 0-based global step (e.g. to stamp RPC requests).
   std::function<void(int64_t)> before_step;
+  // Called after each step with the 0-based global step, its loss and its (local) samples.
+  std::function<void(int64_t, double, int64_t)> after_step;
 };
 
 struct EpochStats {

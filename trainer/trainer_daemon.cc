@@ -2,6 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/layers/memory_optimize.h"
+#include "common/metrics/metrics.h"
+#include "common/metrics/metrics_server.h"
 #include "common/ops/ops.h"
 #include "common/params_io.h"
 #include "common/rpc/grpc/grpc_client.h"
@@ -76,6 +78,28 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
   lo.log_every_steps = config.trainer_id == 0 ? config.log_every_steps : 0;
   lo.log = &log;
   lo.before_step = [&rpc](int64_t step) { rpc.step = step; };
+
+  // Prometheus metrics, updated after every step.
+  MetricsRegistry metrics;
+  std::unique_ptr<MetricsServer> metrics_server;
+  if (config.metrics_port > 0) {
+    MetricsServerOptions mo;
+    mo.port = config.metrics_port;
+    metrics_server = std::make_unique<MetricsServer>(&metrics, mo);
+    TS_RETURN_IF_ERROR(metrics_server->Start());
+    log << "trainer " << config.trainer_id << ": metrics on http://" << mo.host << ":"
+        << metrics_server->port() << "/metrics" << std::endl;
+    Labels labels = {{"trainer_id", std::to_string(config.trainer_id)}};
+    Counter* steps = *metrics.GetCounter("tessera_trainer_steps_total", "Training steps.", labels);
+    Counter* samples =
+        *metrics.GetCounter("tessera_trainer_samples_total", "Training examples.", labels);
+    Gauge* loss = *metrics.GetGauge("tessera_trainer_loss", "Loss of the last step.", labels);
+    lo.after_step = [steps, samples, loss](int64_t, double l, int64_t n) {
+      steps->Increment();
+      samples->Increment(static_cast<double>(n));
+      loss->Set(l);
+    };
+  }
 
   log << "trainer " << config.trainer_id << "/" << config.trainers << ": example "
       << config.example << ", " << data.train.examples.size() << " training examples, global batch "
