@@ -140,6 +140,7 @@ absl::StatusOr<double> LocalTrainer::ReadLoss() const {
 
 absl::StatusOr<std::vector<EpochStats>> LocalTrainer::Train(const data::Dataset& train) {
   std::vector<EpochStats> all;
+  epochs_target_ = epoch_ + options_.epochs;
   for (int e = 0; e < options_.epochs; ++e) {
     TS_ASSIGN_OR_RETURN(EpochStats stats, TrainEpoch(train));
     all.push_back(stats);
@@ -148,6 +149,7 @@ absl::StatusOr<std::vector<EpochStats>> LocalTrainer::Train(const data::Dataset&
 }
 
 absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) {
+  epochs_target_ = std::max(epochs_target_, epoch_ + 1);
   const int64_t n = static_cast<int64_t>(train.examples.size());
   if (n == 0) return absl::InvalidArgumentError("LocalTrainer: the training data set is empty");
   data::DistributedSamplerOptions so;
@@ -196,9 +198,15 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) 
     interval_samples += size;
     if (options_.log_every_steps > 0 && global_step_ % options_.log_every_steps == 0) {
       const double secs = SecondsSince(interval_start);
-      log() << absl::StrFormat("step %d loss %.6g samples/s %.0f\n", global_step_,
+      // ETA of this Train() call: steps left in this epoch and the epochs still to run.
+      const int64_t steps_per_epoch =
+          (static_cast<int64_t>(order.size()) + options_.batch_size - 1) / options_.batch_size;
+      const int64_t left = (steps_per_epoch - stats.steps) +
+                           steps_per_epoch * std::max<int64_t>(0, epochs_target_ - epoch_ - 1);
+      const double step_secs = secs / interval_steps;
+      log() << absl::StrFormat("step %d loss %.6g samples/s %.0f eta %.0fs\n", global_step_,
                                interval_loss / interval_steps,
-                               secs > 0 ? interval_samples / secs : 0.0);
+                               secs > 0 ? interval_samples / secs : 0.0, left * step_secs);
       interval_loss = 0;
       interval_steps = interval_samples = 0;
       interval_start = Clock::now();

@@ -4,8 +4,9 @@
 // set in the order of a DistributedSampler with one replica (shuffled with seed + epoch when
 // Options::shuffle), in batches of batch_size (the last one may be smaller); each step feeds the
 // batch, runs the main program and reads the loss. Every log_every_steps steps it writes
-//   step N loss L samples/s S
-// (L: mean loss of the steps since the previous line, S: their throughput) and after each epoch
+//   step N loss L samples/s S eta Ts
+// (L: mean loss of the steps since the previous line, S: their throughput, T: the estimated
+// seconds left in the running Train() call) and after each epoch
 //   epoch E mean loss L samples S samples/s S' seconds T
 // to Options::log. Evaluate() runs only the forward ops that compute the loss and the
 // prediction (a pruned clone of the main program, see ForwardProgram) and returns the mean loss
@@ -118,6 +119,7 @@ class LocalTrainer {
   PreparedBlock eval_block_;
   Scope scope_;
   int64_t epoch_ = 0;
+  int64_t epochs_target_ = 0;  // epoch_ at the end of the running Train() call (for the ETA)
   int64_t global_step_ = 0;
 };
 

@@ -37,7 +37,11 @@ std::vector<TrainingPoint> ParseTrainingLog(absl::string_view log) {
   std::vector<TrainingPoint> out;
   for (absl::string_view line : absl::StrSplit(log, '\n')) {
     std::vector<absl::string_view> t = absl::StrSplit(line, ' ', absl::SkipWhitespace());
-    if (t.size() != 6 || t[0] != "step" || t[2] != "loss" || t[4] != "samples/s") continue;
+    // "step N loss L samples/s S", optionally followed by "eta Ts".
+    if ((t.size() != 6 && !(t.size() == 8 && t[6] == "eta")) || t[0] != "step" ||
+        t[2] != "loss" || t[4] != "samples/s") {
+      continue;
+    }
     TrainingPoint p;
     if (!absl::SimpleAtoi(t[1], &p.step) || !absl::SimpleAtod(t[3], &p.loss) ||
         !absl::SimpleAtod(absl::StripTrailingAsciiWhitespace(t[5]), &p.samples_per_s)) {

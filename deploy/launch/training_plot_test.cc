@@ -34,8 +34,11 @@ TEST(TrainingPlotTest, ParsesOnlyStepLines) {
       "step 40 loss 5.5e-3 samples/s 35550\r\n"
       "step 60 (epoch 1): loss 'nan' is not finite\n"
       "step x loss 1 samples/s 2\n"
-      "step 80 loss 1 samples/s");
-  ASSERT_EQ(points.size(), 2u);
+      "step 80 loss 1 samples/s\n"
+      "step 100 loss 0.5 samples/s 900 eta 12s\n");
+  ASSERT_EQ(points.size(), 3u);
+  EXPECT_EQ(points[2].step, 100);
+  EXPECT_DOUBLE_EQ(points[2].samples_per_s, 900);
   EXPECT_EQ(points[0].step, 20);
   EXPECT_DOUBLE_EQ(points[0].loss, 617.421);
   EXPECT_DOUBLE_EQ(points[0].samples_per_s, 12415);
