@@ -8,9 +8,10 @@
 // writes every program as a text proto that ParseProgramText (and --program of the daemons and
 // of tessera_program) reads back:
 //   trainer.pbtxt, trainer_startup.pbtxt, pserver_<i>.pbtxt, pserver_<i>_startup.pbtxt
-// where i is the pserver's position in --pservers (DIR is created if missing). Without --out_dir the programs follow the
-// summary on stdout, each after a "# ==== <file name> ====" comment line. Any other flag of
-// the daemons is accepted (--trainer_id, --sync_mode, --split_method, --slice_var_up,
+// where i is the pserver's position in --pservers (DIR is created if missing). Without --out_dir
+// the programs follow the summary on stdout, each after a "# ==== <file name> ====" comment line.
+// Any other flag of the daemons is accepted (--trainer_id, --sync_mode, --split_method,
+// --slice_var_up,
 // --min_block_size, ...; --help lists them).
 //
 // Exit status: 0 on success; 2 for a bad flag (one line on stderr); 1 when the model cannot be
@@ -68,15 +69,14 @@ std::string Summary(const ClusterConfig& config, const DistributeTranspiler& t,
                           blocks.size(), elements);
     for (const VarBlock* b : blocks) {
       const VarDesc* v = FindVarDesc(model.main.blocks(0), b->var);
-      std::vector<int64_t> full =
-          v == nullptr ? std::vector<int64_t>{} : std::vector<int64_t>(v->shape().begin(),
-                                                                       v->shape().end());
+      std::vector<int64_t> full = v == nullptr
+                                      ? std::vector<int64_t>{}
+                                      : std::vector<int64_t>(v->shape().begin(), v->shape().end());
       if (b->name == b->var) {
         absl::StrAppendFormat(&out, "  %-28s %s (whole)\n", b->name, Shape(b->shape));
       } else {
-        absl::StrAppendFormat(&out, "  %-28s %s rows [%d, %d) of %s %s\n", b->name,
-                              Shape(b->shape), b->begin_row, b->begin_row + b->num_rows, b->var,
-                              Shape(full));
+        absl::StrAppendFormat(&out, "  %-28s %s rows [%d, %d) of %s %s\n", b->name, Shape(b->shape),
+                              b->begin_row, b->begin_row + b->num_rows, b->var, Shape(full));
       }
     }
   }
@@ -158,7 +158,8 @@ int Main(int argc, char** argv) {
   }
   for (size_t i = 0; i < config->pservers.size(); ++i) {
     programs.push_back({absl::StrCat("pserver_", i, ".pbtxt"), &pserver_programs[2 * i]});
-    programs.push_back({absl::StrCat("pserver_", i, "_startup.pbtxt"), &pserver_programs[2 * i + 1]});
+    programs.push_back(
+        {absl::StrCat("pserver_", i, "_startup.pbtxt"), &pserver_programs[2 * i + 1]});
   }
 
   std::cout << Summary(*config, *t, *model);

@@ -232,9 +232,10 @@ int Run(int rank, int data_fd, int control_fd) {
   }
 
   if (rank == 0) {
-    std::printf("2 processes, loopback, float32 sum; GB/s = bytes / time, median of %d runs "
-                "(min-max)\n\n",
-                absl::GetFlag(FLAGS_repeats));
+    std::printf(
+        "2 processes, loopback, float32 sum; GB/s = bytes / time, median of %d runs "
+        "(min-max)\n\n",
+        absl::GetFlag(FLAGS_repeats));
     std::string header = "| floats | MB |";
     std::string rule = "| ---: | ---: |";
     for (const Method& m : results[0]) {

@@ -70,6 +70,7 @@ ABSL_FLAG(bool, tune_malloc, true,
           "Keep freed memory in the process (mallopt: one arena, trim threshold 1 GiB, mmap "
           "threshold 32 MiB, top pad 64 MiB) in the trainer and the servers; false: glibc's "
           "defaults.");
+ABSL_FLAG(bool, skip_tcp, false, "Measure gRPC only (e.g. under a profiler); no ratio.");
 ABSL_FLAG(bool, serve, false, "Internal: run as a server child (ports on stdout).");
 
 namespace tessera {
@@ -105,7 +106,8 @@ class StoreHandler : public RequestHandler {
     }
     return v.get();
   }
-  void HandleSend(const RequestMeta&, const VariableHeader&, Variable*, DoneCallback done) override {
+  void HandleSend(const RequestMeta&, const VariableHeader&, Variable*,
+                  DoneCallback done) override {
     done(absl::OkStatus());
   }
   void HandleGet(const RequestMeta&, const std::string& name, GetDone done) override {
@@ -292,45 +294,74 @@ void StopChild(Child* c) {
   }
 }
 
-// User + system CPU seconds of `pid` (from /proc), or of this process when pid == 0.
-double CpuSeconds(pid_t pid) {
+struct Usage {
+  double cpu_seconds = 0;  // user + system
+  double minor_faults = 0;
+};
+
+// CPU time and page faults of `pid` (from /proc), or of this process when pid == 0.
+Usage UsageOf(pid_t pid) {
+  Usage u;
   if (pid == 0) {
-    rusage u{};
-    getrusage(RUSAGE_SELF, &u);
-    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+    rusage r{};
+    getrusage(RUSAGE_SELF, &r);
+    u.cpu_seconds =
+        r.ru_utime.tv_sec + r.ru_stime.tv_sec + 1e-6 * (r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+    u.minor_faults = static_cast<double>(r.ru_minflt);
+    return u;
   }
   std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
   std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   size_t close_paren = stat.rfind(')');
-  if (close_paren == std::string::npos) return 0;
+  if (close_paren == std::string::npos) return u;
   std::vector<std::string> fields = absl::StrSplit(stat.substr(close_paren + 2), ' ');
-  // Fields after the command: state(0) ... utime(11) stime(12).
-  int64_t utime = 0, stime = 0;
-  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &utime) ||
-      !absl::SimpleAtoi(fields[12], &stime)) {
-    return 0;
+  // Fields after the command: state(0) ... minflt(7) ... utime(11) stime(12).
+  int64_t minflt = 0, utime = 0, stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtoi(fields[7], &minflt) ||
+      !absl::SimpleAtoi(fields[11], &utime) || !absl::SimpleAtoi(fields[12], &stime)) {
+    return u;
   }
-  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  u.cpu_seconds = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  u.minor_faults = static_cast<double>(minflt);
+  return u;
 }
 
 struct Round {
   double seconds = 0;
   double push_seconds = 0;
   double trainer_cpu = 0, server_cpu = 0;
+  double faults = 0;  // minor page faults, trainer + servers
 };
 
 struct Setup {
   std::vector<Child> children;
-  std::vector<Variable> params;   // pushed
-  std::vector<Variable> pulled;   // pull destinations
-  std::vector<int> server_of;     // param -> server
-  int64_t bytes_per_round = 0;    // pushed + pulled
+  std::vector<Variable> params;  // pushed
+  std::vector<Variable> pulled;  // pull destinations
+  std::vector<int> server_of;    // param -> server
+  int64_t bytes_per_round = 0;   // pushed + pulled
 };
 
-double ServersCpu(const Setup& s) {
-  double total = 0;
-  for (const auto& c : s.children) total += CpuSeconds(c.pid);
-  return total;
+// Trainer and servers' usage so far.
+struct AllUsage {
+  Usage trainer, servers;
+};
+AllUsage Sample(const Setup& s) {
+  AllUsage a;
+  a.trainer = UsageOf(0);
+  for (const auto& c : s.children) {
+    Usage u = UsageOf(c.pid);
+    a.servers.cpu_seconds += u.cpu_seconds;
+    a.servers.minor_faults += u.minor_faults;
+  }
+  return a;
+}
+
+void Account(const AllUsage& before, const Setup& s, Round* r) {
+  const AllUsage after = Sample(s);
+  r->trainer_cpu = after.trainer.cpu_seconds - before.trainer.cpu_seconds;
+  r->server_cpu = after.servers.cpu_seconds - before.servers.cpu_seconds;
+  r->faults = after.trainer.minor_faults - before.trainer.minor_faults +
+              after.servers.minor_faults - before.servers.minor_faults;
 }
 
 // One raw TCP round over the already connected sockets.
@@ -339,7 +370,7 @@ Round TcpRound(const Setup& s, const std::vector<int>& fds, std::vector<std::vec
   // Each server's share: its parameters' bytes, sent back to back.
   const int num_servers = static_cast<int>(fds.size());
   Round r;
-  const double cpu0 = CpuSeconds(0), scpu0 = ServersCpu(s);
+  const AllUsage before = Sample(s);
   std::vector<double> push_done(num_servers);
   const Clock::time_point start = Clock::now();
   std::vector<std::thread> threads;
@@ -365,8 +396,7 @@ Round TcpRound(const Setup& s, const std::vector<int>& fds, std::vector<std::vec
   r.seconds = Seconds(start, Clock::now());
   // Pushing ends when the last byte is written (the server may still be reading).
   r.push_seconds = *std::max_element(push_done.begin(), push_done.end());
-  r.trainer_cpu = CpuSeconds(0) - cpu0;
-  r.server_cpu = ServersCpu(s) - scpu0;
+  Account(before, s, &r);
   return r;
 }
 
@@ -375,7 +405,7 @@ Round GrpcRound(Setup* s, const std::vector<std::unique_ptr<GrpcPServerClient>>&
                 int64_t step) {
   Round r;
   RequestMeta meta{"bench", 0, step};
-  const double cpu0 = CpuSeconds(0), scpu0 = ServersCpu(*s);
+  const AllUsage before = Sample(*s);
   const Clock::time_point start = Clock::now();
   const int n = static_cast<int>(s->params.size());
   {
@@ -398,8 +428,7 @@ Round GrpcRound(Setup* s, const std::vector<std::unique_ptr<GrpcPServerClient>>&
     if (!st.ok()) Die(std::string(st.message()));
   }
   r.seconds = Seconds(start, Clock::now());
-  r.trainer_cpu = CpuSeconds(0) - cpu0;
-  r.server_cpu = ServersCpu(*s) - scpu0;
+  Account(before, *s, &r);
   return r;
 }
 
@@ -407,6 +436,7 @@ struct Summary {
   double mbps = 0, min_mbps = 0, max_mbps = 0;  // push + pull, median and range
   double push_mbps = 0, pull_mbps = 0;          // medians
   double trainer_cpu_per_gb = 0, server_cpu_per_gb = 0;
+  double faults_per_mb = 0;
 };
 
 double Median(std::vector<double> v) {
@@ -416,7 +446,7 @@ double Median(std::vector<double> v) {
 }
 
 Summary Summarize(const std::vector<Round>& rounds, int64_t bytes) {
-  std::vector<double> all, push, pull, tcpu, scpu;
+  std::vector<double> all, push, pull, tcpu, scpu, faults;
   const double half = bytes / 2.0;
   for (const auto& r : rounds) {
     all.push_back(bytes / r.seconds / 1e6);
@@ -424,6 +454,7 @@ Summary Summarize(const std::vector<Round>& rounds, int64_t bytes) {
     pull.push_back(half / (r.seconds - r.push_seconds) / 1e6);
     tcpu.push_back(r.trainer_cpu / (bytes / 1e9));
     scpu.push_back(r.server_cpu / (bytes / 1e9));
+    faults.push_back(r.faults / (bytes / 1e6));
   }
   Summary s;
   s.mbps = Median(all);
@@ -433,6 +464,7 @@ Summary Summarize(const std::vector<Round>& rounds, int64_t bytes) {
   s.pull_mbps = Median(pull);
   s.trainer_cpu_per_gb = Median(tcpu);
   s.server_cpu_per_gb = Median(scpu);
+  s.faults_per_mb = Median(faults);
   return s;
 }
 
@@ -460,7 +492,8 @@ int Main() {
     Variable v;
     Tensor* t = v.GetMutable<Tensor>();
     t->Resize(FLOAT32, {elems});
-    for (int64_t j = 0; j < elems; ++j) t->data<float>()[j] = static_cast<float>((i * 7919 + j) % 100003);
+    for (int64_t j = 0; j < elems; ++j)
+      t->data<float>()[j] = static_cast<float>((i * 7919 + j) % 100003);
     s.params.push_back(v);
     Variable dst;
     dst.GetMutable<Tensor>()->Resize(FLOAT32, {elems});
@@ -498,8 +531,8 @@ int Main() {
       GrpcClientOptions o;
       o.chunk_bytes = chunks[c] << 20;
       o.deadline = absl::Seconds(60);
-      clients[c].push_back(std::make_unique<GrpcPServerClient>(
-          absl::StrCat("127.0.0.1:", child.grpc_port), o));
+      clients[c].push_back(
+          std::make_unique<GrpcPServerClient>(absl::StrCat("127.0.0.1:", child.grpc_port), o));
     }
   }
 
@@ -530,25 +563,28 @@ int Main() {
 
   std::vector<Round> tcp;
   std::vector<std::vector<Round>> grpc(chunks.size());
+  const bool skip_tcp = absl::GetFlag(FLAGS_skip_tcp);
   for (int r = 0; r < repeats; ++r) {
-    tcp.push_back(TcpRound(s, fds, &tcp_back, write_bytes));
+    if (!skip_tcp || r == 0) tcp.push_back(TcpRound(s, fds, &tcp_back, write_bytes));
     for (size_t c = 0; c < chunks.size(); ++c) grpc[c].push_back(GrpcRound(&s, clients[c], step++));
   }
 
   const Summary base = Summarize(tcp, s.bytes_per_round);
-  std::printf("\n%-26s %10s %17s %10s %10s %7s %13s %13s\n", "transport", "MB/s", "range",
-              "push MB/s", "pull MB/s", "ratio", "trainer cpu/GB", "servers cpu/GB");
+  std::printf("\n%-26s %8s %11s %9s %9s %6s %14s %14s %9s\n", "transport", "MB/s", "range",
+              "push MB/s", "pull MB/s", "ratio", "trainer cpu/GB", "servers cpu/GB", "faults/MB");
   auto row = [&](const std::string& name, const Summary& x) {
-    std::printf("%-26s %10.0f %8.0f-%-8.0f %10.0f %10.0f %7.2f %12.2fs %12.2fs\n", name.c_str(),
+    std::printf("%-26s %8.0f %5.0f-%-5.0f %9.0f %9.0f %6.2f %13.2fs %13.2fs %9.1f\n", name.c_str(),
                 x.mbps, x.min_mbps, x.max_mbps, x.push_mbps, x.pull_mbps, x.mbps / base.mbps,
-                x.trainer_cpu_per_gb, x.server_cpu_per_gb);
+                x.trainer_cpu_per_gb, x.server_cpu_per_gb, x.faults_per_mb);
   };
   row(absl::StrFormat("raw TCP (%d KiB writes)", write_bytes >> 10), base);
   for (size_t c = 0; c < chunks.size(); ++c) {
-    row(absl::StrFormat("gRPC, chunk_bytes %d MiB", chunks[c]), Summarize(grpc[c], s.bytes_per_round));
+    row(absl::StrFormat("gRPC, chunk_bytes %d MiB", chunks[c]),
+        Summarize(grpc[c], s.bytes_per_round));
   }
-  std::printf("(MB = 10^6 bytes; ratio = MB/s over the raw TCP MB/s of the same run; push and pull "
-              "are each half the bytes)\n");
+  std::printf(
+      "(MB = 10^6 bytes; ratio = MB/s over the raw TCP MB/s of the same run; push and pull "
+      "are each half the bytes)\n");
 
   for (int fd : fds) close(fd);
   clients.clear();

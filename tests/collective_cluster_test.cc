@@ -1,0 +1,150 @@
+// Collective mode with ranks as real processes: tests/collective_worker joins a job by TCP
+// rendezvous (rank 0 serves the store on a free port), through a fresh directory (FILE_SYSTEM)
+// or under mpirun (MPI, skipped when mpirun is not installed), for 1-4 ranks, and runs every
+// operation. Also: a missing rank and a killed rank end in bounded time with an error naming
+// the problem. Every process is killed by pid at the end (ProcessGroup).
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster_util.h"
+
+namespace tessera {
+namespace {
+
+constexpr absl::Duration kJobTimeout = absl::Seconds(60);
+
+std::string Worker() { return RunfilePath("tests/collective_worker"); }
+
+bool ExitedWith(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
+
+// Starts `world` workers with per-rank flags and expects every one to exit 0.
+void RunJob(const std::string& dir, int world, const std::vector<std::string>& flags) {
+  ProcessGroup group;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::string> argv = {Worker(), absl::StrCat("--rank=", r),
+                                     absl::StrCat("--world_size=", world)};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto pid = group.Start(argv, absl::StrCat(dir, "/rank", r, ".log"));
+    ASSERT_TRUE(pid.ok()) << pid.status();
+    pids.push_back(*pid);
+  }
+  for (int r = 0; r < world; ++r) {
+    const std::string log = absl::StrCat(dir, "/rank", r, ".log");
+    auto status = group.Wait(pids[r], kJobTimeout);
+    ASSERT_TRUE(status.ok()) << "rank " << r << ": " << status.status() << "\n"
+                             << ReadFileOrEmpty(log);
+    EXPECT_TRUE(ExitedWith(*status, 0)) << "rank " << r << " failed:\n" << ReadFileOrEmpty(log);
+    EXPECT_NE(ReadFileOrEmpty(log).find(absl::StrCat("rank ", r, " of ", world, ": OK")),
+              std::string::npos)
+        << ReadFileOrEmpty(log);
+  }
+}
+
+class CollectiveClusterTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectiveClusterTest, TcpRendezvous) {
+  const int world = GetParam();
+  auto eps = FreeEndpoints(1);
+  ASSERT_TRUE(eps.ok()) << eps.status();
+  RunJob(MakeTempDir(absl::StrCat("collective_tcp", world)), world,
+         {"--init=tcp", "--endpoint=" + (*eps)[0]});
+}
+
+TEST_P(CollectiveClusterTest, FileSystemRendezvous) {
+  const int world = GetParam();
+  const std::string dir = MakeTempDir(absl::StrCat("collective_file", world));
+  RunJob(dir, world, {"--init=file_system", "--path=" + dir + "/rendezvous"});
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CollectiveClusterTest, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return absl::StrCat("world", info.param); });
+
+std::string FindOnPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::vector<std::string> dirs = absl::StrSplit(path != nullptr ? path : "", ':');
+  dirs.push_back("/usr/bin");
+  for (const std::string& d : dirs) {
+    const std::string candidate = d + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+TEST(CollectiveMpiTest, MpirunTwoRanks) {
+  const std::string mpirun = FindOnPath("mpirun");
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not installed (deploy/setup installs openmpi-bin)";
+  const std::string dir = MakeTempDir("collective_mpi");
+  ProcessGroup group;
+  auto pid = group.Start({mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca",
+                          "btl", "self,tcp", Worker(), "--init=mpi", "--timeout_s=30"},
+                         dir + "/mpirun.log");
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  auto status = group.Wait(*pid, kJobTimeout);
+  if (!status.ok()) group.Kill(*pid, SIGTERM);  // mpirun takes its ranks down with it
+  ASSERT_TRUE(status.ok()) << status.status() << "\n" << ReadFileOrEmpty(dir + "/mpirun.log");
+  const std::string log = ReadFileOrEmpty(dir + "/mpirun.log");
+  EXPECT_TRUE(ExitedWith(*status, 0)) << log;
+  EXPECT_NE(log.find("rank 0 of 2: OK"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 1 of 2: OK"), std::string::npos) << log;
+  EXPECT_NE(log.find("(mpi)"), std::string::npos) << log;
+}
+
+TEST(CollectiveFailureTest, MissingRankTimesOutNamingTheEndpoint) {
+  auto eps = FreeEndpoints(1);
+  ASSERT_TRUE(eps.ok());
+  const std::string dir = MakeTempDir("collective_missing");
+  ProcessGroup group;
+  // Rank 1 of 2 without rank 0: nobody serves the store.
+  auto pid = group.Start({Worker(), "--rank=1", "--world_size=2", "--init=tcp",
+                          "--endpoint=" + (*eps)[0], "--timeout_s=2"},
+                         dir + "/rank1.log");
+  ASSERT_TRUE(pid.ok());
+  auto status = group.Wait(*pid, absl::Seconds(30));
+  ASSERT_TRUE(status.ok()) << status.status();
+  const std::string log = ReadFileOrEmpty(dir + "/rank1.log");
+  EXPECT_TRUE(ExitedWith(*status, 1)) << log;
+  EXPECT_NE(log.find((*eps)[0]), std::string::npos) << log;
+}
+
+TEST(CollectiveFailureTest, KilledPeerFailsTheSurvivorInBoundedTime) {
+  auto eps = FreeEndpoints(1);
+  ASSERT_TRUE(eps.ok());
+  const std::string dir = MakeTempDir("collective_killed");
+  ProcessGroup group;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    auto pid = group.Start({Worker(), absl::StrCat("--rank=", r), "--world_size=2", "--init=tcp",
+                            "--endpoint=" + (*eps)[0], "--timeout_s=5", "--mode=loop"},
+                           absl::StrCat(dir, "/rank", r, ".log"));
+    ASSERT_TRUE(pid.ok());
+    pids.push_back(*pid);
+  }
+  // Wait (bounded) until both ranks are exchanging data, then kill rank 1.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (ReadFileOrEmpty(dir + "/rank0.log").find("looping") == std::string::npos ||
+         ReadFileOrEmpty(dir + "/rank1.log").find("looping") == std::string::npos) {
+    ASSERT_LT(absl::Now(), deadline)
+        << ReadFileOrEmpty(dir + "/rank0.log") << ReadFileOrEmpty(dir + "/rank1.log");
+    ASSERT_TRUE(group.Running(pids[0]) && group.Running(pids[1]));
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  group.Kill(pids[1], SIGKILL);
+  auto status = group.Wait(pids[0], absl::Seconds(30));
+  ASSERT_TRUE(status.ok()) << "the survivor hangs: " << status.status();
+  const std::string log = ReadFileOrEmpty(dir + "/rank0.log");
+  EXPECT_TRUE(ExitedWith(*status, 3)) << log;
+  EXPECT_NE(log.find("all_reduce failed"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace tessera
