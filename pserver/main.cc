@@ -4,9 +4,11 @@
 #include <iostream>
 
 #include "common/config/daemon_flags.h"
+#include "common/malloc_tuning.h"
 #include "pserver/pserver_daemon.h"
 
 int main(int argc, char** argv) {
+  tessera::TuneMallocForLargeBuffers();
   auto env = [](const std::string& name) -> std::optional<std::string> {
     const char* v = std::getenv(name.c_str());
     if (v == nullptr) return std::nullopt;

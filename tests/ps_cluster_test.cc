@@ -204,6 +204,50 @@ TEST(PsClusterTest, CtrWithDistributedTablesLearns) {
   EXPECT_NE(ps.find("table_rows="), std::string::npos) << ps;
 }
 
+// Collective mode: trainers only (Gloo all-reduce, rendezvous at trainer 0), each fed 1/N of
+// every global batch, equal single-machine training on the full batches.
+class CollectiveTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectiveTest, EqualsSingleMachine) {
+  const int n = GetParam();
+  std::string dir = MakeTempDir("collective");
+  auto eps = FreeEndpoints(n);
+  ASSERT_TRUE(eps.ok());
+  ProcessGroup group;
+  std::vector<pid_t> pids;
+  for (int k = 0; k < n; ++k) {
+    std::vector<std::string> args = {
+        RunfilePath("trainer/tessera_trainer"), "--mode=collective", "--job_id=coll",
+        absl::StrCat("--trainer_endpoints=", absl::StrJoin(*eps, ",")),
+        absl::StrCat("--trainers=", n), absl::StrCat("--trainer_id=", k),
+        "--example=mlp_regression", "--num_examples=960", "--num_test_examples=64",
+        "--batch_size=48", "--epochs=2", "--seed=4", "--barrier_timeout_s=60",
+        absl::StrCat("--dump_params=", dir, "/params.", k)};
+    auto pid = group.Start(args, absl::StrCat(dir, "/trainer.", k, ".log"));
+    ASSERT_TRUE(pid.ok());
+    pids.push_back(*pid);
+  }
+  for (int k = 0; k < n; ++k) {
+    auto status = group.Wait(pids[k], absl::Seconds(120));
+    ASSERT_TRUE(status.ok()) << status.status();
+    ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+        << ReadFileOrEmpty(absl::StrCat(dir, "/trainer.", k, ".log"));
+  }
+  examples::ExampleOptions eo;
+  eo.name = "mlp_regression";
+  eo.num_examples = 960;
+  eo.num_test_examples = 64;
+  eo.seed = 4;
+  auto want = SingleMachine(eo, 48, 4, 2);
+  for (int k = 0; k < n; ++k) {
+    auto got = LoadVariables(absl::StrCat(dir, "/params.", k));
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectClose(*got, want, 1e-5);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TwoAndThreeTrainers, CollectiveTest, ::testing::Values(2, 3));
+
 // Sum of the integer after `key` over every occurrence in `text`.
 int64_t SumAfter(const std::string& text, const std::string& key) {
   int64_t total = 0;

@@ -8,6 +8,7 @@
 #include "common/params_io.h"
 #include "common/rpc/grpc/grpc_client.h"
 #include "common/status.h"
+#include "trainer/collective_ops.h"
 #include "trainer/communicator.h"
 #include "trainer/local_trainer.h"
 #include "trainer/rpc_ops.h"
@@ -40,17 +41,35 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
   TS_RETURN_IF_ERROR(RegisterStandardOps(&registry));
   TS_RETURN_IF_ERROR(RegisterRpcOps(&registry, &rpc));
 
+  CollectiveState collective;
+  const bool collective_mode = config.mode == "collective";
+  if (collective_mode) {
+    collective.rank = config.trainer_id;
+    collective.world_size = config.trainers;
+    collective.params.endpoint = config.trainer_endpoints[0];
+    collective.params.job_id = config.job_id;
+    collective.params.timeout = absl::Seconds(config.barrier_timeout_s);
+    TS_RETURN_IF_ERROR(RegisterCollectiveOps(&registry, &collective));
+  }
   TS_ASSIGN_OR_RETURN(ModelSpec model, LoadModel(config, registry));
-  TS_ASSIGN_OR_RETURN(DistributeTranspiler t,
-                      DistributeTranspiler::Transpile(model.main, model.startup,
-                                                      TranspilerConfigFor(config, config.trainer_id)));
   std::vector<std::string> trainable;
   for (const auto& v : model.main.blocks(0).vars()) {
     if (v.trainable() && !v.is_distributed()) trainable.push_back(v.name());  // tables: pservers
   }
   ModelSpec dist = model;
-  dist.main = t.trainer_program();
-  dist.startup = t.trainer_startup_program();
+  if (collective_mode) {
+    TS_ASSIGN_OR_RETURN(CollectivePrograms programs,
+                        TranspileCollective(model.main, model.startup));
+    dist.main = programs.trainer;
+    dist.startup = programs.trainer_startup;
+  } else {
+    TS_ASSIGN_OR_RETURN(DistributeTranspiler t,
+                        DistributeTranspiler::Transpile(
+                            model.main, model.startup,
+                            TranspilerConfigFor(config, config.trainer_id)));
+    dist.main = t.trainer_program();
+    dist.startup = t.trainer_startup_program();
+  }
   if (config.memory_optimize) {
     // Gradients stay intact (they are sent to the pservers); feeds and fetches keep their names.
     MemoryOptimizeOptions mo;
@@ -103,8 +122,11 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
 
   log << "trainer " << config.trainer_id << "/" << config.trainers << ": example "
       << config.example << ", " << data.train.examples.size() << " training examples, global batch "
-      << config.batch_size << ", pservers " << config.pservers.size() << " ("
-      << (config.sync_mode ? "sync" : "async") << ")" << std::endl;
+      << config.batch_size << ", "
+      << (collective_mode ? std::string("collective (Gloo all-reduce)")
+                          : absl::StrCat("pservers ", config.pservers.size(), " (",
+                                         config.sync_mode ? "sync" : "async", ")"))
+      << std::endl;
   // Create() runs the startup program, which pulls the initial parameters from the pservers.
   TS_ASSIGN_OR_RETURN(auto trainer, LocalTrainer::Create(&registry, dist, lo));
   TS_RETURN_IF_ERROR(trainer->Train(data.train).status());
@@ -120,7 +142,11 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
     log << "trainer " << config.trainer_id << ": async gradients pushed=" << cs.pushed
         << " sent=" << cs.sent << std::endl;
   }
-  TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
+  if (collective_mode) {
+    TS_RETURN_IF_ERROR(collective.context.Shutdown());
+  } else {
+    TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
+  }
   if (!config.dump_params.empty()) {
     TS_RETURN_IF_ERROR(SaveVariables(*trainer->scope(), trainable, config.dump_params));
   }

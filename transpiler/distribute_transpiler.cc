@@ -552,6 +552,52 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
   return t;
 }
 
+absl::StatusOr<CollectivePrograms> TranspileCollective(const ProgramDesc& main,
+                                                       const ProgramDesc& startup) {
+  if (main.blocks_size() == 0 || startup.blocks_size() == 0) {
+    return absl::InvalidArgumentError("main and startup programs need a block 0");
+  }
+  CollectivePrograms out{main, startup};
+  BlockDesc* tb = out.trainer.mutable_blocks(0);
+  std::vector<std::string> grads, params;
+  int first_optimize = -1;
+  for (int i = 0; i < tb->ops_size(); ++i) {
+    const OpDesc& op = tb->ops(i);
+    if ((OpRoleOf(op) & kRoleOptimize) == 0) continue;
+    if (first_optimize < 0) first_optimize = i;
+    auto rv = GetStringsAttr(op, kOpRoleVarAttr);
+    if (rv.size() < 2) continue;
+    const VarDesc* pv = FindVarDesc(*tb, rv[0]);
+    if (pv != nullptr && pv->is_distributed()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table ", rv[0], " is distributed; collective mode has no pservers to hold it"));
+    }
+    params.push_back(rv[0]);
+    grads.push_back(rv[1]);
+    if (VarDesc* gv = FindMutableVarDesc(tb, rv[1])) gv->set_type(DENSE_TENSOR);
+  }
+  if (first_optimize < 0) {
+    return absl::InvalidArgumentError(
+        "the program has no optimize ops (build it with an optimizer's Minimize)");
+  }
+  OpDesc reduce = MakeOp("c_allreduce_mean", {{"X", grads}}, {{"Out", grads}});
+  SetAttr(&reduce, kOpRoleAttr, int64_t{kRoleBackward | kRoleDist});
+  google::protobuf::RepeatedPtrField<OpDesc> ops;
+  for (int i = 0; i < tb->ops_size(); ++i) {
+    if (i == first_optimize) *ops.Add() = reduce;
+    *ops.Add() = tb->ops(i);
+  }
+  tb->mutable_ops()->Swap(&ops);
+  BlockDesc* sb = out.trainer_startup.mutable_blocks(0);
+  OpDesc init = MakeOp("c_comm_init", {}, {});
+  SetAttr(&init, kOpRoleAttr, int64_t{kRoleDist});
+  *sb->add_ops() = init;
+  OpDesc bcast = MakeOp("c_broadcast", {{"X", params}}, {{"Out", params}});
+  SetAttr(&bcast, kOpRoleAttr, int64_t{kRoleDist});
+  *sb->add_ops() = bcast;
+  return out;
+}
+
 absl::StatusOr<ProgramDesc> DistributeTranspiler::GetPserverProgram(
     const std::string& endpoint) const {
   auto it = pserver_.find(endpoint);

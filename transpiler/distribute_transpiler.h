@@ -95,6 +95,15 @@ class DistributeTranspiler {
   std::vector<VarBlock> param_blocks_;
 };
 
+// Collective mode (no pservers): the trainer program all-reduces (mean) every gradient right
+// before the optimizer ops (c_allreduce_mean; sparse gradients are made dense), and the trainer
+// startup joins the job (c_comm_init) and takes trainer 0's initial parameters (c_broadcast).
+struct CollectivePrograms {
+  ProgramDesc trainer, trainer_startup;
+};
+absl::StatusOr<CollectivePrograms> TranspileCollective(const ProgramDesc& main,
+                                                       const ProgramDesc& startup);
+
 // Name of trainer k's copy of a gradient block on the pserver ("w@GRAD.block0.trainer_1").
 std::string TrainerGradName(const std::string& grad_block, int trainer_id);
 

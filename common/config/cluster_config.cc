@@ -196,6 +196,15 @@ absl::Status Validate(const ClusterConfig& c) {
     return bad(absl::StrCat("--split_method='", c.split_method,
                             "' must be round_robin or hash_name"));
   }
+  if (c.mode == "collective" && static_cast<int>(c.trainer_endpoints.size()) != c.trainers) {
+    return bad(absl::StrCat("--mode=collective needs --trainer_endpoints with one host:port per "
+                            "trainer (", c.trainers, "), got ", c.trainer_endpoints.size()));
+  }
+  for (const auto& ep : c.trainer_endpoints) {
+    if (!ValidEndpoint(ep)) {
+      return bad(absl::StrCat("--trainer_endpoints entry '", ep, "' is not host:port"));
+    }
+  }
   if (c.mode == "pserver" && c.pservers.empty()) {
     return bad("--pservers is empty: give the pserver endpoints as host:port,host:port");
   }

@@ -31,7 +31,9 @@ struct Initializer {
   static Initializer Xavier() { return {kXavierUniform, 0, 0}; }
 };
 
-// A stable 64-bit hash (FNV-1a) of a name: the same on every process and platform.
+// A stable 64-bit FNV-1a-style hash of a name (prime 1099511628211, offset basis
+// 1469598103934665603): the same on every process and platform. The offset basis differs from
+// the standard one; it is kept because initial values and HashName placement derive from it.
 uint64_t StableHash(absl::string_view s);
 
 class ProgramBuilder {

@@ -1,9 +1,9 @@
 // Dense push + pull bandwidth of the pserver RPC path against raw loopback TCP, measured in the
 // same run on the same machine.
 //
-//   bazel build -c opt //tests/bench:ps_dense
+//   bazel build //tests/bench:ps_dense
 //   bazel-bin/tests/bench/ps_dense [--total_mb=64] [--pservers=2] [--vars=2]
-//                                  [--chunk_mb=1,4,16] [--repeats=7]
+//                                  [--chunk_mb=1,4,16] [--repeats=7] [--notune_malloc]
 //
 // Setup: one trainer (this process) and --pservers servers, each a child process (this binary
 // with --serve) holding a gRPC server (GrpcServer + a minimal RequestHandler that stores every
@@ -21,7 +21,10 @@
 // Bandwidth = bytes pushed + bytes pulled over the round's wall time (MB = 10^6 bytes). The
 // transports alternate round by round (after a warm-up round each) so that load changes on the
 // machine affect both; medians of --repeats rounds. The pulled data is checked against what was
-// pushed. CPU seconds of the trainer and the servers per GB moved are reported as well.
+// pushed. CPU seconds of the trainer and the servers per GB moved and minor page faults per MB
+// are reported as well. --tune_malloc (the default) makes every process keep freed memory (see
+// main()); --notune_malloc measures glibc's defaults, which is what the daemons run with unless
+// they tune malloc themselves. Results and the command lines: tests/bench/RESULTS.md.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -55,6 +58,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "common/malloc_tuning.h"
 #include "common/rpc/client.h"
 #include "common/rpc/grpc/grpc_client.h"
 #include "common/rpc/grpc/grpc_server.h"
@@ -602,10 +606,7 @@ int main(int argc, char** argv) {
     // gRPC allocates its read buffers per read and frees them once a message is consumed; with
     // glibc's defaults the freed memory goes back to the kernel (trim / munmap) and every new
     // buffer page-faults again, which costs more than the copies themselves on VMs.
-    mallopt(M_ARENA_MAX, 1);  // threads' arenas free whole heaps (munmap) when they empty
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    mallopt(M_TOP_PAD, 64 << 20);
+    TuneMallocForLargeBuffers();  // what the daemons do (common/malloc_tuning.h)
   }
   if (absl::GetFlag(FLAGS_serve)) return tessera::Serve();
   return tessera::Main();

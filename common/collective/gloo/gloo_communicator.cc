@@ -1,5 +1,7 @@
 #include "common/collective/gloo/gloo_communicator.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -216,6 +218,16 @@ class GlooP2PRequest : public Request {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
+// Gloo's TCP transport writes with writev(), without MSG_NOSIGNAL: a write to a peer that has
+// gone away raises SIGPIPE, which kills the process before Gloo can report EPIPE. Ignore it,
+// unless the program installed its own handler (Python, and so PyTorch, ignores it too).
+void IgnoreSigpipeUnlessHandled() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
@@ -229,6 +241,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     return absl::InvalidArgumentError(absl::StrCat("gloo: timeout must be positive, got ",
                                                    absl::FormatDuration(options.timeout)));
   }
+  IgnoreSigpipeUnlessHandled();
   std::shared_ptr<gloo::transport::Device> device;
   absl::Status made = Guard("gloo: creating the tcp transport", [&] {
     gloo::transport::tcp::attr attr;

@@ -5,6 +5,9 @@
 // buffers; send/recv Gloo's unbound buffers directly. Ranks rendezvous through a Store: each
 // publishes its transport address there and connects to every other rank (full mesh).
 // Works for ranks that are processes and for ranks that are threads of one process.
+// Gloo writes to sockets in a way that raises SIGPIPE when a peer has died; Create() therefore
+// sets SIGPIPE to SIG_IGN if it still has its default action (so a lost peer is an
+// Unavailable error, not a killed process).
 // Thread-safe (see communicator.h for ordering rules).
 #ifndef TESSERA_COMMON_COLLECTIVE_GLOO_GLOO_COMMUNICATOR_H_
 #define TESSERA_COMMON_COLLECTIVE_GLOO_GLOO_COMMUNICATOR_H_

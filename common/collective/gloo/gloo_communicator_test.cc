@@ -414,7 +414,7 @@ TEST(GlooCommunicatorTest, InvalidArgumentsSendNothing) {
 TEST(GlooCommunicatorTest, MissingPeerTimesOutAndBreaksCommunicator) {
   auto store = std::make_shared<HashStore>();
   InitParams params = ThreadRankParams();
-  params.timeout = absl::Seconds(1);
+  params.timeout = absl::Seconds(2);
   absl::Notification rank0_done;
   std::thread peer([&] {
     Context ctx;
@@ -432,6 +432,24 @@ TEST(GlooCommunicatorTest, MissingPeerTimesOutAndBreaksCommunicator) {
   EXPECT_FALSE(ctx.world()->health().ok());
   rank0_done.Notify();
   peer.join();
+}
+
+TEST(GlooCommunicatorTest, PeerLeavingIsAnErrorNotACrash) {
+  auto store = std::make_shared<HashStore>();
+  InitParams params = ThreadRankParams();
+  params.timeout = absl::Seconds(20);
+  std::thread peer([&] {
+    Context ctx;
+    ASSERT_TRUE(ctx.InitWithStore(store, 1, 2, params).ok());
+    // Leaves without a word: its connections close while rank 0 is sending.
+  });
+  Context ctx;
+  ASSERT_TRUE(ctx.InitWithStore(store, 0, 2, params).ok());
+  peer.join();
+  std::vector<float> x(1 << 22, 1.0f);
+  absl::Status s = ctx.world()->AllReduce(absl::MakeSpan(x), ReduceOp::kSum);
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_TRUE(absl::IsFailedPrecondition(ctx.world()->Barrier()));
 }
 
 TEST(GlooCommunicatorTest, RendezvousTimesOutWhenARankIsMissing) {
