@@ -606,7 +606,7 @@ int main(int argc, char** argv) {
     // gRPC allocates its read buffers per read and frees them once a message is consumed; with
     // glibc's defaults the freed memory goes back to the kernel (trim / munmap) and every new
     // buffer page-faults again, which costs more than the copies themselves on VMs.
-    TuneMallocForLargeBuffers();  // what the daemons do (common/malloc_tuning.h)
+    tessera::TuneMallocForLargeBuffers();  // what the daemons do (common/malloc_tuning.h)
   }
   if (absl::GetFlag(FLAGS_serve)) return tessera::Serve();
   return tessera::Main();
