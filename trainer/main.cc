@@ -1,37 +1,10 @@
 // tessera_trainer: a trainer daemon. Configuration comes from flags or the environment
 // (TESSERA_* / PADDLE_*), see common/config/cluster_config.h; --help lists them.
-#include <cstdlib>
-#include <iostream>
-
 #include "common/config/daemon_flags.h"
 #include "common/malloc_tuning.h"
 #include "trainer/trainer_daemon.h"
 
 int main(int argc, char** argv) {
   tessera::TuneMallocForLargeBuffers();
-  auto env = [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  };
-  auto config = tessera::ParseDaemonArgs(argc, argv, env, "trainer");
-  if (!config.ok()) {
-    if (config.status().code() == absl::StatusCode::kNotFound) {  // --help
-      std::cout << config.status().message();
-      return 0;
-    }
-    std::cerr << "tessera_trainer: " << config.status().message() << std::endl;
-    return 2;
-  }
-  if (config->role != "trainer") {
-    std::cerr << "tessera_trainer: --role=" << config->role << " (this binary is the trainer)"
-              << std::endl;
-    return 2;
-  }
-  absl::Status s = tessera::RunTrainer(*config, std::cerr);
-  if (!s.ok()) {
-    std::cerr << "tessera_trainer: " << s.message() << std::endl;
-    return 1;
-  }
-  return 0;
+  return tessera::DaemonMain(argc, argv, "tessera_trainer", "trainer", tessera::RunTrainer);
 }

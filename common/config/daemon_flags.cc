@@ -1,5 +1,7 @@
 #include "common/config/daemon_flags.h"
 
+#include <cstdlib>
+#include <iostream>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -71,6 +73,35 @@ absl::StatusOr<ClusterConfig> ParseDaemonArgs(int argc, char** argv, const EnvLo
   s = Validate(config);
   if (!s.ok()) return s;
   return config;
+}
+
+int DaemonMain(int argc, char** argv, const std::string& program, const std::string& role,
+               const std::function<absl::Status(const ClusterConfig&, std::ostream&)>& run) {
+  auto env = [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+  auto config = ParseDaemonArgs(argc, argv, env, role);
+  if (!config.ok()) {
+    if (config.status().code() == absl::StatusCode::kNotFound) {  // --help
+      std::cout << config.status().message();
+      return 0;
+    }
+    std::cerr << program << ": " << config.status().message() << std::endl;
+    return 2;
+  }
+  if (config->role != role) {
+    std::cerr << program << ": --role=" << config->role << " (this binary is the " << role << ")"
+              << std::endl;
+    return 2;
+  }
+  absl::Status s = run(*config, std::cerr);
+  if (!s.ok()) {
+    std::cerr << program << ": " << s.message() << std::endl;
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace tessera

@@ -4,6 +4,8 @@
 #ifndef TESSERA_COMMON_CONFIG_DAEMON_FLAGS_H_
 #define TESSERA_COMMON_CONFIG_DAEMON_FLAGS_H_
 
+#include <functional>
+#include <ostream>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -18,6 +20,12 @@ absl::StatusOr<ClusterConfig> ParseDaemonArgs(int argc, char** argv, const EnvLo
 
 // "Usage: ..." with every flag and its environment variables.
 std::string DaemonUsage(const std::string& program);
+
+// The whole main() of a daemon whose role is `role`: parses flags and the process environment,
+// prints --help, checks the role, runs `run` (progress to stderr) and returns the exit code:
+// 0 done, 1 `run` failed, 2 bad configuration. Every error is one line prefixed by `program`.
+int DaemonMain(int argc, char** argv, const std::string& program, const std::string& role,
+               const std::function<absl::Status(const ClusterConfig&, std::ostream&)>& run);
 
 }  // namespace tessera
 
