@@ -108,7 +108,7 @@ class Communicator {
   std::string DebugName() const;
 
   // Element-wise reduction of `count` elements across ranks; every rank ends with the result
-  // in `recv`. `send == recv` reduces in place. Blocks.
+  // in `recv`. `send == recv` (or a null `send`) reduces in place. Blocks.
   absl::Status AllReduce(const void* send, void* recv, size_t count, ElementType type, ReduceOp op);
   // The same in the background; `send` and `recv` must stay valid and untouched until the
   // request finishes.
@@ -176,8 +176,8 @@ class Communicator {
   Communicator(int rank, int size);
 
   // Backend hooks. They run one at a time in issue order (on the caller's or the worker
-  // thread) with validated arguments and count > 0 (size() == 1 is handled here, without
-  // calling them, except Barrier and the group hook).
+  // thread) with validated arguments and count > 0 (a group of size 1 is handled
+  // here without calling them; the group hook is always called).
   virtual absl::Status DoAllReduce(const void* send, void* recv, size_t count, ElementType type,
                                    ReduceOp op) = 0;
   virtual absl::Status DoBroadcast(void* buf, size_t count, ElementType type, int root) = 0;

@@ -44,7 +44,11 @@ absl::Status CheckRankSize(int rank, int world_size) {
 
 Context::Context() = default;
 
-Context::~Context() { Shutdown().IgnoreError(); }
+Context::~Context() {
+  // No barrier here (a failing rank must not wait for the others): close, then stop the store.
+  world_.reset();
+  if (server_ != nullptr) server_->Shutdown();
+}
 
 absl::Status Context::Init(InitMethod method, int rank, int world_size, const InitParams& params) {
   if (IsInitialized()) {

@@ -107,9 +107,11 @@ class Context {
   // Sub-group of world ranks; see Communicator::NewGroup. FailedPrecondition before Init.
   absl::StatusOr<std::unique_ptr<Communicator>> NewGroup(const std::vector<int>& ranks);
 
-  // Waits for every rank at a barrier (bounded by the timeout; its error is returned but
-  // shutdown proceeds), closes the communicator, stops rank 0's store server and finalizes MPI
-  // if this context initialized it. The context is uninitialized afterwards. Idempotent.
+  // Graceful end: waits for every rank at a barrier (bounded by the timeout; its error is
+  // returned but shutdown proceeds), closes the communicator, stops rank 0's store server and
+  // finalizes MPI if this context initialized it. The context is uninitialized afterwards.
+  // Idempotent. The destructor closes without the barrier (peers still in an operation with
+  // this rank then get Unavailable), so call Shutdown() at the normal end of a job.
   absl::Status Shutdown();
 
  private:

@@ -10,9 +10,11 @@
 //             each rank sends S/2 in reduce-scatter and S/2 in all-gather, and receives the same;
 //   one-way:  rank 0 streams S bytes to rank 1.
 // Then collective::Context (rank 0 serves a TcpStore, Gloo on 127.0.0.1) all-reduces (sum) S
-// bytes of float32 with each Gloo algorithm. Every figure is S / time in GB/s (10^9 bytes/s),
-// the median of --repeats timed runs of at least --min_seconds each; for the all-reduce this
-// is the usual "algorithm bandwidth" (bus bandwidth is the same for 2 ranks).
+// bytes of float32 with each Gloo algorithm: "ring" with GlooOptions' default segment (4 MiB),
+// "ring:1048576" with Gloo's own default (1 MiB), "halving_doubling", "bcube". Every figure is
+// S / time in GB/s (10^9 bytes/s), the median of --repeats timed runs of at least
+// --min_seconds each, the methods of one size taking turns run after run; for the all-reduce
+// this is the usual "algorithm bandwidth" (bus bandwidth is the same for 2 ranks).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -42,10 +44,11 @@
 ABSL_FLAG(double, min_seconds, 1.0, "Minimum duration of one timed run.");
 ABSL_FLAG(int, repeats, 5, "Timed runs per figure (the median is reported).");
 ABSL_FLAG(std::string, sizes, "1048576,4194304,16777216", "All-reduce sizes in float32 elements.");
-ABSL_FLAG(std::string, algorithms, "ring,ring:4194304,halving_doubling,bcube",
+ABSL_FLAG(std::string, algorithms, "ring,ring:1048576,halving_doubling,bcube",
           "Gloo all-reduce algorithms to time: ring (ring:<segment bytes> for another segment "
           "size), halving_doubling, bcube.");
-ABSL_FLAG(int64_t, ring_segment_bytes, 0, "Gloo ring segment size (0: Gloo's default, 1 MiB).");
+ABSL_FLAG(int64_t, ring_segment_bytes, 0,
+          "Ring segment bytes for every algorithm spec without one (0: GlooOptions' default).");
 
 namespace tessera {
 namespace {
@@ -149,7 +152,7 @@ collective::InitParams GlooParams(const std::string& spec) {
   std::vector<std::string> parts = absl::StrSplit(spec, ':');
   int64_t segment = absl::GetFlag(FLAGS_ring_segment_bytes);
   if (parts.size() == 2 && !absl::SimpleAtoi(parts[1], &segment)) Die("bad algorithm " + spec);
-  params.gloo.ring_segment_bytes = static_cast<size_t>(segment);
+  if (segment > 0) params.gloo.ring_segment_bytes = static_cast<size_t>(segment);
   if (parts[0] == "ring") {
     params.gloo.all_reduce_algorithm = collective::GlooOptions::AllReduceAlgorithm::kRing;
   } else if (parts[0] == "halving_doubling") {
