@@ -14,7 +14,7 @@ if [ -x /usr/local/cuda/bin/nvcc ]; then
     { echo "0 passed, 1 failed (cuda build)"; exit 1; }
 fi
 log=$(mktemp)
-bazel test --jobs="$JOBS" --local_test_jobs=2 //... 2>&1 | tee "$log"
+bazel test --jobs="$JOBS" --local_test_jobs=2 --nocache_test_results //... 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 passed=$(grep -cE '^//.* PASSED' "$log" || true)
 failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS)' "$log" || true)
