@@ -67,6 +67,16 @@ absl::Status ParameterServer::Init() {
     blocks_.push_back(std::move(b));
   }
   TS_RETURN_IF_ERROR(InitTables());
+  int64_t lr_block = GetIntAttr(*ls, "lr_decay_block_id", -1);
+  if (lr_block > 0) {
+    if (lr_block >= program_.blocks_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("listen_and_serv lr_decay_block_id ", lr_block, " does not exist"));
+    }
+    TS_ASSIGN_OR_RETURN(lr_block_, executor_.Prepare(program_, static_cast<int>(lr_block)));
+    has_lr_block_ = true;
+    lr_clock_grad_ = !blocks_.empty() ? blocks_[0].grad : (tables_.empty() ? "" : tables_[0].grad);
+  }
   CreateBlockVariables(program_.blocks(0), scope_);
   for (const auto& b : blocks_) CreateBlockVariables(program_.blocks(b.block_id), scope_);
   for (int k = 0; k < num_trainers_; ++k) trainer_scopes_.push_back(scope_->NewScope());
@@ -279,8 +289,14 @@ void ParameterServer::HandleSend(const RequestMeta& meta, const VariableHeader& 
 
 void ParameterServer::AsyncApply(int trainer, const std::string& grad, DoneCallback done) {
   absl::Status s;
+  if (has_lr_block_ && grad == lr_clock_grad_) {
+    absl::MutexLock lock(&lr_mu_);
+    s = executor_.Run(lr_block_, scope_);
+  }
   auto table = table_by_grad_.find(grad);
-  if (table != table_by_grad_.end()) {
+  if (!s.ok()) {
+    // the schedule failed: reported below
+  } else if (table != table_by_grad_.end()) {
     Table& t = tables_[table->second];
     const SelectedRows& g = trainer_scopes_[trainer]->FindLocalVar(grad)->Get<SelectedRows>();
     absl::MutexLock lock(t.mu.get());  // orders Adam's steps; lookups run concurrently
@@ -431,6 +447,7 @@ void ParameterServer::MaybeCompleteBarriers() {
 }
 
 void ParameterServer::RunSyncOptimize() {
+  absl::Status lr_status = has_lr_block_ ? executor_.Run(lr_block_, scope_) : absl::OkStatus();
   std::vector<absl::Status> results(blocks_.size());
   pool_->ParallelFor(static_cast<int>(blocks_.size()), [&](int i) {
     results[i] = executor_.Run(blocks_[i].prepared, scope_);
@@ -455,6 +472,10 @@ void ParameterServer::RunSyncOptimize() {
     table_results[i] = ApplyTable(tables_[i], table_grads[i], step + 1);
   });
   absl::Status s;
+  if (!lr_status.ok()) {
+    s = absl::InternalError(absl::StrCat("pserver ", options_.endpoint,
+                                         " learning-rate schedule: ", lr_status.message()));
+  }
   for (const auto& r : table_results) {
     if (!r.ok() && s.ok()) s = r;
   }

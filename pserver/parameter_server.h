@@ -147,6 +147,12 @@ class ParameterServer : public RequestHandler {
   std::map<std::string, int> grad_to_block_;   // gradient block name -> index into blocks_
   std::map<std::string, int> param_to_block_;  // parameter block name -> index into blocks_
   std::vector<Table> tables_;
+  // Learning-rate schedule block (listen_and_serv lr_decay_block_id), run before optimizing:
+  // sync once per step; async on each push of `lr_clock_grad_` (each push advances it 1/N).
+  bool has_lr_block_ = false;
+  PreparedBlock lr_block_;
+  std::string lr_clock_grad_;
+  absl::Mutex lr_mu_;
   std::map<std::string, int> table_by_grad_, table_by_name_;
   std::vector<Scope*> trainer_scopes_;         // async: per-trainer receive scopes
 

@@ -52,6 +52,8 @@ Model BuildModel(const OpRegistry& registry, const std::string& optimizer,
   m.loss = layers::Mean(b, layers::SquareError(b, pred, y));
   OptimizerOptions oo;
   oo.learning_rate = 0.01f;
+  oo.decay_steps = 2;  // a learning-rate schedule: it runs in its own block on the pservers
+  oo.decay_rate = 0.5f;
   std::unique_ptr<Optimizer> opt;
   if (optimizer == "adam") {
     opt = std::make_unique<Adam>(oo);

@@ -195,6 +195,12 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
         "the program has no optimize ops (build it with an optimizer's Minimize)");
   }
 
+  // Learning-rate schedule ops (run on the pservers, once per step, before the optimizers).
+  std::vector<OpDesc> lr_ops;
+  for (const auto& op : block.ops()) {
+    if ((OpRoleOf(op) & kRoleLRSched) != 0) lr_ops.push_back(op);
+  }
+
   // Slice and place.
   DistributeTranspiler t;
   t.config_ = config;
@@ -382,6 +388,10 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
     for (const auto& [var, blocks] : item.state_blocks) pserver_only.insert(var);
     if (!item.lr.empty()) pserver_only.insert(item.lr);
   }
+  for (const auto& op : lr_ops) {
+    for (const auto& a : AllInputArgs(op)) pserver_only.insert(a);
+    for (const auto& a : AllOutputArgs(op)) pserver_only.insert(a);
+  }
   for (const auto& t : tables) {
     pserver_only.insert(t.table);
     if (!t.lr.empty()) pserver_only.insert(t.lr);
@@ -443,6 +453,7 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
 
     std::vector<int64_t> optimize_blocks;
     std::vector<std::string> grad_to_block;
+    int lr_block_id = -1;
     std::set<std::string> declared_lr;
     auto init = [&](const VarBlock& vb) -> absl::Status {
       OpDesc op;
@@ -539,7 +550,29 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
       }
       *b0->add_ops() = RoleOp(st, kRoleRPC);
     }
+    if (!lr_ops.empty() && (!optimize_blocks.empty() || !tables.empty())) {
+      BlockDesc* lb = prog.add_blocks();
+      lb->set_idx(prog.blocks_size() - 1);
+      lb->set_parent_idx(0);
+      std::set<std::string> vars;
+      for (OpDesc op : lr_ops) {
+        // Sync: one step per step. Async: every trainer's push advances it by 1/N.
+        SetAttr(&op, "step_increment",
+                config.sync_mode ? 1.0f : 1.0f / static_cast<float>(config.trainers));
+        *lb->add_ops() = op;
+        for (const auto& a : AllInputArgs(op)) vars.insert(a);
+        for (const auto& a : AllOutputArgs(op)) vars.insert(a);
+      }
+      for (const auto& v : vars) {
+        if (FindVarDesc(*b0, v) != nullptr) continue;
+        VarBlock vb{v, v, 0, 0, 1, 0, VarShape(block, v), ep};
+        DeclareLike(b0, block, vb, true);
+        TS_RETURN_IF_ERROR(init(vb));
+      }
+      lr_block_id = lb->idx();
+    }
     OpDesc ls = MakeOp("listen_and_serv", {}, {});
+    if (lr_block_id >= 0) SetAttr(&ls, "lr_decay_block_id", static_cast<int64_t>(lr_block_id));
     SetAttr(&ls, "endpoint", ep);
     SetAttr(&ls, "Fanin", static_cast<int64_t>(config.trainers));
     SetAttr(&ls, "sync_mode", config.sync_mode);

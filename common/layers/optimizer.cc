@@ -22,10 +22,21 @@ absl::StatusOr<std::vector<ParamGrad>> Optimizer::Minimize(ProgramBuilder& b,
                                                            const std::string& loss) {
   auto pairs = AppendBackward(b.main(), registry, loss);
   if (!pairs.ok()) return pairs.status();
+  int64_t saved_role = b.role();
   if (b.FindVar(kLearningRateVar) == nullptr) {
     b.CreatePersistable(kLearningRateVar, {1}, options_.learning_rate);
+    if (options_.decay_steps > 0) {
+      b.CreatePersistable(kLearningRateStepVar, {1}, 0.0f);
+      OpDesc decay = MakeOp("lr_exponential_decay", {{"Step", {kLearningRateStepVar}}},
+                            {{"Out", {kLearningRateVar}}, {"StepOut", {kLearningRateStepVar}}});
+      SetAttr(&decay, "learning_rate", options_.learning_rate);
+      SetAttr(&decay, "decay_rate", options_.decay_rate);
+      SetAttr(&decay, "decay_steps", options_.decay_steps);
+      SetAttr(&decay, "staircase", options_.staircase);
+      b.set_role(kRoleLRSched);
+      b.AppendOp(std::move(decay));
+    }
   }
-  int64_t saved_role = b.role();
   b.set_role(kRoleOptimize);
   for (const auto& pg : *pairs) {
     const VarDesc param = *b.FindVar(pg.param);

@@ -20,7 +20,17 @@ namespace tessera {
 struct OptimizerOptions {
   float learning_rate = 0.01f;
   float l2_decay = 0.0f;  // L2 regularization coefficient (0 = off)
+  // Exponential learning-rate decay (off when decay_steps is 0): before step t (0-based) the
+  // rate is learning_rate * decay_rate^(t / decay_steps), with t / decay_steps floored when
+  // staircase. Emitted as an lr_exponential_decay op with the LRSched role (the transpiler puts
+  // it in its own pserver block).
+  int64_t decay_steps = 0;
+  float decay_rate = 1.0f;
+  bool staircase = false;
 };
+
+// The step counter of learning-rate schedules.
+inline constexpr char kLearningRateStepVar[] = "learning_rate_step_0";
 
 class Optimizer {
  public:

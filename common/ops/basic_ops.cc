@@ -1,6 +1,7 @@
 #include "common/ops/basic_ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -177,6 +178,29 @@ absl::Status Sum(OpContext& ctx) {
   });
 }
 
+// lr_exponential_decay: Out = learning_rate * decay_rate^(Step / decay_steps) (the exponent
+// floored when staircase), then StepOut = Step + step_increment (default 1). Step, Out: [1].
+absl::Status LrExponentialDecay(OpContext& ctx) {
+  TS_ASSIGN_OR_RETURN(const Tensor* step, ctx.Input("Step"));
+  TS_RETURN_IF_ERROR(ctx.CheckDType("Step", *step, FLOAT32));
+  if (step->numel() != 1) return ctx.Error(absl::StrCat("Step must have 1 element, is ", step->DebugString()));
+  const int64_t decay_steps = ctx.IntAttr("decay_steps", 1);
+  if (decay_steps < 1) return ctx.Error(absl::StrCat("decay_steps ", decay_steps, " must be >= 1"));
+  const double t = step->data<float>()[0];
+  double exponent = t / static_cast<double>(decay_steps);
+  if (ctx.BoolAttr("staircase", false)) exponent = std::floor(exponent + 1e-9);
+  const double lr = ctx.FloatAttr("learning_rate", 0.01f) *
+                    std::pow(static_cast<double>(ctx.FloatAttr("decay_rate", 1.0f)), exponent);
+  TS_ASSIGN_OR_RETURN(Tensor * out, ctx.Output("Out"));
+  out->Resize(FLOAT32, {1});
+  out->data<float>()[0] = static_cast<float>(lr);
+  TS_ASSIGN_OR_RETURN(Tensor * step_out, ctx.Output("StepOut"));
+  float next = static_cast<float>(t + ctx.FloatAttr("step_increment", 1.0f));
+  step_out->Resize(FLOAT32, {1});
+  step_out->data<float>()[0] = next;
+  return absl::OkStatus();
+}
+
 std::vector<OpDesc> ScaleGrad(const OpDesc& fwd) {
   OpDesc g = MakeOp("scale", {{"X", {GradVarName(OpOutput(fwd, "Out"))}}},
                     {{"Out", {GradVarName(OpInput(fwd, "X"))}}});
@@ -206,6 +230,7 @@ absl::Status RegisterBasicOps(OpRegistry* r) {
   TS_RETURN_IF_ERROR(r->Register("assign", {Assign, AssignGrad}));
   TS_RETURN_IF_ERROR(r->Register("scale", {Scale, ScaleGrad}));
   TS_RETURN_IF_ERROR(r->Register("sum", {Sum, SumGrad}));
+  TS_RETURN_IF_ERROR(r->Register("lr_exponential_decay", {LrExponentialDecay, nullptr}));
   return absl::OkStatus();
 }
 

@@ -1,5 +1,7 @@
 #include "common/ops/basic_ops.h"
 
+#include <cmath>
+
 #include "common/executor.h"
 #include "common/ops/grad_check.h"
 #include "common/ops/ops.h"
@@ -104,6 +106,24 @@ TEST_F(BasicOpsTest, SumShapeMismatchNamesVariables) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("'b'"), std::string::npos) << s;
   EXPECT_NE(s.message().find("[3, 2]"), std::string::npos) << s;
+}
+
+TEST_F(BasicOpsTest, LrExponentialDecay) {
+  Tensor* step = scope_.Var("step")->GetMutable<Tensor>();
+  step->Resize(FLOAT32, {1});
+  step->data<float>()[0] = 3;
+  OpDesc op = MakeOp("lr_exponential_decay", {{"Step", {"step"}}},
+                     {{"Out", {"lr"}}, {"StepOut", {"step"}}});
+  SetAttr(&op, "learning_rate", 0.1f);
+  SetAttr(&op, "decay_rate", 0.5f);
+  SetAttr(&op, "decay_steps", int64_t{2});
+  ASSERT_TRUE(exec_.RunOp(op, &scope_).ok());
+  EXPECT_NEAR(scope_.FindVar("lr")->Get<Tensor>().data<float>()[0], 0.1 * std::pow(0.5, 1.5),
+              1e-7);
+  EXPECT_EQ(scope_.FindVar("step")->Get<Tensor>().data<float>()[0], 4.0f);
+  SetAttr(&op, "staircase", true);
+  ASSERT_TRUE(exec_.RunOp(op, &scope_).ok());  // step 4 -> exponent 2
+  EXPECT_NEAR(scope_.FindVar("lr")->Get<Tensor>().data<float>()[0], 0.025, 1e-8);
 }
 
 }  // namespace
