@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -171,6 +172,12 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) 
   double loss_sum = 0;
   double interval_loss = 0;
   int64_t interval_steps = 0, interval_samples = 0;
+  std::optional<data::StreamingAuc> interval_auc;
+  if (!model_.prediction.empty() && model_.feeds.label_dtype == FLOAT32 &&
+      options_.log_every_steps > 0) {
+    auto auc = data::StreamingAuc::Create(1023);
+    if (auc.ok()) interval_auc = std::move(*auc);
+  }
   const Clock::time_point epoch_start = Clock::now();
   Clock::time_point interval_start = epoch_start;
   for (int64_t begin = 0; begin < static_cast<int64_t>(order.size());
@@ -196,6 +203,19 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) 
     interval_loss += loss;
     ++interval_steps;
     interval_samples += size;
+    if (interval_auc.has_value()) {  // the live AUC of the interval's training batches
+      const Variable* pred = scope_.FindVar(model_.prediction);
+      const Variable* label = scope_.FindVar(model_.feeds.label);
+      if (pred != nullptr && label != nullptr && pred->Is<Tensor>() && label->Is<Tensor>() &&
+          pred->Get<Tensor>().dtype() == FLOAT32 && label->Get<Tensor>().dtype() == FLOAT32 &&
+          pred->Get<Tensor>().numel() == label->Get<Tensor>().numel()) {
+        const Tensor& p = pred->Get<Tensor>();
+        const Tensor& l = label->Get<Tensor>();
+        interval_auc->Update(absl::MakeConstSpan(p.data<float>(), p.numel()),
+                             absl::MakeConstSpan(l.data<float>(), l.numel()))
+            .IgnoreError();
+      }
+    }
     if (options_.log_every_steps > 0 && global_step_ % options_.log_every_steps == 0) {
       const double secs = SecondsSince(interval_start);
       // ETA of this Train() call: steps left in this epoch and the epochs still to run.
@@ -204,9 +224,14 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) 
       const int64_t left = (steps_per_epoch - stats.steps) +
                            steps_per_epoch * std::max<int64_t>(0, epochs_target_ - epoch_ - 1);
       const double step_secs = secs / interval_steps;
-      log() << absl::StrFormat("step %d loss %.6g samples/s %.0f eta %.0fs\n", global_step_,
+      log() << absl::StrFormat("step %d loss %.6g samples/s %.0f eta %.0fs", global_step_,
                                interval_loss / interval_steps,
                                secs > 0 ? interval_samples / secs : 0.0, left * step_secs);
+      if (interval_auc.has_value()) {
+        log() << absl::StrFormat(" auc %.4f", interval_auc->Compute());
+        interval_auc->Reset();
+      }
+      log() << "\n";
       interval_loss = 0;
       interval_steps = interval_samples = 0;
       interval_start = Clock::now();

@@ -4,9 +4,10 @@
 // set in the order of a DistributedSampler with one replica (shuffled with seed + epoch when
 // Options::shuffle), in batches of batch_size (the last one may be smaller); each step feeds the
 // batch, runs the main program and reads the loss. Every log_every_steps steps it writes
-//   step N loss L samples/s S eta Ts
+//   step N loss L samples/s S eta Ts [auc A]
 // (L: mean loss of the steps since the previous line, S: their throughput, T: the estimated
-// seconds left in the running Train() call) and after each epoch
+// seconds left in the running Train() call, A: the AUC of those steps' training batches when
+// the model names a prediction) and after each epoch
 //   epoch E mean loss L samples S samples/s S' seconds T
 // to Options::log. Evaluate() runs only the forward ops that compute the loss and the
 // prediction (a pruned clone of the main program, see ForwardProgram) and returns the mean loss

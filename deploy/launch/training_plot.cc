@@ -37,9 +37,9 @@ std::vector<TrainingPoint> ParseTrainingLog(absl::string_view log) {
   std::vector<TrainingPoint> out;
   for (absl::string_view line : absl::StrSplit(log, '\n')) {
     std::vector<absl::string_view> t = absl::StrSplit(line, ' ', absl::SkipWhitespace());
-    // "step N loss L samples/s S", optionally followed by "eta Ts".
-    if ((t.size() != 6 && !(t.size() == 8 && t[6] == "eta")) || t[0] != "step" ||
-        t[2] != "loss" || t[4] != "samples/s") {
+    // "step N loss L samples/s S", optionally followed by "key value" pairs (eta, auc).
+    if (t.size() < 6 || t.size() % 2 != 0 || t[0] != "step" || t[2] != "loss" ||
+        t[4] != "samples/s") {
       continue;
     }
     TrainingPoint p;

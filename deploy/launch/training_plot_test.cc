@@ -35,8 +35,10 @@ TEST(TrainingPlotTest, ParsesOnlyStepLines) {
       "step 60 (epoch 1): loss 'nan' is not finite\n"
       "step x loss 1 samples/s 2\n"
       "step 80 loss 1 samples/s\n"
-      "step 100 loss 0.5 samples/s 900 eta 12s\n");
-  ASSERT_EQ(points.size(), 3u);
+      "step 100 loss 0.5 samples/s 900 eta 12s\n"
+      "step 120 loss 0.4 samples/s 950 eta 3s auc 0.8123\n");
+  ASSERT_EQ(points.size(), 4u);
+  EXPECT_EQ(points[3].step, 120);
   EXPECT_EQ(points[2].step, 100);
   EXPECT_DOUBLE_EQ(points[2].samples_per_s, 900);
   EXPECT_EQ(points[0].step, 20);
