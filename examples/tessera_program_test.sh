@@ -6,30 +6,9 @@ set -uo pipefail
 BIN="${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-tessera}/examples/tessera_program"
 [ -x "$BIN" ] || BIN="examples/tessera_program"
 TMP="${TEST_TMPDIR:-$(mktemp -d)}"
-failures=0
-
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-
-# Runs the tool; sets rc, and the files $TMP/stdout and $TMP/stderr.
-run() {
-  "$BIN" "$@" >"$TMP/stdout" 2>"$TMP/stderr"
-  rc=$?
-}
-
-# Expects a failure with status $1 and exactly one line on stderr containing $2.
-expect_error() {
-  local want_rc=$1 want_text=$2
-  shift 2
-  run "$@"
-  [ "$rc" = "$want_rc" ] || fail "$*: exit status $rc, want $want_rc"
-  local lines
-  lines=$(wc -l <"$TMP/stderr")
-  [ "$lines" = "1" ] || fail "$*: $lines lines on stderr, want 1: $(cat "$TMP/stderr")"
-  grep -qF -- "$want_text" "$TMP/stderr" || fail "$*: stderr lacks '$want_text': $(cat "$TMP/stderr")"
-}
+# shellcheck source=tests/cli_test_lib.sh
+source "${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-tessera}/tests/cli_test_lib.sh" 2>/dev/null ||
+  source tests/cli_test_lib.sh
 
 # The summary from its "block 0" line on (the title line names the source).
 block_summary() {
@@ -88,8 +67,4 @@ expect_error 2 "--distributed applies only to --example=ctr" --example=mlp_regre
 run --help
 [ "$rc" = 0 ] || fail "--help: exit status $rc"
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures check(s) failed"
-  exit 1
-fi
-echo "PASS"
+finish

@@ -6,30 +6,9 @@ set -uo pipefail
 BIN="${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-tessera}/examples/ctr/generate_data"
 [ -x "$BIN" ] || BIN="examples/ctr/generate_data"
 TMP="$(mktemp -d "${TEST_TMPDIR:-/tmp}/generate_data_test.XXXXXX")"
-failures=0
-
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-
-# Runs the tool; sets rc, and the files $TMP/stdout and $TMP/stderr.
-run() {
-  "$BIN" "$@" >"$TMP/stdout" 2>"$TMP/stderr"
-  rc=$?
-}
-
-# Expects exit status $1 and exactly one line on stderr containing $2.
-expect_error() {
-  local want_rc=$1 want_text=$2
-  shift 2
-  run "$@"
-  [ "$rc" = "$want_rc" ] || fail "$*: exit status $rc, want $want_rc"
-  local lines
-  lines=$(wc -l <"$TMP/stderr")
-  [ "$lines" = "1" ] || fail "$*: $lines lines on stderr, want 1: $(cat "$TMP/stderr")"
-  grep -qF -- "$want_text" "$TMP/stderr" || fail "$*: stderr lacks '$want_text': $(cat "$TMP/stderr")"
-}
+# shellcheck source=tests/cli_test_lib.sh
+source "${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-tessera}/tests/cli_test_lib.sh" 2>/dev/null ||
+  source tests/cli_test_lib.sh
 
 mkdir -p "$TMP/out"
 run --out="$TMP/out/a.txt" --examples=1000 --seed=1
@@ -74,8 +53,4 @@ expect_error 1 "$TMP/no/such/dir/x.txt" --out="$TMP/no/such/dir/x.txt" --example
 run --help
 [ "$rc" = 0 ] && grep -q -- "--vocab_per_slot" "$TMP/stdout" || fail "--help: rc $rc"
 
-if [ "$failures" != 0 ]; then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "PASS"
+finish

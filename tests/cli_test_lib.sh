@@ -1,0 +1,37 @@
+# Shared harness for tests that run a command-line tool: source it after setting BIN (the tool)
+# and TMP (a scratch directory). Provides:
+#   fail MSG                  count a failure and print it
+#   run ARGS...               run $BIN; sets rc and the files $TMP/stdout and $TMP/stderr
+#   expect_error RC TEXT ARGS...
+#                             expect exit status RC and exactly one stderr line containing TEXT
+#   finish                    exit 1 if anything failed, else print PASS
+failures=0
+
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+run() {
+  "$BIN" "$@" >"$TMP/stdout" 2>"$TMP/stderr"
+  rc=$?
+}
+
+expect_error() {
+  local want_rc=$1 want_text=$2
+  shift 2
+  run "$@"
+  [ "$rc" = "$want_rc" ] || fail "$*: exit status $rc, want $want_rc"
+  local lines
+  lines=$(wc -l <"$TMP/stderr")
+  [ "$lines" = "1" ] || fail "$*: $lines lines on stderr, want 1: $(cat "$TMP/stderr")"
+  grep -qF -- "$want_text" "$TMP/stderr" || fail "$*: stderr lacks '$want_text': $(cat "$TMP/stderr")"
+}
+
+finish() {
+  if [ "$failures" != 0 ]; then
+    echo "$failures check(s) failed"
+    exit 1
+  fi
+  echo "PASS"
+}
