@@ -156,13 +156,21 @@ float ParameterServer::LearningRate(const std::string& var) const {
 
 absl::Status ParameterServer::ApplyTable(Table& t, const std::vector<const SelectedRows*>& grads,
                                          int64_t step) {
+  size_t num_ids = 0, num_values = 0;
+  for (const SelectedRows* g : grads) {
+    num_ids += g->rows.size();
+    num_values += static_cast<size_t>(g->value.numel());
+  }
   std::vector<int64_t> ids;
-  std::vector<float> values;
+  ids.reserve(num_ids);
+  std::vector<float> values(num_values);
   const float scale = 1.0f / static_cast<float>(num_trainers_);
+  float* out = values.data();
   for (const SelectedRows* g : grads) {
     ids.insert(ids.end(), g->rows.begin(), g->rows.end());
     const float* v = g->value.data<float>();
-    for (int64_t i = 0; i < g->value.numel(); ++i) values.push_back(v[i] * scale);
+    for (int64_t i = 0, n = g->value.numel(); i < n; ++i) out[i] = v[i] * scale;
+    out += g->value.numel();
   }
   absl::Status s = t.table->ApplyGradients(ids, values.data(), LearningRate(t.lr), step);
   if (s.ok() && options_.table_evict_after_steps > 0) t.table->EvictStale();

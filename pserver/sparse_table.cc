@@ -204,6 +204,8 @@ struct SparseTable::Partition {
   std::vector<uint32_t> count;  // per first occurrence: occurrences of its id in the batch
   std::vector<uint32_t> order;  // first occurrences grouped by shard, ascending within a shard
   std::vector<uint32_t> begin;  // shard s owns order[begin[s], begin[s + 1])
+  // Scratch of PartitionIds, kept so that a thread's next batch allocates nothing.
+  std::vector<uint32_t> first, tail, firsts, cursor;
 };
 
 absl::StatusOr<std::unique_ptr<SparseTable>> SparseTable::Create(const SparseTableOptions& o) {
@@ -339,6 +341,10 @@ void SparseTable::InitValues(int64_t id, float* values) const {
 void SparseTable::PartitionIds(absl::Span<const int64_t> ids, Partition* p) const {
   constexpr uint32_t kEnd = Partition::kEnd;
   const size_t n = ids.size();
+  // Scratch is per thread and kept between batches; a thread that once saw a huge batch gives
+  // the memory back rather than holding it for ever.
+  constexpr size_t kKeepIds = size_t{1} << 20;
+  if (n <= kKeepIds && p->next.capacity() > kKeepIds) *p = Partition();
   const int num_shards = shard_mask_ + 1;
   p->hash.resize(n);
   p->next.assign(n, kEnd);
@@ -348,9 +354,12 @@ void SparseTable::PartitionIds(absl::Span<const int64_t> ids, Partition* p) cons
   size_t cap = 16;
   while (cap < 2 * n) cap *= 2;
   const size_t mask = cap - 1;
-  std::vector<uint32_t> first(cap, kEnd);
-  std::vector<uint32_t> tail(n);
-  std::vector<uint32_t> firsts;
+  std::vector<uint32_t>& first = p->first;
+  std::vector<uint32_t>& tail = p->tail;
+  std::vector<uint32_t>& firsts = p->firsts;
+  first.assign(cap, kEnd);
+  tail.resize(n);
+  firsts.clear();
   firsts.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const int64_t id = ids[i];
@@ -376,7 +385,8 @@ void SparseTable::PartitionIds(absl::Span<const int64_t> ids, Partition* p) cons
   }
   for (int s = 0; s < num_shards; ++s) p->begin[s + 1] += p->begin[s];
   p->order.resize(firsts.size());
-  std::vector<uint32_t> cursor(p->begin.begin(), p->begin.end() - 1);
+  std::vector<uint32_t>& cursor = p->cursor;
+  cursor.assign(p->begin.begin(), p->begin.end() - 1);
   for (uint32_t i : firsts) p->order[cursor[(p->hash[i] >> 32) & shard_mask_]++] = i;
 }
 
@@ -553,7 +563,7 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
     return absl::InvalidArgumentError(
         absl::StrCat("SparseTable::Lookup batch of ", ids.size(), " ids is too large"));
   }
-  Partition part;
+  thread_local Partition part;  // reused: a batch allocates nothing once warm
   PartitionIds(ids, &part);
   const uint32_t seen = SeenStamp();
   const int64_t threshold = options_.admission_threshold;
@@ -626,12 +636,12 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
     const double b2pow = std::pow(options_.adam_beta2, static_cast<double>(step));
     lr_t = static_cast<float>(static_cast<double>(lr) * std::sqrt(1.0 - b2pow) / (1.0 - b1pow));
   }
-  Partition part;
+  thread_local Partition part;
   PartitionIds(ids, &part);
   const uint32_t seen = SeenStamp();
   const bool admission = options_.admission_threshold > 1;
-  std::vector<float> sums;
-  std::vector<const float*> shard_grads;
+  thread_local std::vector<float> sums;
+  thread_local std::vector<const float*> shard_grads;
   const int first_shard = StartShard();
   for (int i = 0; i <= shard_mask_; ++i) {
     const int s = (first_shard + i) & shard_mask_;

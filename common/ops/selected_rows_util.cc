@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -70,10 +72,19 @@ SelectedRows MergeRows(const SelectedRows& in) {
   }
   const int64_t n = static_cast<int64_t>(in.rows.size());
   const int64_t width = RowWidth(in);
+  // Positions sorted by (id, position): duplicates are summed in their order of appearance.
+  // Sorting (id, position) pairs in place is several times faster than an indirect stable sort,
+  // and rows that are already strictly increasing (as split_by_shard sends them) skip the sort.
   std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return in.rows[a] < in.rows[b]; });
+  if (std::adjacent_find(in.rows.begin(), in.rows.end(), std::greater_equal<int64_t>()) ==
+      in.rows.end()) {
+    std::iota(order.begin(), order.end(), 0);
+  } else {
+    std::vector<std::pair<int64_t, int64_t>> keyed(n);
+    for (int64_t i = 0; i < n; ++i) keyed[i] = {in.rows[i], i};
+    std::sort(keyed.begin(), keyed.end());
+    for (int64_t i = 0; i < n; ++i) order[i] = keyed[i].second;
+  }
   int64_t unique = n == 0 ? 0 : 1;
   for (int64_t k = 1; k < n; ++k) unique += in.rows[order[k]] != in.rows[order[k - 1]];
 

@@ -6,7 +6,7 @@
 // Baseline measured in the same run: the same lookups + updates on the pserver's table in
 // process (no RPC). Prints steps/s of both and the ratio.
 //
-//   bazel run -c opt //tests/bench:sparse_rpc -- [--seconds=5]
+//   bazel run -c opt //tests/bench:sparse_rpc -- [--steps=4000]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "common/data/synthetic.h"
 #include "common/executor.h"
+#include "common/malloc_tuning.h"
 #include "common/status.h"
 #include "common/layers/layers.h"
 #include "common/layers/optimizer.h"
@@ -37,7 +38,14 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-int Run(double seconds) {
+int Run(int steps_to_run) {
+  // The id stream is generated before the clocks start (a trainer reads ids from its data; the
+  // sampler is not what is measured), and both runs replay the same stream on a fresh table.
+  constexpr int kWarmup = 50;
+  auto zipf = data::ZipfSampler::Create(10000000, 1.1, 7);
+  std::vector<int64_t> stream(static_cast<size_t>(kWarmup + steps_to_run) * kIds);
+  for (auto& id : stream) id = zipf->Next();
+
   auto registry = NewStandardOpRegistry();
   ProgramDesc main, startup;
   ProgramBuilder b(&main, &startup);
@@ -96,34 +104,29 @@ int Run(double seconds) {
   SetAttr(&send, "epmap", std::vector<std::string>{ep});
   SetAttr(&send, "sync_mode", false);
 
-  auto zipf = data::ZipfSampler::Create(10000000, 1.1, 7);
   Tensor* id_tensor = scope.Var("ids")->GetMutable<Tensor>();
   id_tensor->Resize(INT64, {kIds, 1});
-  auto fill_ids = [&] {
-    for (int i = 0; i < kIds; ++i) id_tensor->data<int64_t>()[i] = zipf->Next();
-  };
-  auto step = [&]() -> absl::Status {
-    fill_ids();
+  auto step = [&](int s) -> absl::Status {
+    std::memcpy(id_tensor->data<int64_t>(), stream.data() + static_cast<size_t>(s) * kIds,
+                kIds * sizeof(int64_t));
     TS_RETURN_IF_ERROR(trainer.RunOp(prefetch, &scope));
     TS_RETURN_IF_ERROR(trainer.RunOp(grad, &scope));
     TS_RETURN_IF_ERROR(trainer.RunOp(split, &scope));
     return trainer.RunOp(send, &scope);
   };
-  for (int i = 0; i < 50; ++i) {  // warm up (connections, first rows)
-    absl::Status s = step();
+  for (int i = 0; i < kWarmup; ++i) {  // warm up (connections, first rows)
+    absl::Status s = step(i);
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", s.ToString().c_str());
       return 1;
     }
   }
-  int64_t steps = 0;
   double start = Now();
-  while (Now() - start < seconds) {
-    if (!step().ok()) return 1;
-    ++steps;
+  for (int i = kWarmup; i < kWarmup + steps_to_run; ++i) {
+    if (!step(i).ok()) return 1;
   }
   if (!communicator.Flush().ok()) return 1;
-  double rpc_rate = steps / (Now() - start);
+  double rpc_rate = steps_to_run / (Now() - start);
   CommunicatorStats cs = communicator.stats();
 
   // Baseline: the same work on an in-process table (no RPC, no ops).
@@ -133,15 +136,20 @@ int Run(double seconds) {
   auto table = SparseTable::Create(to);
   std::vector<int64_t> batch(kIds);
   std::vector<float> rows(kIds * kDim);
-  int64_t local = 0;
-  start = Now();
-  while (Now() - start < seconds) {
-    for (auto& id : batch) id = zipf->Next();
-    if (!(*table)->Lookup(batch, rows.data()).ok()) return 1;
-    if (!(*table)->ApplyGradients(batch, rows.data(), 0.01f, local + 1).ok()) return 1;
-    ++local;
+  auto local_step = [&](int s) {
+    std::memcpy(batch.data(), stream.data() + static_cast<size_t>(s) * kIds,
+                kIds * sizeof(int64_t));
+    return (*table)->Lookup(batch, rows.data()).ok() &&
+           (*table)->ApplyGradients(batch, rows.data(), 0.01f, s + 1).ok();
+  };
+  for (int i = 0; i < kWarmup; ++i) {
+    if (!local_step(i)) return 1;
   }
-  double local_rate = local / (Now() - start);
+  start = Now();
+  for (int i = kWarmup; i < kWarmup + steps_to_run; ++i) {
+    if (!local_step(i)) return 1;
+  }
+  double local_rate = steps_to_run / (Now() - start);
   std::printf("prefetch+push over gRPC: %.0f steps/s (%d ids/step, dim %d, 1 trainer, 1 pserver)\n",
               rpc_rate, kIds, kDim);
   std::printf("in-process table lookup+update (baseline): %.0f steps/s\n", local_rate);
@@ -156,13 +164,16 @@ int Run(double seconds) {
 }  // namespace tessera
 
 int main(int argc, char** argv) {
-  double seconds = 5;
+  // Both halves of the cluster live in this process: tune malloc as both daemons do.
+  tessera::TuneMallocForLargeBuffers();
+  int steps = 4000;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--seconds=", 0) == 0 && !absl::SimpleAtod(a.substr(10), &seconds)) {
-      std::fprintf(stderr, "sparse_rpc: %s: not a number\n", a.c_str());
+    if (a.rfind("--steps=", 0) != 0 || !absl::SimpleAtoi(a.substr(8), &steps) || steps < 1) {
+      std::fprintf(stderr, "sparse_rpc: bad argument '%s' (usage: --steps=N, N >= 1)\n",
+                   a.c_str());
       return 2;
     }
   }
-  return tessera::Run(seconds);
+  return tessera::Run(steps);
 }
