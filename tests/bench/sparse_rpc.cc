@@ -2,11 +2,18 @@
 // (alpha 1.1, 10^7 distinct, dim 16) from one pserver over gRPC on loopback and pushes their
 // sparse gradient back (lookup_sparse_grad -> split_by_shard -> send), async mode as the trainer
 // runs it (pushes go through the background AsyncCommunicator, overlapping the next prefetch;
-// every push is applied before the clock stops), 1 trainer.
-// Baseline measured in the same run: the same lookups + updates on the pserver's table in
-// process (no RPC). Prints steps/s of both and the ratio.
+// every push is applied before the clock stops), 1 trainer. The pserver (GrpcServer +
+// ParameterServer) runs in a child process, as a deployment runs it.
+// Baseline measured in the same run: the same lookups + updates on an in-process table (no
+// RPC), after the child is gone. Prints steps/s of both and the ratio.
 //
 //   bazel run -c opt //tests/bench:sparse_rpc -- [--steps=4000]
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -70,16 +77,47 @@ int Run(int steps_to_run) {
     std::fprintf(stderr, "%s\n", t.status().ToString().c_str());
     return 1;
   }
-  Scope ps_scope;
-  Executor exec(registry.get());
-  if (!exec.Run(*t->GetPserverStartupProgram(ep), 0, &ps_scope).ok()) return 1;
-  ParameterServerOptions po;
-  po.job_id = "bench";
-  po.endpoint = ep;
-  auto ps = ParameterServer::Create(*t->GetPserverProgram(ep), &ps_scope, registry.get(), po);
-  if (!ps.ok()) return 1;
-  GrpcServer server(GrpcServerOptions{ep}, ps->get());
-  if (!server.Start().ok()) return 1;
+  // The pserver: forked before any thread exists; reports "ready" on a pipe, then serves until
+  // the parent kills it (or dies: PR_SET_PDEATHSIG).
+  int ready[2];
+  if (pipe(ready) != 0) return 1;
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  if (child < 0) return 1;
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    close(ready[0]);
+    Scope ps_scope;
+    Executor exec(registry.get());
+    if (!exec.Run(*t->GetPserverStartupProgram(ep), 0, &ps_scope).ok()) _exit(1);
+    ParameterServerOptions po;
+    po.job_id = "bench";
+    po.endpoint = ep;
+    auto ps = ParameterServer::Create(*t->GetPserverProgram(ep), &ps_scope, registry.get(), po);
+    if (!ps.ok()) _exit(1);
+    GrpcServer server(GrpcServerOptions{ep}, ps->get());
+    if (!server.Start().ok()) _exit(1);
+    if (write(ready[1], "r", 1) != 1) _exit(1);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } reaper{child};
+  pollfd pfd{ready[0], POLLIN, 0};
+  char c;
+  if (poll(&pfd, 1, 30000) != 1 || read(ready[0], &c, 1) != 1) {
+    std::fprintf(stderr, "sparse_rpc: the pserver child did not start within 30 s\n");
+    return 1;
+  }
+  close(ready[0]);
 
   ClientPool pool([](const std::string& endpoint) {
     return std::make_unique<GrpcPServerClient>(endpoint, GrpcClientOptions());
@@ -128,6 +166,9 @@ int Run(int steps_to_run) {
   if (!communicator.Flush().ok()) return 1;
   double rpc_rate = steps_to_run / (Now() - start);
   CommunicatorStats cs = communicator.stats();
+  kill(reaper.pid, SIGKILL);
+  waitpid(reaper.pid, nullptr, 0);
+  reaper.pid = 0;
 
   // Baseline: the same work on an in-process table (no RPC, no ops).
   SparseTableOptions to;
@@ -156,7 +197,6 @@ int Run(int steps_to_run) {
   std::printf("ratio rpc/in-process: %.2f (pushes: %lld gradients in %lld messages)\n",
               rpc_rate / local_rate, static_cast<long long>(cs.pushed),
               static_cast<long long>(cs.sent));
-  server.Shutdown();
   return 0;
 }
 
