@@ -3,12 +3,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -31,7 +33,60 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
 absl::Status OsError(absl::string_view what, const std::string& path) {
   return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
+
+bool HasControlChar(absl::string_view s) {
+  return std::any_of(s.begin(), s.end(),
+                     [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+}
+
+absl::Status ControlCharError(absl::string_view source, int block, absl::string_view where,
+                              absl::string_view what, absl::string_view value) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": block ", block, where, ": ", what,
+                                                 " \"", absl::CHexEscape(value.substr(0, 80)),
+                                                 "\" contains a control character"));
+}
 }  // namespace
+
+absl::Status CheckProgramStrings(const ProgramDesc& program, absl::string_view source) {
+  for (int b = 0; b < program.blocks_size(); ++b) {
+    const BlockDesc& block = program.blocks(b);
+    for (const VarDesc& var : block.vars()) {
+      if (HasControlChar(var.name())) {
+        return ControlCharError(source, b, "", "variable", var.name());
+      }
+    }
+    for (int i = 0; i < block.ops_size(); ++i) {
+      const OpDesc& op = block.ops(i);
+      const std::string where = absl::StrCat(" op #", i);
+      if (HasControlChar(op.type())) return ControlCharError(source, b, where, "type", op.type());
+      for (const auto* slots : {&op.inputs(), &op.outputs()}) {
+        for (const OpDesc::Var& slot : *slots) {
+          if (HasControlChar(slot.parameter())) {
+            return ControlCharError(source, b, where, "slot", slot.parameter());
+          }
+          for (const std::string& arg : slot.arguments()) {
+            if (HasControlChar(arg)) return ControlCharError(source, b, where, "argument", arg);
+          }
+        }
+      }
+      for (const OpDesc::Attr& attr : op.attrs()) {
+        if (HasControlChar(attr.name())) {
+          return ControlCharError(source, b, where, "attribute", attr.name());
+        }
+        if (HasControlChar(attr.s())) {
+          return ControlCharError(source, b, where, absl::StrCat("attribute ", attr.name()),
+                                  attr.s());
+        }
+        for (const std::string& v : attr.strings().v()) {
+          if (HasControlChar(v)) {
+            return ControlCharError(source, b, where, absl::StrCat("attribute ", attr.name()), v);
+          }
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<ProgramDesc> ParseProgramText(absl::string_view text, absl::string_view source) {
   ProgramDesc program;
@@ -45,6 +100,8 @@ absl::StatusOr<ProgramDesc> ParseProgramText(absl::string_view text, absl::strin
   if (program.blocks_size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": program has no blocks"));
   }
+  absl::Status names = CheckProgramStrings(program, source);
+  if (!names.ok()) return names;
   return program;
 }
 
@@ -56,7 +113,8 @@ std::string ProgramToText(const ProgramDesc& program) {
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  if (!in)
+    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) return OsError("cannot read", path);

@@ -15,6 +15,10 @@ namespace tessera {
 // Parses a text-format ProgramDesc. On error the message is one line naming `source`, the line
 // and column, e.g. "model.pbtxt:12:5: Expected identifier, got: }".
 absl::StatusOr<ProgramDesc> ParseProgramText(absl::string_view text, absl::string_view source);
+// Every name and string attribute of `program` is free of control characters (they would
+// split or forge the lines of errors and logs that echo them); otherwise InvalidArgument naming
+// `source`, the block, the op and the string. ParseProgramText checks this.
+absl::Status CheckProgramStrings(const ProgramDesc& program, absl::string_view source);
 // Text form of `program` (deterministic: same program -> same bytes).
 std::string ProgramToText(const ProgramDesc& program);
 

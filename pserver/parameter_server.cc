@@ -1,11 +1,12 @@
 #include "pserver/parameter_server.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/numbers.h"
 #include "common/op_desc.h"
 #include "common/status.h"
+#include "pserver/checkpoint.h"
 #include "transpiler/distribute_transpiler.h"
 
 namespace tessera {
@@ -85,6 +86,7 @@ absl::Status ParameterServer::Init() {
     for (int k = 0; k < num_trainers_; ++k) active_.insert(k);
   }
   pool_ = std::make_unique<ThreadPool>(std::max(1, options_.optimize_threads));
+  checkpoint_pool_ = std::make_unique<ThreadPool>(1);
   watchdog_ = std::thread([this] { Watchdog(); });
   return absl::OkStatus();
 }
@@ -95,6 +97,7 @@ ParameterServer::~ParameterServer() {
     stopping_ = true;
   }
   if (watchdog_.joinable()) watchdog_.join();
+  checkpoint_pool_.reset();
   pool_.reset();
 }
 
@@ -175,21 +178,20 @@ absl::Status ParameterServer::ApplyTable(Table& t, const std::vector<const Selec
   absl::Status s = t.table->ApplyGradients(ids, values.data(), LearningRate(t.lr), step);
   if (s.ok() && options_.table_evict_after_steps > 0) t.table->EvictStale();
   if (!s.ok()) {
-    return absl::InternalError(absl::StrCat("pserver ", options_.endpoint, " table ", t.name,
-                                            ": ", s.message()));
+    return absl::InternalError(
+        absl::StrCat("pserver ", options_.endpoint, " table ", t.name, ": ", s.message()));
   }
   return absl::OkStatus();
 }
 
 absl::Status ParameterServer::Admit(const RequestMeta& meta) {
   if (meta.job_id != options_.job_id) {
-    return absl::UnauthenticatedError(absl::StrCat("request of job '", meta.job_id,
-                                                   "' refused by pserver of job '",
-                                                   options_.job_id, "'"));
+    return absl::UnauthenticatedError(absl::StrCat(
+        "request of job '", meta.job_id, "' refused by pserver of job '", options_.job_id, "'"));
   }
   if (meta.trainer_id < 0 || meta.trainer_id >= num_trainers_) {
-    return absl::InvalidArgumentError(absl::StrCat("trainer_id ", meta.trainer_id,
-                                                   " is outside [0, ", num_trainers_, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer_id ", meta.trainer_id, " is outside [0, ", num_trainers_, ")"));
   }
   absl::MutexLock lock(&mu_);
   last_request_ = absl::Now();
@@ -201,8 +203,7 @@ absl::StatusOr<Variable*> ParameterServer::PrepareReceive(const RequestMeta& met
   auto table = table_by_grad_.find(h.name);
   if (table != table_by_grad_.end()) {
     const Table& t = tables_[table->second];
-    if (h.type != SELECTED_ROWS || h.dtype != FLOAT32 || h.dims.size() != 2 ||
-        h.dims[1] != t.dim) {
+    if (h.type != SELECTED_ROWS || h.dtype != FLOAT32 || h.dims.size() != 2 || h.dims[1] != t.dim) {
       return absl::InvalidArgumentError(absl::StrCat(
           "gradient '", h.name, "' of table ", t.name, " must be float32 sparse rows of width ",
           t.dim, ", got ", DataTypeName(h.dtype), ShapeString(h.dims)));
@@ -224,8 +225,8 @@ absl::StatusOr<Variable*> ParameterServer::PrepareReceive(const RequestMeta& met
   }
   auto it = grad_to_block_.find(h.name);
   if (it == grad_to_block_.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("pserver ", options_.endpoint,
-                                                   " has no gradient variable '", h.name, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pserver ", options_.endpoint, " has no gradient variable '", h.name, "'"));
   }
   const VarDesc* desc = FindVarDesc(program_.blocks(0), h.name);
   std::string target = sync_ ? TrainerGradName(h.name, meta.trainer_id) : h.name;
@@ -234,8 +235,8 @@ absl::StatusOr<Variable*> ParameterServer::PrepareReceive(const RequestMeta& met
     Shape want(desc->shape().begin(), desc->shape().end());
     bool sparse = h.type == SELECTED_ROWS;
     if ((desc->type() == SELECTED_ROWS) != sparse) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient '", h.name, "' must be ",
-                                                     sparse ? "dense" : "sparse"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient '", h.name, "' must be ", sparse ? "dense" : "sparse"));
     }
     if (h.dtype != desc->dtype()) {
       return absl::InvalidArgumentError(absl::StrCat("gradient '", h.name, "' is ",
@@ -274,6 +275,26 @@ absl::StatusOr<Variable*> ParameterServer::PrepareReceive(const RequestMeta& met
 
 void ParameterServer::HandleSend(const RequestMeta& meta, const VariableHeader& h, Variable* var,
                                  DoneCallback done) {
+  // Row ids of a sparse gradient of a local (sliced) table must name rows of its block: refuse
+  // bad ones here, as bad input and before anything counts them, rather than as an optimizer
+  // failure (sync: one that fails the whole step). The received copy is emptied.
+  if (SelectedRows* sr = var->GetIf<SelectedRows>();
+      sr != nullptr && table_by_grad_.count(h.name) == 0) {
+    const VarDesc* desc = FindVarDesc(program_.blocks(0), h.name);
+    const int64_t height = desc != nullptr && desc->shape_size() > 0 ? desc->shape(0) : -1;
+    for (size_t i = 0; height > 0 && i < sr->rows.size(); ++i) {
+      if (sr->rows[i] >= 0 && sr->rows[i] < height) continue;
+      absl::Status bad = absl::InvalidArgumentError(
+          absl::StrCat("gradient '", h.name, "' has row ", sr->rows[i], " (entry ", i,
+                       ") outside [0, ", height, ") on pserver ", options_.endpoint));
+      Shape empty = h.dims;
+      empty[0] = 0;
+      sr->rows.clear();
+      sr->value.Resize(h.dtype, empty);
+      done(bad);
+      return;
+    }
+  }
   bool complete;
   {
     absl::MutexLock lock(&mu_);
@@ -292,7 +313,8 @@ void ParameterServer::HandleSend(const RequestMeta& meta, const VariableHeader& 
   }
   std::string grad = h.name;
   int trainer = meta.trainer_id;
-  pool_->Schedule([this, trainer, grad, done = std::move(done)] { AsyncApply(trainer, grad, done); });
+  pool_->Schedule(
+      [this, trainer, grad, done = std::move(done)] { AsyncApply(trainer, grad, done); });
 }
 
 void ParameterServer::AsyncApply(int trainer, const std::string& grad, DoneCallback done) {
@@ -319,8 +341,8 @@ void ParameterServer::AsyncApply(int trainer, const std::string& grad, DoneCallb
     if (s.ok()) ++stats_.grads_applied;
   }
   if (!s.ok()) {
-    s = absl::InternalError(absl::StrCat("pserver ", options_.endpoint, " optimizing ", grad,
-                                         ": ", s.message()));
+    s = absl::InternalError(
+        absl::StrCat("pserver ", options_.endpoint, " optimizing ", grad, ": ", s.message()));
   }
   done(s);
 }
@@ -328,8 +350,8 @@ void ParameterServer::AsyncApply(int trainer, const std::string& grad, DoneCallb
 void ParameterServer::ServeGet(const std::string& name, const GetDone& done) {
   Variable* v = scope_->FindVar(name);
   if (v == nullptr || !v->Is<Tensor>() || !v->Get<Tensor>().initialized()) {
-    done(absl::NotFoundError(absl::StrCat("pserver ", options_.endpoint, " has no parameter '",
-                                          name, "'")));
+    done(absl::NotFoundError(
+        absl::StrCat("pserver ", options_.endpoint, " has no parameter '", name, "'")));
     return;
   }
   if (sync_) {
@@ -363,8 +385,8 @@ void ParameterServer::HandlePrefetch(const RequestMeta& meta, const std::string&
                                      std::vector<int64_t> ids, PrefetchDone done) {
   auto it = table_by_name_.find(table);
   if (it == table_by_name_.end()) {
-    done(absl::InvalidArgumentError(absl::StrCat("pserver ", options_.endpoint,
-                                                 " serves no distributed table '", table, "'")));
+    done(absl::InvalidArgumentError(
+        absl::StrCat("pserver ", options_.endpoint, " serves no distributed table '", table, "'")));
     return;
   }
   {
@@ -375,8 +397,8 @@ void ParameterServer::HandlePrefetch(const RequestMeta& meta, const std::string&
   Tensor rows(FLOAT32, {static_cast<int64_t>(ids.size()), t.dim});
   absl::Status s = t.table->Lookup(ids, rows.data<float>());
   if (!s.ok()) {
-    done(absl::Status(s.code(), absl::StrCat("pserver ", options_.endpoint, " table ", table,
-                                             ": ", s.message())));
+    done(absl::Status(s.code(), absl::StrCat("pserver ", options_.endpoint, " table ", table, ": ",
+                                             s.message())));
     return;
   }
   done(std::move(rows));
@@ -384,7 +406,75 @@ void ParameterServer::HandlePrefetch(const RequestMeta& meta, const std::string&
 
 void ParameterServer::HandleCheckpoint(const RequestMeta& meta, const std::string& dir,
                                        DoneCallback done) {
-  done(absl::UnimplementedError("checkpoints are not supported yet"));
+  // Saving blocks (file I/O, waiting for an optimization): off the RPC threads.
+  checkpoint_pool_->Schedule([this, dir, done = std::move(done)] {
+    absl::Status s = SaveCheckpoint(dir);
+    if (!s.ok()) {
+      s = absl::Status(s.code(), absl::StrCat("pserver ", options_.endpoint, " checkpoint to ", dir,
+                                              ": ", s.message()));
+    }
+    done(s);
+  });
+}
+
+absl::Status ParameterServer::SaveCheckpoint(const std::string& dir) {
+  io::FileSystem* fs = options_.fs != nullptr ? options_.fs : io::PosixFileSystem::Default();
+  PserverShardToSave shard;
+  shard.index = options_.pserver_index;
+  shard.num_pservers = options_.num_pservers;
+  shard.slices = DenseSlices(program_, options_.param_blocks);
+  {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return (!optimizing_ && !checkpointing_) || !failure_.ok();
+    };
+    mu_.Await(absl::Condition(&idle));
+    if (!failure_.ok()) return failure_;
+    checkpointing_ = true;
+    shard.step = step_;
+  }
+  {
+    // Async pushes update a block (parameter and optimizer state) under its mutex: hold them
+    // all (in index order; updaters hold one at a time) while copying.
+    absl::MutexLock lr_lock(&lr_mu_);
+    std::vector<std::unique_ptr<absl::MutexLock>> locks;
+    for (auto& b : blocks_) locks.push_back(std::make_unique<absl::MutexLock>(b.mu.get()));
+    for (const auto& [name, slice] : shard.slices) {
+      const Variable* v = scope_->FindVar(name);
+      if (v == nullptr || !v->Is<Tensor>() || !v->Get<Tensor>().initialized()) continue;
+      shard.dense[name].CopyFrom(v->Get<Tensor>());
+    }
+  }
+  for (auto& t : tables_) {
+    absl::MutexLock lock(t.mu.get());
+    shard.tables.push_back({t.name, t.shard, t.table.get(), t.applies});
+  }
+  absl::Status s = SavePserverShard(fs, dir, shard);
+  absl::MutexLock lock(&mu_);
+  checkpointing_ = false;
+  // Barrier waits do not count the save (the watchdog skipped them meanwhile).
+  if (!send_.waiting.empty()) send_.first_arrival = absl::Now();
+  MaybeCompleteBarriers();  // a send barrier may have completed meanwhile
+  return s;
+}
+
+absl::Status ParameterServer::RestoreCheckpoint(const std::string& dir) {
+  io::FileSystem* fs = options_.fs != nullptr ? options_.fs : io::PosixFileSystem::Default();
+  PserverRestoreTarget target;
+  target.index = options_.pserver_index;
+  target.num_pservers = options_.num_pservers;
+  target.scope = scope_;
+  target.slices = DenseSlices(program_, options_.param_blocks);
+  target.table_shard_method = options_.table_shard_method;
+  for (auto& t : tables_) target.tables.push_back({t.name, t.shard, t.table.get(), 0});
+  TS_ASSIGN_OR_RETURN(PserverRestored restored, RestorePserverShard(fs, dir, target));
+  for (auto& t : tables_) {
+    t.applies = restored.table_applies[t.name];
+    t.table->AdvanceStep(restored.step);
+  }
+  absl::MutexLock lock(&mu_);
+  step_ = restored.step;
+  return absl::OkStatus();
 }
 
 std::string ParameterServer::Missing(const Barrier& b) const {
@@ -413,20 +503,27 @@ void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, D
     return;
   }
   if (meta.step != step_) {
-    done(absl::FailedPreconditionError(
-        absl::StrCat("trainer ", meta.trainer_id, " is at step ", meta.step, " but pserver ",
-                     options_.endpoint, " is at step ", step_)));
+    done(absl::FailedPreconditionError(absl::StrCat("trainer ", meta.trainer_id, " is at step ",
+                                                    meta.step, " but pserver ", options_.endpoint,
+                                                    " is at step ", step_)));
     return;
   }
   Barrier& b = kind == SEND_BARRIER ? send_ : fetch_;
   if (kind == FETCH_BARRIER && optimizing_) {
-    done(absl::FailedPreconditionError(absl::StrCat(
-        "trainer ", meta.trainer_id, " reached the fetch barrier of step ", step_,
-        " before the send barrier completed")));
+    done(absl::FailedPreconditionError(absl::StrCat("trainer ", meta.trainer_id,
+                                                    " reached the fetch barrier of step ", step_,
+                                                    " before the send barrier completed")));
     return;
   }
   if (b.arrived.empty() && b.waiting.empty()) b.first_arrival = absl::Now();
   b.arrived.insert(meta.trainer_id);
+  if (options_.on_barrier_wait) {
+    done = [on_wait = &options_.on_barrier_wait, kind, arrival = absl::Now(),
+            inner = std::move(done)](absl::Status s) {
+      (*on_wait)(kind, absl::Now() - arrival);
+      inner(std::move(s));
+    };
+  }
   b.waiting.push_back(std::move(done));
   MaybeCompleteBarriers();
 }
@@ -439,7 +536,7 @@ void ParameterServer::MaybeCompleteBarriers() {
     }
     return true;
   };
-  if (!optimizing_ && complete(send_)) {
+  if (!optimizing_ && !checkpointing_ && complete(send_)) {
     optimizing_ = true;
     pool_->Schedule([this] { RunSyncOptimize(); });
     return;
@@ -457,9 +554,8 @@ void ParameterServer::MaybeCompleteBarriers() {
 void ParameterServer::RunSyncOptimize() {
   absl::Status lr_status = has_lr_block_ ? executor_.Run(lr_block_, scope_) : absl::OkStatus();
   std::vector<absl::Status> results(blocks_.size());
-  pool_->ParallelFor(static_cast<int>(blocks_.size()), [&](int i) {
-    results[i] = executor_.Run(blocks_[i].prepared, scope_);
-  });
+  pool_->ParallelFor(static_cast<int>(blocks_.size()),
+                     [&](int i) { results[i] = executor_.Run(blocks_[i].prepared, scope_); });
   int64_t step;
   std::vector<std::vector<const SelectedRows*>> table_grads(tables_.size());
   {
@@ -470,7 +566,8 @@ void ParameterServer::RunSyncOptimize() {
         auto at = table_grad_step_.find({k, tables_[ti].grad});
         if (at == table_grad_step_.end() || at->second != step) continue;
         const Variable* v = scope_->FindVar(TrainerGradName(tables_[ti].grad, k));
-        if (v != nullptr && v->Is<SelectedRows>()) table_grads[ti].push_back(&v->Get<SelectedRows>());
+        if (v != nullptr && v->Is<SelectedRows>())
+          table_grads[ti].push_back(&v->Get<SelectedRows>());
       }
     }
   }
@@ -545,13 +642,13 @@ void ParameterServer::Watchdog() {
       }
       for (auto [b, what] : {std::make_pair(&send_, "send"), std::make_pair(&fetch_, "fetch")}) {
         if (!timeout.ok()) break;
-        if (b->waiting.empty() || optimizing_) continue;
+        if (b->waiting.empty() || optimizing_ || checkpointing_) continue;
         absl::Duration waited = absl::Now() - b->first_arrival;
         if (waited > options_.barrier_timeout) {
           timeout = absl::DeadlineExceededError(absl::StrCat(
               "pserver ", options_.endpoint, ": ", what, " barrier of step ", step_,
-              " timed out after ", absl::FormatDuration(options_.barrier_timeout),
-              ": trainers ", Missing(*b),
+              " timed out after ", absl::FormatDuration(options_.barrier_timeout), ": trainers ",
+              Missing(*b),
               " did not arrive (dead or stuck; check their logs, then restart the job)"));
           break;
         }
@@ -578,9 +675,9 @@ absl::StatusOr<int64_t> ParameterServer::ExportTables(const std::string& dir,
     std::string path = absl::StrCat(dir, "/", t.name, ".shard", t.shard, ".tbl");
     auto n = t.table->Export(path, eo);
     if (!n.ok()) {
-      return absl::Status(n.status().code(), absl::StrCat("pserver ", options_.endpoint,
-                                                          " exporting ", path, ": ",
-                                                          n.status().message()));
+      return absl::Status(n.status().code(),
+                          absl::StrCat("pserver ", options_.endpoint, " exporting ", path, ": ",
+                                       n.status().message()));
     }
     rows += *n;
   }
@@ -593,7 +690,11 @@ ParameterServerStats ParameterServer::stats() const {
     absl::MutexLock lock(&mu_);
     out = stats_;
   }
-  for (const auto& t : tables_) out.table_rows += t.table->Size();
+  for (const auto& t : tables_) {
+    int64_t rows = t.table->Size();
+    out.table_rows += rows;
+    out.table_shard_rows[{t.name, t.shard}] = rows;
+  }
   return out;
 }
 

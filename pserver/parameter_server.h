@@ -14,12 +14,13 @@
 // Async mode: each complete gradient is optimized as it arrives under its block's lock; gets
 // return a copy taken under that lock. Distributed tables (sparse_table ops): Prefetch looks
 // rows up in this pserver's shard; their sparse gradients are merged across trainers and
-// applied once per step (sync, scaled 1/N like dense gradients) or per push (async, 1/N). COMPLETE from a trainer removes it from the barriers;
-// when every trainer has completed, Wait() returns OK.
+// applied once per step (sync, scaled 1/N like dense gradients) or per push (async, 1/N). COMPLETE
+// from a trainer removes it from the barriers; when every trainer has completed, Wait() returns OK.
 // Thread-safe; RPC threads only record and dispatch, optimization runs on an internal pool.
 #ifndef TESSERA_PSERVER_PARAMETER_SERVER_H_
 #define TESSERA_PSERVER_PARAMETER_SERVER_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -31,9 +32,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/executor.h"
+#include "common/io/file_system.h"
 #include "common/rpc/server.h"
 #include "common/thread_pool.h"
 #include "pserver/sparse_table.h"
+#include "transpiler/distribute_transpiler.h"
 
 namespace tessera {
 
@@ -45,6 +48,18 @@ struct ParameterServerOptions {
   // Distributed tables (every sparse_table op of the program): lifecycle options, off at 0.
   int64_t table_admission_threshold = 0;
   int64_t table_evict_after_steps = 0;
+  // Checkpoints (pserver/checkpoint.h): this pserver's index among num_pservers, the
+  // transpiler's parameter blocks of all pservers (the slice metadata saved with a checkpoint),
+  // how table ids are sharded, and the file system (null: the local one).
+  int pserver_index = 0;
+  int num_pservers = 1;
+  std::vector<VarBlock> param_blocks;
+  std::string table_shard_method = "hash";
+  io::FileSystem* fs = nullptr;
+  // Observability (optional): told how long each sync send/fetch barrier request waited, from
+  // its arrival to its release (or failure). Runs on any thread, possibly under the server's
+  // lock: it must be quick and must not call the server.
+  std::function<void(BarrierKind kind, absl::Duration wait)> on_barrier_wait;
 };
 
 struct TableExportOptions {
@@ -53,13 +68,14 @@ struct TableExportOptions {
 };
 
 struct ParameterServerStats {
-  int64_t steps = 0;             // completed sync steps
-  int64_t sends = 0;             // SendVariable messages (chunks count separately)
-  int64_t grads_applied = 0;     // gradients optimized (async: per push; sync: per block per step)
+  int64_t steps = 0;          // completed sync steps
+  int64_t sends = 0;          // SendVariable messages (chunks count separately)
+  int64_t grads_applied = 0;  // gradients optimized (async: per push; sync: per block per step)
   std::map<int, int64_t> grads_received;  // complete gradients per trainer
   int64_t gets = 0;
   int64_t prefetches = 0;
   int64_t table_rows = 0;  // rows held by this pserver's table shards
+  std::map<std::pair<std::string, int>, int64_t> table_shard_rows;  // (table, shard) -> rows
 };
 
 class ParameterServer : public RequestHandler {
@@ -81,6 +97,14 @@ class ParameterServer : public RequestHandler {
   // pserver/sparse_table.h). Returns the rows written.
   absl::StatusOr<int64_t> ExportTables(const std::string& dir, const TableExportOptions& options);
   bool sync_mode() const { return sync_; }
+  // Writes this pserver's part of a checkpoint into the directory `dir` (pserver/checkpoint.h).
+  // Sync mode: waits for a running optimization and holds the next one until done (trainer 0
+  // calls it between steps, after its fetch barrier). Async: a consistent copy per block.
+  absl::Status SaveCheckpoint(const std::string& dir);
+  // Loads this pserver's part of the complete checkpoint `dir` (taken with any number of
+  // pservers) and moves the server to its step. Call before serving. Errors name the file or
+  // variable; on error the server must not be used.
+  absl::Status RestoreCheckpoint(const std::string& dir);
 
   absl::Status Admit(const RequestMeta& meta) override;
   absl::StatusOr<Variable*> PrepareReceive(const RequestMeta& meta,
@@ -103,10 +127,10 @@ class ParameterServer : public RequestHandler {
     std::unique_ptr<absl::Mutex> mu = std::make_unique<absl::Mutex>();  // async updates
   };
   struct Table {
-    std::string name;   // the table variable
-    int shard = 0;      // which shard of the table this pserver holds
-    std::string grad;   // its gradient shard name, as trainers send it
-    std::string lr;     // learning-rate variable
+    std::string name;  // the table variable
+    int shard = 0;     // which shard of the table this pserver holds
+    std::string grad;  // its gradient shard name, as trainers send it
+    std::string lr;    // learning-rate variable
     int64_t dim = 0;
     std::unique_ptr<SparseTable> table;
     std::unique_ptr<absl::Mutex> mu = std::make_unique<absl::Mutex>();
@@ -154,7 +178,7 @@ class ParameterServer : public RequestHandler {
   std::string lr_clock_grad_;
   absl::Mutex lr_mu_;
   std::map<std::string, int> table_by_grad_, table_by_name_;
-  std::vector<Scope*> trainer_scopes_;         // async: per-trainer receive scopes
+  std::vector<Scope*> trainer_scopes_;  // async: per-trainer receive scopes
 
   mutable absl::Mutex mu_;
   int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
@@ -165,6 +189,7 @@ class ParameterServer : public RequestHandler {
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool checkpointing_ ABSL_GUARDED_BY(mu_) = false;  // SaveCheckpoint running: no optimize
   std::map<std::pair<int, std::string>, int64_t> bytes_ ABSL_GUARDED_BY(mu_);  // chunk bytes
   // Sync: the step at which (trainer, table gradient) last arrived.
   std::map<std::pair<int, std::string>, int64_t> table_grad_step_ ABSL_GUARDED_BY(mu_);
@@ -174,6 +199,7 @@ class ParameterServer : public RequestHandler {
   absl::Time last_request_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ThreadPool> checkpoint_pool_;  // runs SaveCheckpoint off the RPC threads
   std::thread watchdog_;
 };
 

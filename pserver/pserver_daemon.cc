@@ -1,15 +1,20 @@
 #include "pserver/pserver_daemon.h"
 
-#include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include <atomic>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/io/checkpoint_io.h"
+#include "common/metrics/interval_stats.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_server.h"
 #include "common/ops/ops.h"
 #include "common/program_io.h"
+#include "common/rpc/grpc/credentials.h"
 #include "common/rpc/grpc/grpc_server.h"
+#include "common/rpc/rpc_metrics.h"
 #include "common/status.h"
 #include "pserver/parameter_server.h"
 #include "transpiler/cluster_programs.h"
@@ -25,26 +30,67 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
   Scope scope;
   Executor exec(registry.get());
   absl::Status s = exec.Run(startup, 0, &scope);
-  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("pserver startup program: ", s.message()));
+  if (!s.ok())
+    return absl::Status(s.code(), absl::StrCat("pserver startup program: ", s.message()));
+
+  // RPC and barrier-wait metrics are recorded always (the stats line reads them); with
+  // --metrics_port they are served with the rest below.
+  MetricsRegistry metrics;
+  const Labels endpoint_label = {{"endpoint", config.current_endpoint}};
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<RpcMetrics> rpc_metrics,
+                      RpcMetrics::Create(&metrics, RpcSide::kServer, endpoint_label));
+  auto barrier_histogram = [&](const char* kind) {
+    return metrics.GetHistogram(
+        "tessera_pserver_barrier_wait_seconds",
+        "Sync barrier requests: time from a trainer's arrival to its release, by kind.",
+        RpcLatencyBuckets(), {{"endpoint", config.current_endpoint}, {"kind", kind}});
+  };
+  TS_ASSIGN_OR_RETURN(Histogram * send_barrier_wait, barrier_histogram("send"));
+  TS_ASSIGN_OR_RETURN(Histogram * fetch_barrier_wait, barrier_histogram("fetch"));
 
   ParameterServerOptions po;
+  po.on_barrier_wait = [send_barrier_wait, fetch_barrier_wait](BarrierKind kind,
+                                                               absl::Duration wait) {
+    (kind == SEND_BARRIER ? send_barrier_wait : fetch_barrier_wait)
+        ->Observe(absl::ToDoubleSeconds(wait));
+  };
   po.job_id = config.job_id;
   po.endpoint = config.current_endpoint;
   po.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
   po.table_admission_threshold = config.table_admission_threshold;
   po.table_evict_after_steps = config.table_evict_after_steps;
+  po.num_pservers = static_cast<int>(config.pservers.size());
+  for (int i = 0; i < po.num_pservers; ++i) {
+    if (config.pservers[i] == config.current_endpoint) po.pserver_index = i;
+  }
+  po.param_blocks = t.param_blocks();
+  po.table_shard_method = config.table_shard_method;
   TS_ASSIGN_OR_RETURN(auto ps, ParameterServer::Create(program, &scope, registry.get(), po));
+  if (!config.init_from.empty()) {  // restore before serving anything
+    TS_ASSIGN_OR_RETURN(std::string ckpt,
+                        io::ResolveCheckpoint(io::PosixFileSystem::Default(), config.init_from));
+    absl::Status restored = ps->RestoreCheckpoint(ckpt);
+    if (!restored.ok()) {
+      return absl::Status(restored.code(),
+                          absl::StrCat("--init_from=", config.init_from, ": ", restored.message()));
+    }
+    log << "pserver " << config.current_endpoint << ": restored " << ckpt << " ("
+        << ps->stats().table_rows << " table rows)" << std::endl;
+  }
 
   GrpcServerOptions so;
   so.address = config.current_endpoint;
+  so.observer = rpc_metrics.get();
+  TS_ASSIGN_OR_RETURN(so.security, LoadRpcSecurity(config.tls_cert, config.tls_key, config.tls_ca,
+                                                   config.job_token, config.job_token_file));
   GrpcServer server(so, ps.get());
   TS_RETURN_IF_ERROR(server.Start());
   log << "pserver " << config.current_endpoint << ": serving " << program.blocks_size() - 1
       << " parameter blocks for " << config.trainers << " trainers ("
-      << (config.sync_mode ? "sync" : "async") << ")" << std::endl;
+      << (config.sync_mode ? "sync" : "async") << ")" << (so.security.tls() ? ", mutual TLS" : "")
+      << (so.security.job_token.empty() ? "" : ", job token required") << std::endl;
 
   // Prometheus metrics: the server's counters, published every 500 ms.
-  MetricsRegistry metrics;
   std::unique_ptr<MetricsServer> metrics_server;
   std::atomic<bool> exporting{true};
   std::thread exporter;
@@ -67,9 +113,16 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
     Counter* applied = counter("tessera_pserver_grads_applied_total", "Gradients optimized.");
     Gauge* rows = *metrics.GetGauge("tessera_pserver_table_rows",
                                     "Rows held by this pserver's table shards.", labels);
-    exporter = std::thread([&, steps, sends, gets, prefetches, applied, rows] {
+    Counter* unauthenticated =
+        counter("tessera_rpc_unauthenticated_total",
+                "Requests refused for a missing or wrong job token (UNAUTHENTICATED).");
+    exporter = std::thread([&, steps, sends, gets, prefetches, applied, rows, unauthenticated] {
       ParameterServerStats last;
+      int64_t last_unauthenticated = 0;
       while (exporting) {
+        int64_t refused = server.unauthenticated_requests();
+        unauthenticated->Increment(static_cast<double>(refused - last_unauthenticated));
+        last_unauthenticated = refused;
         ParameterServerStats now = ps->stats();
         steps->Increment(static_cast<double>(now.steps - last.steps));
         sends->Increment(static_cast<double>(now.sends - last.sends));
@@ -77,13 +130,61 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
         prefetches->Increment(static_cast<double>(now.prefetches - last.prefetches));
         applied->Increment(static_cast<double>(now.grads_applied - last.grads_applied));
         rows->Set(static_cast<double>(now.table_rows));
+        for (const auto& [shard, n] : now.table_shard_rows) {
+          auto gauge =
+              metrics.GetGauge("tessera_pserver_table_shard_rows", "Rows held by each table shard.",
+                               {{"endpoint", config.current_endpoint},
+                                {"table", shard.first},
+                                {"shard", std::to_string(shard.second)}});
+          if (gauge.ok()) (*gauge)->Set(static_cast<double>(n));
+        }
         last = now;
         absl::SleepFor(absl::Milliseconds(500));
       }
     });
   }
 
+  // One stats line per --stats_interval_s: rates over the interval.
+  absl::Notification stop_stats;
+  std::thread stats_logger;
+  if (config.stats_interval_s > 0) {
+    auto sample = [&] {
+      ServerCounters c;
+      c.at = absl::Now();
+      RpcTotals rpc = rpc_metrics->Totals();
+      c.requests = rpc.requests;
+      c.errors = rpc.errors;
+      c.bytes_in = rpc.bytes_received;
+      c.bytes_out = rpc.bytes_sent;
+      ParameterServerStats st = ps->stats();
+      c.steps = st.steps;
+      c.grads_applied = st.grads_applied;
+      for (Histogram* h : {send_barrier_wait, fetch_barrier_wait}) {
+        Histogram::Snapshot snap = h->Get();
+        c.barrier_waits += static_cast<int64_t>(snap.count);
+        c.barrier_wait_seconds += snap.sum;
+      }
+      return c;
+    };
+    int index = 0;
+    while (index < static_cast<int>(config.pservers.size()) &&
+           config.pservers[index] != config.current_endpoint) {
+      ++index;
+    }
+    std::string who = absl::StrCat("pserver ", index, " (", config.current_endpoint, ")");
+    stats_logger = std::thread([&, sample, who] {
+      ServerCounters last = sample();
+      while (!stop_stats.WaitForNotificationWithTimeout(absl::Seconds(config.stats_interval_s))) {
+        ServerCounters now = sample();
+        log << FormatIntervalStats(who, last, now) << std::endl;
+        last = now;
+      }
+    });
+  }
+
   absl::Status result = ps->Wait();
+  stop_stats.Notify();
+  if (stats_logger.joinable()) stats_logger.join();
   exporting = false;
   if (exporter.joinable()) exporter.join();
   if (metrics_server != nullptr) metrics_server->Shutdown();
@@ -99,7 +200,8 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
   log << "pserver " << config.current_endpoint << ": steps=" << stats.steps
       << " sends=" << stats.sends << " grads_applied=" << stats.grads_applied
       << " gets=" << stats.gets << " prefetches=" << stats.prefetches
-      << " table_rows=" << stats.table_rows;
+      << " table_rows=" << stats.table_rows
+      << " unauthenticated=" << server.unauthenticated_requests();
   for (const auto& [trainer, n] : stats.grads_received) {
     log << " grads_from_trainer_" << trainer << "=" << n;
   }

@@ -922,6 +922,37 @@ absl::StatusOr<int64_t> SparseTable::Import(const std::string& path) {
   return static_cast<int64_t>(count);
 }
 
+void SparseTable::ExportLifecycle(std::vector<SparseTableLifecycleRecord>* out) const {
+  for (int s = 0; s <= shard_mask_; ++s) {
+    const Shard& shard = shards_[s];
+    absl::ReaderMutexLock lock(&shard.mu);
+    for (uint32_t slot = 0; slot < shard.used_slots; ++slot) {
+      const RowHeader* h = reinterpret_cast<const RowHeader*>(SlotPtr(shard, slot));
+      if (h->epoch == 0) continue;
+      out->push_back({h->id, h->seen, 0, false});
+    }
+    for (const auto& [id, p] : shard.pending) out->push_back({id, p.seen, p.count, true});
+  }
+}
+
+void SparseTable::ImportLifecycle(absl::Span<const SparseTableLifecycleRecord> records) {
+  const int64_t threshold = options_.admission_threshold;
+  for (const auto& r : records) {
+    const uint64_t hash = HashId(r.id);
+    Shard& shard = shards_[(hash >> 32) & shard_mask_];
+    absl::MutexLock lock(&shard.mu);
+    const uint32_t slot = FindSlot(shard, r.id, hash);
+    if (!r.pending) {
+      if (slot != kNoSlot) reinterpret_cast<RowHeader*>(SlotPtr(shard, slot))->seen = r.seen;
+      continue;
+    }
+    if (slot != kNoSlot || threshold <= 1) continue;
+    Pending& p = shard.pending[r.id];
+    p.seen = r.seen;
+    p.count = static_cast<uint32_t>(std::min<int64_t>(threshold - 1, r.count));
+  }
+}
+
 bool SparseTable::PeekRow(int64_t id, float* values, float* state) const {
   const uint64_t hash = HashId(id);
   const Shard& shard = shards_[(hash >> 32) & shard_mask_];

@@ -57,6 +57,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -136,6 +137,15 @@ inline constexpr uint32_t kFlagOnlyChanged = 1;
 uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
 }  // namespace sparse_table_format
 
+// Row bookkeeping that export files do not carry (checkpoints save it beside an export): a
+// row's last-seen stamp, or a pending id's admission count and stamp.
+struct SparseTableLifecycleRecord {
+  int64_t id = 0;
+  uint32_t seen = 0;   // step clock or seconds, as the table records it
+  uint32_t count = 0;  // pending: occurrences counted so far
+  bool pending = false;
+};
+
 class SparseTable {
  public:
   // InvalidArgument naming the bad option value.
@@ -177,6 +187,12 @@ class SparseTable {
   // is validated completely before any row is touched: errors name the file and the byte
   // offset of the problem. Returns the number of records loaded.
   absl::StatusOr<int64_t> Import(const std::string& path);
+
+  // Appends the last-seen stamp of every row, and every pending admission count, to `out`.
+  void ExportLifecycle(std::vector<SparseTableLifecycleRecord>* out) const;
+  // Sets the stamps of the records' rows that exist, and the counts of pending records whose
+  // id has no row (capped below admission_threshold). Other records are ignored.
+  void ImportLifecycle(absl::Span<const SparseTableLifecycleRecord> records);
 
   // Copies the values (and, if `state` is not null, the k * dim optimizer state floats) of row
   // `id` without creating or touching it. False if the table holds no such row.

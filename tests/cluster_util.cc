@@ -122,4 +122,22 @@ absl::StatusOr<std::vector<std::string>> FreeEndpoints(int n) {
   return out;
 }
 
+int64_t SumAfter(const std::string& text, const std::string& key) {
+  int64_t total = 0;
+  for (size_t pos = text.find(key); pos != std::string::npos; pos = text.find(key, pos + 1)) {
+    total += std::strtoll(text.c_str() + pos + key.size(), nullptr, 10);
+  }
+  return total;
+}
+
+absl::StatusOr<int64_t> ResidentKiB(pid_t pid) {
+  const std::string path = absl::StrCat("/proc/", pid, "/status");
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10);
+  }
+  return absl::NotFoundError(absl::StrCat("no VmRSS in ", path, " (process gone?)"));
+}
+
 }  // namespace tessera

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -43,6 +44,11 @@ std::string MakeTempDir(const std::string& prefix);
 std::string ReadFileOrEmpty(const std::string& path);
 // `n` distinct free ports on 127.0.0.1 as "127.0.0.1:port" endpoints.
 absl::StatusOr<std::vector<std::string>> FreeEndpoints(int n);
+// Sum of the integer after `key` over every occurrence in `text` (counters in daemon logs, e.g.
+// "grads_applied=").
+int64_t SumAfter(const std::string& text, const std::string& key);
+// Resident set size of a live process in KiB (VmRSS of /proc/<pid>/status).
+absl::StatusOr<int64_t> ResidentKiB(pid_t pid);
 
 }  // namespace tessera
 

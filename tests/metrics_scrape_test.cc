@@ -51,19 +51,31 @@ double Sample(const std::string& text, const std::string& metric) {
   return -1;
 }
 
+// The value of the series written exactly as `series` (name and sorted labels), or -1.
+double Series(const std::string& text, const std::string& series) {
+  std::string key = "\n" + series + " ";
+  size_t pos = ("\n" + text).find(key);
+  if (pos == std::string::npos) return -1;
+  return std::strtod(text.c_str() + pos + key.size() - 1, nullptr);
+}
+
+// `name`{labels} with the labels given in sorted order, e.g. Labeled("m", "a=\"x\",b=\"y\"").
+std::string Labeled(const std::string& name, const std::string& labels) {
+  return absl::StrCat(name, "{", labels, "}");
+}
+
 TEST(MetricsScrapeTest, PserverAndTrainerCountersMove) {
   std::string dir = MakeTempDir("metrics");
   auto eps = FreeEndpoints(3);
   ASSERT_TRUE(eps.ok());
   auto port_of = [](const std::string& ep) { return std::stoi(ep.substr(ep.rfind(':') + 1)); };
   int ps_metrics = port_of((*eps)[1]), tr_metrics = port_of((*eps)[2]);
-  std::vector<std::string> common = {"--pservers=" + (*eps)[0], "--trainers=1",
-                                     "--example=mlp_regression", "--epochs=100000",
-                                     "--num_examples=256", "--batch_size=32",
-                                     "--barrier_timeout_s=10"};
+  std::vector<std::string> common = {
+      "--pservers=" + (*eps)[0], "--trainers=1",    "--example=mlp_regression", "--epochs=100000",
+      "--num_examples=256",      "--batch_size=32", "--barrier_timeout_s=10"};
   ProcessGroup group;
   std::vector<std::string> ps = {RunfilePath("pserver/tessera_pserver"),
-                                 "--current_endpoint=" + (*eps)[0],
+                                 "--current_endpoint=" + (*eps)[0], "--stats_interval_s=0.5",
                                  absl::StrCat("--metrics_port=", ps_metrics)};
   ps.insert(ps.end(), common.begin(), common.end());
   std::vector<std::string> tr = {RunfilePath("trainer/tessera_trainer"), "--trainer_id=0",
@@ -82,8 +94,8 @@ TEST(MetricsScrapeTest, PserverAndTrainerCountersMove) {
         Sample(tr_text, "tessera_trainer_steps_total") > 0) {
       break;
     }
-    ASSERT_LT(absl::Now(), deadline) << ReadFileOrEmpty(dir + "/trainer.log")
-                                     << ReadFileOrEmpty(dir + "/pserver.log");
+    ASSERT_LT(absl::Now(), deadline)
+        << ReadFileOrEmpty(dir + "/trainer.log") << ReadFileOrEmpty(dir + "/pserver.log");
     absl::SleepFor(absl::Milliseconds(100));
   }
   EXPECT_NE(ps_text.find("# TYPE tessera_pserver_grads_applied_total counter"), std::string::npos)
@@ -102,6 +114,84 @@ TEST(MetricsScrapeTest, PserverAndTrainerCountersMove) {
   EXPECT_GT(Sample(HttpGet(tr_metrics, "/metrics"), "tessera_trainer_samples_total"),
             samples_before);
   EXPECT_GE(Sample(HttpGet(tr_metrics, "/metrics"), "tessera_trainer_loss"), 0.0);
+
+  // RPC metrics per method on both sides, bytes each way, barrier waits: present and moving.
+  const std::string ep = "endpoint=\"" + (*eps)[0] + "\",";
+  auto server = [&](const char* method) {
+    return ep + "method=\"" + method + "\",side=\"server\"";
+  };
+  auto client = [&](const char* method) {
+    return absl::StrCat("method=\"", method, "\",side=\"client\",trainer_id=\"0\"");
+  };
+  // Counters whose value must grow between two scrapes, and where they are scraped.
+  struct Moving {
+    int port;
+    std::string series;
+  };
+  std::vector<Moving> moving;
+  for (const char* method : {"Send", "Get", "Barrier"}) {
+    moving.push_back({ps_metrics, Labeled("tessera_rpc_latency_seconds_count", server(method))});
+    moving.push_back(
+        {ps_metrics, Labeled("tessera_rpc_requests_total", "code=\"OK\"," + server(method))});
+    moving.push_back({tr_metrics, Labeled("tessera_rpc_latency_seconds_count", client(method))});
+    moving.push_back(
+        {tr_metrics, Labeled("tessera_rpc_requests_total", "code=\"OK\"," + client(method))});
+  }
+  moving.push_back({ps_metrics, Labeled("tessera_rpc_received_bytes_total", server("Send"))});
+  moving.push_back({ps_metrics, Labeled("tessera_rpc_sent_bytes_total", server("Get"))});
+  moving.push_back({tr_metrics, Labeled("tessera_rpc_sent_bytes_total", client("Send"))});
+  moving.push_back({tr_metrics, Labeled("tessera_rpc_received_bytes_total", client("Get"))});
+  for (const char* kind : {"send", "fetch"}) {
+    moving.push_back({ps_metrics, Labeled("tessera_pserver_barrier_wait_seconds_count",
+                                          ep + "kind=\"" + kind + "\"")});
+    moving.push_back({tr_metrics, Labeled("tessera_trainer_barrier_wait_seconds_count",
+                                          absl::StrCat("kind=\"", kind, "\",trainer_id=\"0\""))});
+  }
+  ps_text = HttpGet(ps_metrics, "/metrics");
+  tr_text = HttpGet(tr_metrics, "/metrics");
+  std::vector<double> first;
+  for (const Moving& m : moving) {
+    first.push_back(Series(m.port == ps_metrics ? ps_text : tr_text, m.series));
+    EXPECT_GT(first.back(), 0) << m.series << "\n" << (m.port == ps_metrics ? ps_text : tr_text);
+  }
+  // A histogram's +Inf bucket counts every observation.
+  double send_count = Series(ps_text, Labeled("tessera_rpc_latency_seconds_count", server("Send")));
+  EXPECT_EQ(Series(ps_text,
+                   Labeled("tessera_rpc_latency_seconds_bucket", server("Send") + ",le=\"+Inf\"")),
+            send_count);
+  EXPECT_NE(ps_text.find("# TYPE tessera_rpc_latency_seconds histogram"), std::string::npos);
+  // No call failed while training ran.
+  EXPECT_EQ(ps_text.find("tessera_rpc_errors_total{"), std::string::npos) << ps_text;
+  EXPECT_EQ(tr_text.find("tessera_rpc_errors_total{"), std::string::npos) << tr_text;
+  deadline = absl::Now() + absl::Seconds(30);
+  for (size_t i = 0; i < moving.size(); ++i) {
+    while (Series(HttpGet(moving[i].port, "/metrics"), moving[i].series) <= first[i]) {
+      ASSERT_LT(absl::Now(), deadline) << moving[i].series << " stays at " << first[i];
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+
+  // The pserver's stats line (--stats_interval_s=0.5) reports the traffic.
+  deadline = absl::Now() + absl::Seconds(30);
+  std::string line_start = "pserver 0 (" + (*eps)[0] + "): ";
+  while (true) {
+    std::string log = ReadFileOrEmpty(dir + "/pserver.log");
+    size_t at = log.find(line_start);
+    // A line with requests moving: not " 0 req/s".
+    bool found = false;
+    for (; at != std::string::npos; at = log.find(line_start, at + 1)) {
+      std::string line = log.substr(at, log.find('\n', at) - at);
+      if (line.find(" req/s, in ") != std::string::npos &&
+          line.find(": 0 req/s") == std::string::npos &&
+          line.find(" MB/s, out ") != std::string::npos &&
+          line.find("barrier wait ") != std::string::npos) {
+        found = true;
+      }
+    }
+    if (found) break;
+    ASSERT_LT(absl::Now(), deadline) << log;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
   for (pid_t pid : group.pids()) group.Kill(pid, SIGKILL);
 }
 

@@ -26,8 +26,8 @@ struct Job {
   std::vector<std::string> flags;  // extra flags for every daemon
 };
 
-std::map<std::string, Tensor> SingleMachine(const examples::ExampleOptions& eo,
-                                            int64_t batch, uint64_t seed, int epochs) {
+std::map<std::string, Tensor> SingleMachine(const examples::ExampleOptions& eo, int64_t batch,
+                                            uint64_t seed, int epochs) {
   auto registry = NewStandardOpRegistry();
   auto model = examples::BuildExampleModel(*registry, eo);
   EXPECT_TRUE(model.ok()) << model.status();
@@ -45,7 +45,8 @@ std::map<std::string, Tensor> SingleMachine(const examples::ExampleOptions& eo,
   EXPECT_TRUE((*trainer)->Train(data->train).ok());
   std::map<std::string, Tensor> out;
   for (const auto& v : model->main.blocks(0).vars()) {
-    if (v.trainable()) out[v.name()] = (*trainer)->scope()->FindVar(v.name())->Get<Tensor>().Clone();
+    if (v.trainable())
+      out[v.name()] = (*trainer)->scope()->FindVar(v.name())->Get<Tensor>().Clone();
   }
   return out;
 }
@@ -55,10 +56,12 @@ std::vector<std::map<std::string, Tensor>> RunJob(const Job& job, const std::str
   ProcessGroup group;
   auto eps = FreeEndpoints(job.pservers);
   EXPECT_TRUE(eps.ok());
-  std::vector<std::string> common = {
-      absl::StrCat("--pservers=", absl::StrJoin(*eps, ",")),
-      absl::StrCat("--trainers=", job.trainers), "--example=" + job.example, "--job_id=test",
-      "--barrier_timeout_s=60", "--rpc_deadline_s=60"};
+  std::vector<std::string> common = {absl::StrCat("--pservers=", absl::StrJoin(*eps, ",")),
+                                     absl::StrCat("--trainers=", job.trainers),
+                                     "--example=" + job.example,
+                                     "--job_id=test",
+                                     "--barrier_timeout_s=60",
+                                     "--rpc_deadline_s=60"};
   common.insert(common.end(), job.flags.begin(), job.flags.end());
   std::vector<pid_t> pids;
   for (int p = 0; p < job.pservers; ++p) {
@@ -96,7 +99,8 @@ std::vector<std::map<std::string, Tensor>> RunJob(const Job& job, const std::str
       continue;
     }
     bool ok = WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
-    EXPECT_TRUE(ok) << name << " failed:\n" << ReadFileOrEmpty(absl::StrCat(dir, "/", name, ".log"));
+    EXPECT_TRUE(ok) << name << " failed:\n"
+                    << ReadFileOrEmpty(absl::StrCat(dir, "/", name, ".log"));
     trainer_failed |= !ok && !is_pserver;
   }
   std::vector<std::map<std::string, Tensor>> params;
@@ -131,8 +135,13 @@ class SyncTwoByTwo : public ::testing::TestWithParam<bool> {};
 TEST_P(SyncTwoByTwo, EqualsSingleMachine) {
   std::string dir = MakeTempDir("sync2x2");
   Job job;
-  job.flags = {"--num_examples=1024", "--num_test_examples=64", "--batch_size=64", "--epochs=2",
-               "--seed=3", "--min_block_size=400", "--split_method=round_robin",
+  job.flags = {"--num_examples=1024",
+               "--num_test_examples=64",
+               "--batch_size=64",
+               "--epochs=2",
+               "--seed=3",
+               "--min_block_size=400",
+               "--split_method=round_robin",
                GetParam() ? "--memory_optimize" : "--nomemory_optimize"};
   auto params = RunJob(job, dir);
   ASSERT_EQ(params.size(), 2u);
@@ -152,14 +161,75 @@ TEST_P(SyncTwoByTwo, EqualsSingleMachine) {
 
 INSTANTIATE_TEST_SUITE_P(MemoryOptimize, SyncTwoByTwo, ::testing::Bool());
 
+// Multi-device trainers: each trainer splits its share of a global batch across 2 CPU places
+// (threads), combines their gradients weighted by their shares and sends once. Batches of 66
+// (and a last one of 34) give places of 17 and 16 examples (9 and 8 in the last batch), so the
+// weighting matters.
+TEST(PsClusterTest, SyncTwoByTwoWithTwoCpuPlacesEqualsSingleMachine) {
+  std::string dir = MakeTempDir("sync2x2_places");
+  Job job;
+  job.flags = {"--num_examples=1024",
+               "--num_test_examples=64",
+               "--batch_size=66",
+               "--epochs=2",
+               "--seed=3",
+               "--min_block_size=400",
+               "--split_method=round_robin",
+               "--cpu_places=2"};
+  auto params = RunJob(job, dir);
+  ASSERT_EQ(params.size(), 2u);
+  EXPECT_NE(ReadFileOrEmpty(dir + "/trainer.0.log").find(", 2 cpu places"), std::string::npos)
+      << ReadFileOrEmpty(dir + "/trainer.0.log");
+  examples::ExampleOptions eo;
+  eo.name = "mlp_regression";
+  eo.num_examples = 1024;
+  eo.num_test_examples = 64;
+  eo.seed = 3;
+  auto want = SingleMachine(eo, 66, 3, 2);
+  ExpectClose(params[0], want, 1e-5);
+  ExpectClose(params[1], want, 1e-5);
+}
+
+// The same with the CTR model's local embedding tables: every place's sparse (SelectedRows)
+// gradients are concatenated before they are split by pserver and sent.
+TEST(PsClusterTest, SyncCtrWithLocalTablesOnTwoCpuPlacesEqualsSingleMachine) {
+  std::string dir = MakeTempDir("sync_ctr_places");
+  Job job;
+  job.example = "ctr";
+  job.flags = {"--num_examples=576",
+               "--num_test_examples=64",
+               "--batch_size=96",
+               "--epochs=1",
+               "--seed=5",
+               "--vocab_per_slot=2000",
+               "--split_method=hash_name",
+               "--nodistributed_tables",
+               "--cpu_places=2"};
+  auto params = RunJob(job, dir);
+  ASSERT_EQ(params.size(), 2u);
+  examples::ExampleOptions eo;
+  eo.name = "ctr";
+  eo.num_examples = 576;
+  eo.num_test_examples = 64;
+  eo.seed = 5;
+  eo.vocab_per_slot = 2000;
+  auto want = SingleMachine(eo, 96, 5, 1);
+  for (const auto& p : params) ExpectClose(p, want, 1e-4);
+}
+
 TEST(PsClusterTest, SyncThreeByThreeCtrWithSparseTablesEqualsSingleMachine) {
   std::string dir = MakeTempDir("sync3x3");
   Job job;
   job.example = "ctr";
   job.pservers = 3;
   job.trainers = 3;
-  job.flags = {"--num_examples=576", "--num_test_examples=64", "--batch_size=96", "--epochs=1",
-               "--seed=5", "--vocab_per_slot=2000", "--split_method=hash_name",
+  job.flags = {"--num_examples=576",
+               "--num_test_examples=64",
+               "--batch_size=96",
+               "--epochs=1",
+               "--seed=5",
+               "--vocab_per_slot=2000",
+               "--split_method=hash_name",
                "--nodistributed_tables"};
   auto params = RunJob(job, dir);
   ASSERT_EQ(params.size(), 3u);
@@ -177,8 +247,13 @@ TEST(PsClusterTest, CtrWithDistributedTablesLearns) {
   std::string dir = MakeTempDir("ctr_dist");
   Job job;
   job.example = "ctr";
-  job.flags = {"--num_examples=12000", "--num_test_examples=2000", "--batch_size=128",
-               "--epochs=1", "--seed=2", "--vocab_per_slot=2000", "--distributed_tables",
+  job.flags = {"--num_examples=12000",
+               "--num_test_examples=2000",
+               "--batch_size=128",
+               "--epochs=1",
+               "--seed=2",
+               "--vocab_per_slot=2000",
+               "--distributed_tables",
                "--table_export_dir=" + dir};
   auto params = RunJob(job, dir);
   // Every pserver exported its shard of every table, and the files load into fresh tables.
@@ -200,7 +275,8 @@ TEST(PsClusterTest, CtrWithDistributedTablesLearns) {
   EXPECT_GT(std::strtod(log.c_str() + pos + 5, nullptr), 0.70) << log;
   // The tables never existed on a trainer: the dump holds no emb_* / wide_* variable.
   for (const auto& [name, t] : params[0]) EXPECT_EQ(name.rfind("emb_", 0), std::string::npos);
-  std::string ps = ReadFileOrEmpty(dir + "/pserver.0.log") + ReadFileOrEmpty(dir + "/pserver.1.log");
+  std::string ps =
+      ReadFileOrEmpty(dir + "/pserver.0.log") + ReadFileOrEmpty(dir + "/pserver.1.log");
   EXPECT_NE(ps.find("table_rows="), std::string::npos) << ps;
 }
 
@@ -216,13 +292,20 @@ TEST_P(CollectiveTest, EqualsSingleMachine) {
   ProcessGroup group;
   std::vector<pid_t> pids;
   for (int k = 0; k < n; ++k) {
-    std::vector<std::string> args = {
-        RunfilePath("trainer/tessera_trainer"), "--mode=collective", "--job_id=coll",
-        absl::StrCat("--trainer_endpoints=", absl::StrJoin(*eps, ",")),
-        absl::StrCat("--trainers=", n), absl::StrCat("--trainer_id=", k),
-        "--example=mlp_regression", "--num_examples=960", "--num_test_examples=64",
-        "--batch_size=48", "--epochs=2", "--seed=4", "--barrier_timeout_s=60",
-        absl::StrCat("--dump_params=", dir, "/params.", k)};
+    std::vector<std::string> args = {RunfilePath("trainer/tessera_trainer"),
+                                     "--mode=collective",
+                                     "--job_id=coll",
+                                     absl::StrCat("--trainer_endpoints=", absl::StrJoin(*eps, ",")),
+                                     absl::StrCat("--trainers=", n),
+                                     absl::StrCat("--trainer_id=", k),
+                                     "--example=mlp_regression",
+                                     "--num_examples=960",
+                                     "--num_test_examples=64",
+                                     "--batch_size=48",
+                                     "--epochs=2",
+                                     "--seed=4",
+                                     "--barrier_timeout_s=60",
+                                     absl::StrCat("--dump_params=", dir, "/params.", k)};
     auto pid = group.Start(args, absl::StrCat(dir, "/trainer.", k, ".log"));
     ASSERT_TRUE(pid.ok());
     pids.push_back(*pid);
@@ -248,15 +331,6 @@ TEST_P(CollectiveTest, EqualsSingleMachine) {
 
 INSTANTIATE_TEST_SUITE_P(TwoAndThreeTrainers, CollectiveTest, ::testing::Values(2, 3));
 
-// Sum of the integer after `key` over every occurrence in `text`.
-int64_t SumAfter(const std::string& text, const std::string& key) {
-  int64_t total = 0;
-  for (size_t pos = text.find(key); pos != std::string::npos; pos = text.find(key, pos + 1)) {
-    total += std::strtoll(text.c_str() + pos + key.size(), nullptr, 10);
-  }
-  return total;
-}
-
 double HeldOutLoss(const std::string& dir) {
   std::string log = ReadFileOrEmpty(dir + "/trainer.0.log");
   size_t pos = log.find("held-out loss ");
@@ -271,9 +345,10 @@ class AsyncTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(AsyncTest, ConvergesLikeSync) {
   Job job;
   job.example = GetParam();
-  job.flags = {"--num_examples=2048", "--num_test_examples=512", "--batch_size=64",
-               job.example == "ctr" ? "--epochs=2" : "--epochs=25", "--seed=11",
-               "--vocab_per_slot=500", "--min_block_size=400"};
+  job.flags = {"--num_examples=2048", "--num_test_examples=512",
+               "--batch_size=64",     job.example == "ctr" ? "--epochs=2" : "--epochs=25",
+               "--seed=11",           "--vocab_per_slot=500",
+               "--min_block_size=400"};
   std::string sync_dir = MakeTempDir("sync_ref");
   RunJob(job, sync_dir);
   double sync_loss = HeldOutLoss(sync_dir);
@@ -289,13 +364,20 @@ TEST_P(AsyncTest, ConvergesLikeSync) {
 TEST_P(AsyncTest, AppliesEveryPushExactlyOnce) {
   Job job;
   job.example = GetParam();
-  job.flags = {"--num_examples=2048", "--num_test_examples=64", "--batch_size=64", "--epochs=2",
-               "--seed=11", "--vocab_per_slot=500", "--min_block_size=400", "--sync_mode=false",
-               "--async_max_merge=3", "--noasync_read_own_writes"};
+  job.flags = {"--num_examples=2048",
+               "--num_test_examples=64",
+               "--batch_size=64",
+               "--epochs=2",
+               "--seed=11",
+               "--vocab_per_slot=500",
+               "--min_block_size=400",
+               "--sync_mode=false",
+               "--async_max_merge=3",
+               "--noasync_read_own_writes"};
   std::string dir = MakeTempDir("async_count");
   RunJob(job, dir);
-  std::string pservers = ReadFileOrEmpty(dir + "/pserver.0.log") +
-                         ReadFileOrEmpty(dir + "/pserver.1.log");
+  std::string pservers =
+      ReadFileOrEmpty(dir + "/pserver.0.log") + ReadFileOrEmpty(dir + "/pserver.1.log");
   int64_t applied = SumAfter(pservers, "grads_applied=");
   int64_t sent_total = 0;
   for (int k = 0; k < job.trainers; ++k) {
@@ -323,9 +405,13 @@ TEST_P(KillTest, PserversFailWithinTheTimeoutAndNothingHangs) {
   auto eps = FreeEndpoints(2);
   ASSERT_TRUE(eps.ok());
   std::vector<std::string> common = {absl::StrCat("--pservers=", absl::StrJoin(*eps, ",")),
-                                     "--trainers=2", "--example=mlp_regression",
-                                     "--epochs=100000", "--batch_size=32", "--num_examples=256",
-                                     "--barrier_timeout_s=2", "--rpc_deadline_s=20",
+                                     "--trainers=2",
+                                     "--example=mlp_regression",
+                                     "--epochs=100000",
+                                     "--batch_size=32",
+                                     "--num_examples=256",
+                                     "--barrier_timeout_s=2",
+                                     "--rpc_deadline_s=20",
                                      "--log_every_steps=1"};
   std::vector<pid_t> ps, tr;
   for (int p = 0; p < 2; ++p) {

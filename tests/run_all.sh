@@ -16,6 +16,15 @@ fi
 log=$(mktemp)
 bazel test --jobs="$JOBS" --local_test_jobs=2 --nocache_test_results //... 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
+# libFuzzer targets (clang, outside Bazel; FUZZ_SECONDS each, default 60): one
+# "//tests/fuzz:<name>_fuzzer ... PASSED|FAILED" line per target, counted below with the tests.
+# TESSERA_SKIP_FUZZ=1 skips them (local runs).
+if [ "${TESSERA_SKIP_FUZZ:-0}" != 1 ]; then
+  tests/fuzz/run_fuzzers.sh 2>&1 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+else
+  echo "fuzzers skipped (TESSERA_SKIP_FUZZ=1)"
+fi
 passed=$(grep -cE '^//.* PASSED' "$log" || true)
 failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS)' "$log" || true)
 rm -f "$log"

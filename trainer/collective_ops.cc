@@ -32,8 +32,8 @@ absl::StatusOr<Tensor*> DenseGradient(const OpContext& ctx, Variable* v, const s
   for (size_t i = 0; i < sr->rows.size(); ++i) {
     int64_t r = sr->rows[i];
     if (r < 0 || r >= sr->height) {
-      return ctx.Error(absl::StrCat("sparse gradient '", name, "' row ", r, " outside [0, ",
-                                    sr->height, ")"));
+      return ctx.Error(
+          absl::StrCat("sparse gradient '", name, "' row ", r, " outside [0, ", sr->height, ")"));
     }
     for (int64_t j = 0; j < width; ++j) {
       dense.data<float>()[r * width + j] += sr->value.data<float>()[i * width + j];
@@ -52,10 +52,9 @@ absl::Status RegisterCollectiveOps(OpRegistry* registry, CollectiveState* state)
                         absl::Status s = state->context.Init(state->method, state->rank,
                                                              state->world_size, state->params);
                         if (!s.ok()) {
-                          return absl::Status(s.code(), absl::StrCat(
-                                                            "collective rendezvous at ",
-                                                            state->params.endpoint, ": ",
-                                                            s.message()));
+                          return absl::Status(
+                              s.code(), absl::StrCat("collective rendezvous at ",
+                                                     state->params.endpoint, ": ", s.message()));
                         }
                         return absl::OkStatus();
                       },
@@ -86,7 +85,17 @@ absl::Status RegisterCollectiveOps(OpRegistry* registry, CollectiveState* state)
            TS_ASSIGN_OR_RETURN(Tensor * t, DenseGradient(ctx, v, names[i]));
            tensors.push_back(t);
          }
-         return collective::AllReduceMultiple(world, tensors);
+         collective::MultiReduceOptions options = state->reduce;
+         const collective::Compression kind = options.compression.kind;
+         if (kind == collective::Compression::kTopK ||
+             kind == collective::Compression::kThreshold) {
+           options.coalesce = true;
+           options.error_feedback = &state->feedback;
+         }
+         const int64_t before = world->stats().bytes_sent();
+         absl::Status s = collective::AllReduceMultiple(world, tensors, options);
+         state->gradient_bytes += world->stats().bytes_sent() - before;
+         return s;
        },
        nullptr}));
   return absl::OkStatus();

@@ -5,12 +5,16 @@
 //   c_allreduce_mean X (list), in place: the mean over trainers, coalesced into one buffer.
 //                    Sparse (SelectedRows) gradients are first made dense (Horovod's
 //                    sparse_as_dense), so optimizers see dense gradients in collective mode.
+//                    Compressed as CollectiveState::reduce says (fp16, top-k, threshold);
+//                    top-k and threshold keep what was not sent for the next step (error
+//                    feedback, CollectiveState::feedback).
 #ifndef TESSERA_TRAINER_COLLECTIVE_OPS_H_
 #define TESSERA_TRAINER_COLLECTIVE_OPS_H_
 
 #include <string>
 
 #include "common/collective/context.h"
+#include "common/collective/reducer.h"
 #include "common/op_registry.h"
 
 namespace tessera {
@@ -21,6 +25,12 @@ struct CollectiveState {
   collective::InitParams params;
   int rank = 0;
   int world_size = 1;
+  // Options of the gradient all-reduce (compression); scale unset = the mean.
+  collective::MultiReduceOptions reduce;
+  // Residuals of top-k / threshold compression (used only for those kinds).
+  collective::ErrorFeedback feedback;
+  // Bytes the gradient all-reduces handed to the communicator (after compression).
+  int64_t gradient_bytes = 0;
 };
 
 // `state` must outlive the registry.

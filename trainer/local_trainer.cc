@@ -95,6 +95,10 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
     return absl::InvalidArgumentError(
         absl::StrCat("LocalTrainer: log_every_steps must be >= 0, got ", options.log_every_steps));
   }
+  if (options.cpu_places < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LocalTrainer: cpu_places must be >= 1, got ", options.cpu_places));
+  }
   if (model.main.blocks_size() == 0 || model.startup.blocks_size() == 0) {
     return absl::InvalidArgumentError("LocalTrainer: the main or startup program has no blocks");
   }
@@ -119,6 +123,19 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
   absl::Status s = t->executor_.Run(t->model_.startup, 0, &t->scope_);
   if (!s.ok()) {
     return absl::Status(s.code(), absl::StrCat("startup program: ", s.message()));
+  }
+  if (t->options_.cpu_places > 1) {
+    PlaceRunnerOptions po;
+    po.num_places = t->options_.cpu_places;
+    po.loss = t->model_.loss;
+    if (!t->model_.prediction.empty()) po.concat = {t->model_.prediction, t->model_.feeds.label};
+    auto runner = PlaceRunner::Create(&t->executor_, t->model_.main, std::move(po), &t->scope_);
+    if (!runner.ok()) {
+      return absl::Status(runner.status().code(),
+                          absl::StrCat("LocalTrainer: cpu_places=", t->options_.cpu_places, ": ",
+                                       runner.status().message()));
+    }
+    t->places_ = std::move(*runner);
   }
   return t;
 }
@@ -147,6 +164,12 @@ absl::StatusOr<std::vector<EpochStats>> LocalTrainer::Train(const data::Dataset&
     all.push_back(stats);
   }
   return all;
+}
+
+void LocalTrainer::ResumeAt(const TrainPosition& position) {
+  global_step_ = position.global_step;
+  epoch_ = position.epoch;
+  skip_steps_ = position.step_in_epoch;
 }
 
 absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) {
@@ -180,15 +203,27 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) 
   }
   const Clock::time_point epoch_start = Clock::now();
   Clock::time_point interval_start = epoch_start;
+  int64_t step_in_epoch = 0;
+  const int64_t skip = skip_steps_;
+  skip_steps_ = 0;
   for (int64_t begin = 0; begin < static_cast<int64_t>(order.size());
        begin += options_.batch_size) {
     const int64_t global = std::min<int64_t>(options_.batch_size, order.size() - begin);
     if (global < options_.num_replicas) break;
+    if (step_in_epoch++ < skip) continue;  // resumed: run before the checkpoint
     const data::ShardRange shard = sharder.ShardOf(global, options_.rank);
     const int64_t size = shard.end - shard.begin;
-    TS_RETURN_IF_ERROR(feeder_.Feed(examples, all.subspan(begin + shard.begin, size), &scope_));
-    if (options_.before_step) options_.before_step(global_step_);
-    TS_RETURN_IF_ERROR(executor_.Run(main_block_, &scope_));
+    if (places_ != nullptr) {  // the local batch split across cpu_places
+      const absl::Span<const int64_t> local = all.subspan(begin + shard.begin, size);
+      if (options_.before_step) options_.before_step(global_step_);
+      TS_RETURN_IF_ERROR(places_->Step(size, [&](int64_t b, int64_t n, Scope* place) {
+        return feeder_.Feed(examples, local.subspan(b, n), place);
+      }));
+    } else {
+      TS_RETURN_IF_ERROR(feeder_.Feed(examples, all.subspan(begin + shard.begin, size), &scope_));
+      if (options_.before_step) options_.before_step(global_step_);
+      TS_RETURN_IF_ERROR(executor_.Run(main_block_, &scope_));
+    }
     TS_ASSIGN_OR_RETURN(double loss, ReadLoss());
     if (options_.after_step) options_.after_step(global_step_, loss, size);
     ++global_step_;
@@ -196,6 +231,9 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) 
       return absl::FailedPreconditionError(
           absl::StrCat("step ", global_step_, " (epoch ", epoch_, "): loss '", model_.loss, "' is ",
                        loss, "; training diverged — lower the learning rate"));
+    }
+    if (options_.on_step_end) {
+      TS_RETURN_IF_ERROR(options_.on_step_end(TrainPosition{global_step_, epoch_, step_in_epoch}));
     }
     loss_sum += loss * size;
     stats.samples += size;
@@ -211,8 +249,9 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) 
           pred->Get<Tensor>().numel() == label->Get<Tensor>().numel()) {
         const Tensor& p = pred->Get<Tensor>();
         const Tensor& l = label->Get<Tensor>();
-        interval_auc->Update(absl::MakeConstSpan(p.data<float>(), p.numel()),
-                             absl::MakeConstSpan(l.data<float>(), l.numel()))
+        interval_auc
+            ->Update(absl::MakeConstSpan(p.data<float>(), p.numel()),
+                     absl::MakeConstSpan(l.data<float>(), l.numel()))
             .IgnoreError();
       }
     }

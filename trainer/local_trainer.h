@@ -33,8 +33,17 @@
 #include "proto/program.pb.h"
 #include "trainer/feeder.h"
 #include "trainer/model.h"
+#include "trainer/places.h"
 
 namespace tessera {
+
+// Where training stands: steps run so far, and the epoch and the step within it that run next
+// (the data position: every epoch's order depends only on seed + epoch).
+struct TrainPosition {
+  int64_t global_step = 0;
+  int64_t epoch = 0;
+  int64_t step_in_epoch = 0;
+};
 
 struct LocalTrainerOptions {
   int64_t batch_size = 32;        // >= 1
@@ -49,10 +58,17 @@ struct LocalTrainerOptions {
   // than num_replicas are skipped (a replica would get no example).
   int num_replicas = 1;
   int rank = 0;
+  // Places (threads) each step's local batch is split across (see trainer/places.h): each runs
+  // the forward and backward ops on its share, their gradients are combined weighted by the
+  // shares, and the rest of the program runs once, so any K trains like K = 1. >= 1.
+  int cpu_places = 1;
   // Called before each step with the 0-based global step (e.g. to stamp RPC requests).
   std::function<void(int64_t)> before_step;
   // Called after each step with the 0-based global step, its loss and its (local) samples.
   std::function<void(int64_t, double, int64_t)> after_step;
+  // Called after each step (and after_step) with the position after it (e.g. to checkpoint);
+  // an error stops training with that error.
+  std::function<absl::Status(const TrainPosition&)> on_step_end;
 };
 
 struct EpochStats {
@@ -104,6 +120,9 @@ class LocalTrainer {
   const ProgramDesc& eval_program() const { return eval_program_; }
   int64_t global_step() const { return global_step_; }
   int64_t epochs_done() const { return epoch_; }
+  // Continues from `position` (a restored checkpoint): the next epoch run is position.epoch,
+  // starting at its step position.step_in_epoch (the steps before it are skipped unfed).
+  void ResumeAt(const TrainPosition& position);
 
  private:
   LocalTrainer(const OpRegistry* registry, ModelSpec model, Options options);
@@ -122,6 +141,8 @@ class LocalTrainer {
   int64_t epoch_ = 0;
   int64_t epochs_target_ = 0;  // epoch_ at the end of the running Train() call (for the ETA)
   int64_t global_step_ = 0;
+  int64_t skip_steps_ = 0;               // steps of the next epoch already run (ResumeAt)
+  std::unique_ptr<PlaceRunner> places_;  // cpu_places > 1 only
 };
 
 }  // namespace tessera

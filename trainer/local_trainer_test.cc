@@ -1,6 +1,8 @@
 #include "trainer/local_trainer.h"
 
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -218,6 +220,64 @@ TEST_F(LocalTrainerTest, BadOptionsAndSpecsAreRejected) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("feed 'x'"), std::string::npos) << r.status();
   EXPECT_FALSE((*t)->TrainEpoch(Dataset()).ok());
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A trainer stopped after step 10 (on_step_end) and a fresh one given its parameters and
+// ResumeAt(its position) end exactly where an uninterrupted run does.
+TEST_F(LocalTrainerTest, ResumeAtContinuesFromTheSavedPosition) {
+  const Dataset data = LinearData(50);  // 7 steps per epoch at batch 8 (the last one of 2)
+  LocalTrainerOptions o;
+  o.batch_size = 8;
+  o.epochs = 2;
+  o.log_every_steps = 0;
+  o.log = &log_;
+  auto straight = LocalTrainer::Create(registry_.get(), Linear(0.05f), o);
+  ASSERT_TRUE(straight.ok());
+  ASSERT_TRUE((*straight)->Train(data).ok());
+  EXPECT_EQ((*straight)->global_step(), 14);
+
+  TrainPosition saved;
+  std::map<std::string, Tensor> params;
+  LocalTrainerOptions stop = o;
+  LocalTrainer* first_ptr = nullptr;
+  stop.on_step_end = [&](const TrainPosition& p) {
+    if (p.global_step < 10) return absl::OkStatus();
+    saved = p;
+    for (const char* name : {"fc.w", "fc.b"}) {
+      params[name] = first_ptr->scope()->FindVar(name)->Get<Tensor>().Clone();
+    }
+    return absl::CancelledError("stop");
+  };
+  auto first = LocalTrainer::Create(registry_.get(), Linear(0.05f), stop);
+  ASSERT_TRUE(first.ok());
+  first_ptr = first->get();
+  EXPECT_EQ((*first)->Train(data).status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(saved.global_step, 10);
+  EXPECT_EQ(saved.epoch, 1);
+  EXPECT_EQ(saved.step_in_epoch, 3);
+
+  LocalTrainerOptions rest = o;
+  rest.epochs = static_cast<int>(o.epochs - saved.epoch);
+  auto second = LocalTrainer::Create(registry_.get(), Linear(0.05f), rest);
+  ASSERT_TRUE(second.ok());
+  for (const auto& [name, t] : params) {
+    (*second)->scope()->FindVar(name)->GetMutable<Tensor>()->CopyFrom(t);
+  }
+  (*second)->ResumeAt(saved);
+  ASSERT_TRUE((*second)->Train(data).ok());
+  EXPECT_EQ((*second)->global_step(), 14);
+  EXPECT_EQ((*second)->epochs_done(), 2);
+  for (const char* name : {"fc.w", "fc.b"}) {
+    const Tensor& a = (*straight)->scope()->FindVar(name)->Get<Tensor>();
+    const Tensor& b = (*second)->scope()->FindVar(name)->Get<Tensor>();
+    EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.nbytes())) << name;
+  }
 }
 
 }  // namespace

@@ -1,31 +1,67 @@
 #include "trainer/trainer_daemon.h"
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/io/checkpoint_io.h"
 #include "common/layers/memory_optimize.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_server.h"
+#include "common/metrics/trace.h"
 #include "common/ops/ops.h"
 #include "common/params_io.h"
+#include "common/rpc/grpc/credentials.h"
 #include "common/rpc/grpc/grpc_client.h"
+#include "common/rpc/rpc_metrics.h"
 #include "common/status.h"
+#include "pserver/checkpoint.h"
 #include "trainer/collective_ops.h"
 #include "trainer/communicator.h"
 #include "trainer/local_trainer.h"
+#include "trainer/op_timing.h"
 #include "trainer/rpc_ops.h"
 #include "transpiler/cluster_programs.h"
 
 namespace tessera {
 
 absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
+  // Metrics (served with --metrics_port) and the --trace timeline come first: the RPC clients
+  // and the timed op kernels below report into them.
+  MetricsRegistry metrics;
+  const Labels trainer_label = {{"trainer_id", std::to_string(config.trainer_id)}};
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<RpcMetrics> rpc_metrics,
+                      RpcMetrics::Create(&metrics, RpcSide::kClient, trainer_label));
+  std::unique_ptr<Tracer> tracer;
+  std::unique_ptr<StepTracer> step_tracer;
+  if (!config.trace.empty()) {
+    tracer = std::make_unique<Tracer>(
+        TracerOptions{config.trainer_id, absl::StrCat("trainer ", config.trainer_id)});
+    // An empty trace now: a bad --trace path fails at start, not after training.
+    TS_RETURN_IF_ERROR(tracer->WriteFile(config.trace));
+    step_tracer =
+        std::make_unique<StepTracer>(tracer.get(), config.trace_first_step, config.trace_steps);
+  }
+  // Written on every return, so a failed run leaves the steps it recorded.
+  absl::Cleanup write_trace = [&] {
+    if (tracer == nullptr) return;
+    step_tracer->Finish();
+    absl::Status s = tracer->WriteFile(config.trace);
+    log << "trainer " << config.trainer_id << ": "
+        << (s.ok() ? absl::StrCat("trace of ", tracer->size(), " spans written to ", config.trace)
+                   : std::string(s.message()))
+        << std::endl;
+  };
+
   RpcContext rpc;
   rpc.job_id = config.job_id;
   rpc.trainer_id = config.trainer_id;
   GrpcClientOptions co;
   co.deadline = absl::Seconds(config.rpc_deadline_s);
   co.chunk_bytes = config.chunk_bytes;
-  ClientPool pool([co](const std::string& ep) {
-    return std::make_unique<GrpcPServerClient>(ep, co);
-  });
+  co.observer = rpc_metrics.get();
+  TS_ASSIGN_OR_RETURN(co.security, LoadRpcSecurity(config.tls_cert, config.tls_key, config.tls_ca,
+                                                   config.job_token, config.job_token_file));
+  ClientPool pool(
+      [co](const std::string& ep) { return std::make_unique<GrpcPServerClient>(ep, co); });
   rpc.clients = &pool;
   std::unique_ptr<AsyncCommunicator> communicator;
   if (!config.sync_mode) {
@@ -48,7 +84,17 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
     collective.world_size = config.trainers;
     collective.params.endpoint = config.trainer_endpoints[0];
     collective.params.job_id = config.job_id;
+    collective.params.job_token = co.security.job_token;  // checked by the rendezvous store
     collective.params.timeout = absl::Seconds(config.barrier_timeout_s);
+    collective::CompressionOptions& compression = collective.reduce.compression;
+    if (config.allreduce_compression == "fp16") compression.kind = collective::Compression::kFp16;
+    if (config.allreduce_compression == "topk") compression.kind = collective::Compression::kTopK;
+    if (config.allreduce_compression == "threshold") {
+      compression.kind = collective::Compression::kThreshold;
+    }
+    compression.topk_fraction = config.allreduce_topk;
+    compression.threshold = config.allreduce_threshold;
+    TS_RETURN_IF_ERROR(collective::ValidateCompression(compression));
     TS_RETURN_IF_ERROR(RegisterCollectiveOps(&registry, &collective));
   }
   TS_ASSIGN_OR_RETURN(ModelSpec model, LoadModel(config, registry));
@@ -63,10 +109,10 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
     dist.main = programs.trainer;
     dist.startup = programs.trainer_startup;
   } else {
-    TS_ASSIGN_OR_RETURN(DistributeTranspiler t,
-                        DistributeTranspiler::Transpile(
-                            model.main, model.startup,
-                            TranspilerConfigFor(config, config.trainer_id)));
+    TS_ASSIGN_OR_RETURN(
+        DistributeTranspiler t,
+        DistributeTranspiler::Transpile(model.main, model.startup,
+                                        TranspilerConfigFor(config, config.trainer_id)));
     dist.main = t.trainer_program();
     dist.startup = t.trainer_startup_program();
   }
@@ -94,16 +140,94 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
   lo.seed = config.seed;
   lo.num_replicas = config.trainers;
   lo.rank = config.trainer_id;
+  lo.cpu_places = config.cpu_places;  // the local batch split across threads (trainer/places.h)
   lo.log_every_steps = config.trainer_id == 0 ? config.log_every_steps : 0;
   lo.log = &log;
   lo.before_step = [&rpc](int64_t step) { rpc.step = step; };
 
+  // Checkpoints (README "Checkpoints"): resume at a checkpoint's position (its step, epoch and
+  // step within the epoch: the data order depends only on seed + epoch, and in sync mode every
+  // trainer is where trainer 0 is); trainer 0 commits a checkpoint every checkpoint_every
+  // steps and at the end.
+  io::FileSystem* fs = io::PosixFileSystem::Default();
+  if (collective_mode && (!config.checkpoint_dir.empty() || !config.init_from.empty())) {
+    return absl::InvalidArgumentError(
+        "--checkpoint_dir / --init_from need pservers (not supported with --mode=collective)");
+  }
+  TrainPosition resume;
+  bool resumed = false;
+  if (!config.init_from.empty()) {
+    auto state = [&]() -> absl::StatusOr<io::TrainerCheckpointState> {
+      TS_ASSIGN_OR_RETURN(std::string ckpt, io::ResolveCheckpoint(fs, config.init_from));
+      log << "trainer " << config.trainer_id << ": restoring " << ckpt << std::endl;
+      return io::ReadTrainerCheckpoint(fs, ckpt);
+    }();
+    if (!state.ok()) {
+      return absl::Status(state.status().code(), absl::StrCat("--init_from=", config.init_from,
+                                                              ": ", state.status().message()));
+    }
+    resume = TrainPosition{state->step, state->epoch, state->step_in_epoch};
+    resumed = true;
+    rpc.step = resume.global_step;
+    lo.epochs = static_cast<int>(std::max<int64_t>(0, config.epochs - resume.epoch));
+    log << "trainer " << config.trainer_id << ": resuming at step " << resume.global_step
+        << " (epoch " << resume.epoch << ", step " << resume.step_in_epoch << " of it)"
+        << std::endl;
+  }
+  const bool checkpointing = config.trainer_id == 0 && !config.checkpoint_dir.empty();
+  int64_t last_checkpoint = resumed ? resume.global_step : -1;
+  auto write_checkpoint = [&](const TrainPosition& p) -> absl::Status {
+    TS_ASSIGN_OR_RETURN(std::string dir,
+                        io::BeginCheckpoint(fs, config.checkpoint_dir, p.global_step));
+    const int num_ps = static_cast<int>(config.pservers.size());
+    StatusGroup group(num_ps);
+    RequestMeta meta = rpc.Meta();
+    for (const auto& ep : config.pservers) {
+      rpc.clients->Get(ep)->CheckpointAsync(meta, dir, group.Callback());
+    }
+    TS_RETURN_IF_ERROR(group.Wait());
+    std::vector<std::string> manifests;
+    for (int i = 0; i < num_ps; ++i) {
+      manifests.push_back(PserverFilePrefix(i, num_ps) + ".MANIFEST");
+    }
+    io::TrainerCheckpointState st;
+    st.step = p.global_step;
+    st.epoch = p.epoch;
+    st.step_in_epoch = p.step_in_epoch;
+    st.seed = config.seed;
+    st.trainers = config.trainers;
+    st.num_pservers = num_ps;
+    TS_RETURN_IF_ERROR(io::CommitTrainerCheckpoint(fs, dir, st, manifests));
+    TS_RETURN_IF_ERROR(io::FinishCheckpoint(fs, config.checkpoint_dir, p.global_step,
+                                            static_cast<int>(config.checkpoint_keep)));
+    last_checkpoint = p.global_step;
+    log << "trainer 0: checkpoint " << dir << " committed" << std::endl;
+    return absl::OkStatus();
+  };
+  auto checkpoint = [&](const TrainPosition& p) -> absl::Status {
+    absl::Status s = write_checkpoint(p);
+    if (s.ok()) return s;
+    return absl::Status(
+        s.code(), absl::StrCat("checkpoint of step ", p.global_step,
+                               " in --checkpoint_dir=", config.checkpoint_dir, ": ", s.message()));
+  };
+  if (checkpointing && config.checkpoint_every > 0) {
+    lo.on_step_end = [&](const TrainPosition& p) {
+      return p.global_step % config.checkpoint_every == 0 ? checkpoint(p) : absl::OkStatus();
+    };
+  }
+
   // Prometheus metrics, updated after every step.
-  MetricsRegistry metrics;
   std::unique_ptr<MetricsServer> metrics_server;
   if (config.metrics_port > 0) {
     MetricsServerOptions mo;
     mo.port = config.metrics_port;
+    // Bind this trainer's own configured address where it has one (collective mode); a
+    // pserver-mode trainer has none and listens on every interface.
+    if (config.trainer_id < static_cast<int>(config.trainer_endpoints.size())) {
+      const std::string& own = config.trainer_endpoints[config.trainer_id];
+      mo.host = own.substr(0, own.rfind(':'));
+    }
     metrics_server = std::make_unique<MetricsServer>(&metrics, mo);
     TS_RETURN_IF_ERROR(metrics_server->Start());
     log << "trainer " << config.trainer_id << ": metrics on http://" << mo.host << ":"
@@ -120,16 +244,52 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
     };
   }
 
-  log << "trainer " << config.trainer_id << "/" << config.trainers << ": example "
-      << config.example << ", " << data.train.examples.size() << " training examples, global batch "
+  log << "trainer " << config.trainer_id << "/" << config.trainers << ": example " << config.example
+      << ", " << data.train.examples.size() << " training examples, global batch "
       << config.batch_size << ", "
       << (collective_mode ? std::string("collective (Gloo all-reduce)")
                           : absl::StrCat("pservers ", config.pservers.size(), " (",
                                          config.sync_mode ? "sync" : "async", ")"))
+      << (config.cpu_places > 1 ? absl::StrCat(", ", config.cpu_places, " cpu places") : "")
       << std::endl;
+  // The kernels the trainer runs, timed for the trace and the barrier waits (op_timing.h).
+  auto barrier_wait = [&](const char* kind) {
+    return metrics.GetHistogram(
+        "tessera_trainer_barrier_wait_seconds", "Time blocked in send_barrier / fetch_barrier.",
+        RpcLatencyBuckets(), {{"trainer_id", std::to_string(config.trainer_id)}, {"kind", kind}});
+  };
+  OpTimingOptions timing;
+  timing.tracer = step_tracer.get();
+  TS_ASSIGN_OR_RETURN(timing.send_barrier_wait, barrier_wait("send"));
+  TS_ASSIGN_OR_RETURN(timing.fetch_barrier_wait, barrier_wait("fetch"));
+  OpRegistry timed_registry;
+  TS_RETURN_IF_ERROR(RegisterTimedOps(registry, timing, &timed_registry));
+  if (step_tracer != nullptr) {
+    lo.before_step = [st = step_tracer.get(), inner = lo.before_step](int64_t step) {
+      if (inner) inner(step);
+      st->BeginStep(step);
+    };
+    // The trace is also written as soon as its last step ends, so that a trainer killed later
+    // (a signal skips the write at exit) still leaves it.
+    const int64_t last_traced = config.trace_first_step + config.trace_steps - 1;
+    lo.after_step = [&, st = step_tracer.get(), inner = lo.after_step, last_traced](
+                        int64_t step, double loss, int64_t n) {
+      st->EndStep();
+      if (step == last_traced) {
+        absl::Status s = tracer->WriteFile(config.trace);
+        if (!s.ok()) log << "trainer " << config.trainer_id << ": " << s.message() << std::endl;
+      }
+      if (inner) inner(step, loss, n);
+    };
+  }
   // Create() runs the startup program, which pulls the initial parameters from the pservers.
-  TS_ASSIGN_OR_RETURN(auto trainer, LocalTrainer::Create(&registry, dist, lo));
+  TS_ASSIGN_OR_RETURN(auto trainer, LocalTrainer::Create(&timed_registry, dist, lo));
+  if (resumed) trainer->ResumeAt(resume);
   TS_RETURN_IF_ERROR(trainer->Train(data.train).status());
+  if (checkpointing && trainer->global_step() != last_checkpoint) {
+    TS_RETURN_IF_ERROR(
+        checkpoint(TrainPosition{trainer->global_step(), trainer->epochs_done(), 0}));
+  }
   if (config.trainer_id == 0 && !data.test.examples.empty()) {
     TS_ASSIGN_OR_RETURN(EvalResult eval, trainer->Evaluate(data.test));
     log << "trainer 0: held-out loss " << eval.mean_loss;
@@ -143,6 +303,9 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
         << " sent=" << cs.sent << std::endl;
   }
   if (collective_mode) {
+    log << "trainer " << config.trainer_id
+        << ": gradient all-reduce bytes=" << collective.gradient_bytes << " (compression "
+        << config.allreduce_compression << ")" << std::endl;
     TS_RETURN_IF_ERROR(collective.context.Shutdown());
   } else {
     TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));

@@ -76,11 +76,11 @@ absl::Status Context::Init(InitMethod method, int rank, int world_size, const In
       }
       if (IsLoopbackHost(host)) default_hostname = "127.0.0.1";
       if (rank == 0) {
-        auto started = TcpStoreServer::Start(params.endpoint);
+        auto started = TcpStoreServer::Start(params.endpoint, params.job_token);
         if (!started.ok()) return started.status();
         server = std::move(*started);
       }
-      auto client = TcpStore::Connect(params.endpoint, params.timeout);
+      auto client = TcpStore::Connect(params.endpoint, params.timeout, params.job_token);
       if (!client.ok()) return client.status();
       store = std::move(*client);
       break;
@@ -109,7 +109,7 @@ absl::Status Context::Init(InitMethod method, int rank, int world_size, const In
       if (rank == 0) {
         const std::string host =
             params.mpi_store_host.empty() ? ThisHostName() : params.mpi_store_host;
-        auto started_server = TcpStoreServer::Start(absl::StrCat(host, ":0"));
+        auto started_server = TcpStoreServer::Start(absl::StrCat(host, ":0"), params.job_token);
         if (started_server.ok()) {
           server = std::move(*started_server);
           endpoint = server->endpoint();
@@ -132,7 +132,7 @@ absl::Status Context::Init(InitMethod method, int rank, int world_size, const In
       if (ParseEndpoint(endpoint, &host, &port).ok() && IsLoopbackHost(host)) {
         default_hostname = "127.0.0.1";
       }
-      auto client = TcpStore::Connect(endpoint, params.timeout);
+      auto client = TcpStore::Connect(endpoint, params.timeout, params.job_token);
       if (!client.ok()) return client.status();
       store = std::move(*client);
       break;

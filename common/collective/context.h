@@ -58,6 +58,9 @@ struct InitParams {
   // Key prefix in the store, so that several jobs (or several contexts of one job) can share a
   // store. Every rank of one context uses the same value.
   std::string job_id;
+  // kTcp / kMpi: secret the rendezvous store requires from every rank ("" = none); see
+  // tcp_store.h. Every rank of one context uses the same value.
+  std::string job_token;
 
   // GPUs per machine: DeviceId() = local rank mod max_devices_per_node. Must be >= 1.
   int max_devices_per_node = 8;

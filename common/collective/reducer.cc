@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -68,11 +69,30 @@ absl::Status SparseSum(Communicator* comm, T* data, size_t n, const std::vector<
   return absl::OkStatus();
 }
 
+// Error feedback: adds the residual to the data before entries are chosen; afterwards keeps
+// what was not sent (`idx`: the sent entries; nullptr: everything was sent).
+template <typename T>
+void AddResidual(T* data, size_t n, const T* residual) {
+  if (residual == nullptr) return;
+  for (size_t i = 0; i < n; ++i) data[i] += residual[i];
+}
+template <typename T>
+void KeepUnsent(const T* data, size_t n, const std::vector<uint32_t>* idx, T* residual) {
+  if (residual == nullptr) return;
+  if (idx == nullptr) {
+    std::fill(residual, residual + n, T(0));
+    return;
+  }
+  std::copy(data, data + n, residual);
+  for (uint32_t i : *idx) residual[i] = T(0);
+}
+
 // Reduces n values in place: result = scale * sum over ranks, compressed as asked. Must run in
-// the communicator's operation order (callers wrap it in RunInOrder / Submit).
+// the communicator's operation order (callers wrap it in RunInOrder / Submit). `residual` (n
+// values, or nullptr): error feedback for sparsification (see ErrorFeedback).
 template <typename T>
 absl::Status ReduceBuffer(Communicator* comm, T* data, size_t n, double scale,
-                          const CompressionOptions& c) {
+                          const CompressionOptions& c, T* residual = nullptr) {
   if (n > kPadIndex && (c.kind == Compression::kTopK || c.kind == Compression::kThreshold)) {
     return absl::InvalidArgumentError(
         absl::StrCat("sparsified all-reduce of ", n, " elements: at most 2^32 - 1 supported"));
@@ -84,18 +104,27 @@ absl::Status ReduceBuffer(Communicator* comm, T* data, size_t n, double scale,
     case Compression::kFp16:
       return Fp16Sum(comm, data, n, scale);
     case Compression::kTopK: {
+      AddResidual(data, n, static_cast<const T*>(residual));
       const size_t k = TopKCount(n, c.topk_fraction);
-      if (k * kEntry >= n * sizeof(T)) return DenseSum(comm, data, n, scale);
-      return SparseSum(comm, data, n, TopKIndices(data, n, k), k, scale);
+      if (k * kEntry >= n * sizeof(T)) {
+        KeepUnsent(data, n, nullptr, residual);
+        return DenseSum(comm, data, n, scale);
+      }
+      const std::vector<uint32_t> idx = TopKIndices(data, n, k);
+      KeepUnsent(data, n, &idx, residual);
+      return SparseSum(comm, data, n, idx, k, scale);
     }
     case Compression::kThreshold: {
+      AddResidual(data, n, static_cast<const T*>(residual));
       std::vector<uint32_t> idx = ThresholdIndices(data, n, c.threshold);
       int64_t most = static_cast<int64_t>(idx.size());
       absl::Status s = comm->AllReduce(&most, &most, 1, ElementType::kInt64, ReduceOp::kMax);
       if (!s.ok()) return s;
       if (static_cast<size_t>(most) * kEntry >= n * sizeof(T)) {
+        KeepUnsent(data, n, nullptr, residual);
         return DenseSum(comm, data, n, scale);
       }
+      KeepUnsent(data, n, &idx, residual);
       return SparseSum(comm, data, n, idx, static_cast<size_t>(most), scale);
     }
   }
@@ -125,16 +154,33 @@ absl::Status ReduceTensor(Communicator* comm, Tensor* t, double scale,
 // Packs tensors (all of dtype T) into one buffer, reduces it, unpacks.
 template <typename T>
 absl::Status ReduceCoalesced(Communicator* comm, const std::vector<Tensor*>& tensors, double scale,
-                             const CompressionOptions& c) {
+                             const CompressionOptions& c, ErrorFeedback* feedback) {
   size_t total = 0;
   for (const Tensor* t : tensors) total += static_cast<size_t>(t->numel());
+  T* residual = nullptr;
+  if (feedback != nullptr) {
+    std::vector<T>* r;
+    if constexpr (std::is_same_v<T, float>) {
+      r = &feedback->residual_f32;
+    } else {
+      r = &feedback->residual_f64;
+    }
+    if (r->empty()) r->assign(total, T(0));
+    if (r->size() != total) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "all-reduce with error feedback: the ", sizeof(T) == 4 ? "float32" : "float64",
+          " buffer has ", total, " elements, the residual ", r->size(),
+          " (reduce the same tensors every call)"));
+    }
+    residual = r->data();
+  }
   std::vector<T> packed(total);
   size_t offset = 0;
   for (const Tensor* t : tensors) {
     std::memcpy(packed.data() + offset, t->data<T>(), t->nbytes());
     offset += static_cast<size_t>(t->numel());
   }
-  absl::Status s = ReduceBuffer(comm, packed.data(), total, scale, c);
+  absl::Status s = ReduceBuffer(comm, packed.data(), total, scale, c, residual);
   if (!s.ok()) return s;
   offset = 0;
   for (Tensor* t : tensors) {
@@ -145,14 +191,15 @@ absl::Status ReduceCoalesced(Communicator* comm, const std::vector<Tensor*>& ten
 }
 
 absl::Status ReduceCoalescedAnyType(Communicator* comm, const std::vector<Tensor*>& tensors,
-                                    double scale, const CompressionOptions& c) {
+                                    double scale, const CompressionOptions& c,
+                                    ErrorFeedback* feedback) {
   std::vector<Tensor*> f32, f64;
   for (Tensor* t : tensors) (t->dtype() == FLOAT32 ? f32 : f64).push_back(t);
   if (!f32.empty()) {
-    absl::Status s = ReduceCoalesced<float>(comm, f32, scale, c);
+    absl::Status s = ReduceCoalesced<float>(comm, f32, scale, c, feedback);
     if (!s.ok()) return s;
   }
-  if (!f64.empty()) return ReduceCoalesced<double>(comm, f64, scale, c);
+  if (!f64.empty()) return ReduceCoalesced<double>(comm, f64, scale, c, feedback);
   return absl::OkStatus();
 }
 
@@ -192,8 +239,13 @@ absl::Status AllReduceMultiple(Communicator* comm, const std::vector<Tensor*>& t
   if (!s.ok()) return s;
   const double scale = ScaleOf(comm, options);
   if (options.coalesce) {
-    return comm->RunInOrder(
-        [&] { return ReduceCoalescedAnyType(comm, tensors, scale, options.compression); });
+    return comm->RunInOrder([&] {
+      return ReduceCoalescedAnyType(comm, tensors, scale, options.compression,
+                                    options.error_feedback);
+    });
+  }
+  if (options.error_feedback != nullptr) {
+    return absl::InvalidArgumentError("all-reduce: error feedback needs coalesce=true");
   }
   std::vector<std::unique_ptr<Request>> requests;
   for (Tensor* t : tensors) {
@@ -298,7 +350,7 @@ void CoalescingReducer::Flush() {
     const CompressionOptions c = options_.compression;
     pending_.push_back(
         std::make_unique<PendingReduce>(comm_->Submit([comm, tensors = bucket_, scale, c] {
-          return ReduceCoalescedAnyType(comm, tensors, scale, c);
+          return ReduceCoalescedAnyType(comm, tensors, scale, c, nullptr);
         })));
   }
   ++buckets_flushed_;

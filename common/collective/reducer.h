@@ -20,7 +20,8 @@
 // 8 bytes (index + float32 value) per selected entry, 2f of the dense bytes; threshold the same
 // per entry, padded to the largest count of any rank (plus an 8-byte all-reduce of that
 // count). Sparsification falls back to a dense all-reduce whenever it would not send fewer
-// bytes. Sparsified entries that are not sent are dropped (no error feedback).
+// bytes. Sparsified entries that are not sent are dropped, unless the caller passes an
+// ErrorFeedback to AllReduceMultiple (residual accumulation, see below).
 #ifndef TESSERA_COMMON_COLLECTIVE_REDUCER_H_
 #define TESSERA_COMMON_COLLECTIVE_REDUCER_H_
 
@@ -62,10 +63,29 @@ class PendingReduce {
 std::unique_ptr<PendingReduce> AllReduceAsync(Communicator* comm, Tensor* t,
                                               const ReduceOptions& options = {});
 
+// Error feedback (residual accumulation) for sparsified reductions (top-k, threshold): the
+// entries of a rank's coalesced buffer that it did not send in one call are kept and added to
+// the buffer of its next call before the entries are chosen, so every gradient contribution is
+// sent eventually (top-k at small fractions needs this to converge). A dense fallback sends
+// everything and clears the residual; fp16 and uncompressed reductions leave it alone. Use one
+// per sequence of AllReduceMultiple calls over tensors of the same sizes in the same order.
+// Not thread-safe.
+struct ErrorFeedback {
+  std::vector<float> residual_f32;  // one entry per float32 element of the coalesced buffer
+  std::vector<double> residual_f64;
+  void Reset() {
+    residual_f32.clear();
+    residual_f64.clear();
+  }
+};
+
 struct MultiReduceOptions : ReduceOptions {
   // Pack tensors of one dtype into one contiguous buffer and reduce it with one operation
   // (fewer, larger messages); otherwise one operation per tensor (all in flight at once).
   bool coalesce = true;
+  // Not null: error feedback for sparsification (needs coalesce; InvalidArgument otherwise, or
+  // when the buffer's size differs from the residual's of an earlier call).
+  ErrorFeedback* error_feedback = nullptr;
 };
 
 // Reduces every tensor in place (for example all gradients of a step). Blocks.

@@ -244,6 +244,57 @@ TEST_P(ReducerTest, ThresholdSendsFewerBytes) {
   });
 }
 
+// Error feedback: what top-k leaves out is sent in later calls. Every rank reduces the same
+// gradient G each call, so the residuals agree across ranks and after T calls
+// (sum of the results) + residual == T * G element-wise; without feedback the entries outside
+// G's top k are never sent.
+TEST_P(ReducerTest, TopKErrorFeedbackSendsWhatWasLeftOut) {
+  const int world = GetParam();
+  RunRanks(world, [&](Context& ctx) {
+    Communicator* comm = ctx.world();
+    const int64_t n = 200;
+    const int steps = 40;
+    const Tensor grad = Grad(0, n, 3);
+    MultiReduceOptions options;
+    options.compression.kind = Compression::kTopK;
+    options.compression.topk_fraction = 0.05;
+    ErrorFeedback feedback;
+    std::vector<double> with(n, 0.0), without(n, 0.0);
+    for (int t = 0; t < steps; ++t) {
+      Tensor g = grad.Clone(), h = grad.Clone();
+      options.error_feedback = &feedback;
+      ASSERT_TRUE(AllReduceMultiple(comm, {&g}, options).ok());
+      options.error_feedback = nullptr;
+      ASSERT_TRUE(AllReduceMultiple(comm, {&h}, options).ok());
+      for (int64_t i = 0; i < n; ++i) {
+        with[i] += g.data<float>()[i];
+        without[i] += h.data<float>()[i];
+      }
+    }
+    ASSERT_EQ(feedback.residual_f32.size(), static_cast<size_t>(n));
+    int sent_with = 0, sent_without = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = steps * static_cast<double>(grad.data<float>()[i]);
+      ASSERT_NEAR(with[i] + feedback.residual_f32[i], want, 1e-4 * std::max(1.0, std::fabs(want)))
+          << "element " << i;
+      sent_with += with[i] != 0;
+      sent_without += without[i] != 0;
+    }
+    EXPECT_EQ(sent_without, 10);  // 5% of 200, the same entries every call
+    EXPECT_GT(sent_with, 4 * sent_without);
+
+    // A buffer of another size, or feedback without coalescing: InvalidArgument.
+    Tensor other = Grad(0, n + 1);
+    options.error_feedback = &feedback;
+    absl::Status size = AllReduceMultiple(comm, {&other}, options);
+    EXPECT_EQ(size.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(size.message().find("201 elements, the residual 200"), std::string::npos) << size;
+    options.coalesce = false;
+    EXPECT_EQ(AllReduceMultiple(comm, {&other}, options).code(),
+              absl::StatusCode::kInvalidArgument);
+  });
+}
+
 TEST_P(ReducerTest, BroadcastParametersFromRoot) {
   const int world = GetParam();
   RunRanks(world, [&](Context& ctx) {

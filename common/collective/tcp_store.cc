@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/secure_compare.h"
 
 namespace tessera {
 namespace collective {
@@ -22,6 +23,10 @@ namespace {
 
 constexpr uint8_t kSet = 1;
 constexpr uint8_t kGet = 2;
+constexpr uint8_t kAuth = 3;
+constexpr uint8_t kAccepted = 0;
+constexpr uint8_t kRefused = 1;          // AUTH with a wrong token
+constexpr uint8_t kUnauthenticated = 2;  // another request before AUTH
 constexpr uint32_t kMaxKeyBytes = 1 << 16;
 constexpr uint32_t kMaxValueBytes = 1 << 26;
 // Extra time a client waits for a GET answer beyond the GET's own timeout.
@@ -95,6 +100,33 @@ void SetNoDelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+// Sends AUTH on a fresh connection. Unauthenticated (never echoing the token) when refused.
+absl::Status Authenticate(int fd, const std::string& endpoint, const std::string& token) {
+  if (token.size() > kMaxKeyBytes) {
+    return absl::InvalidArgumentError("tcp store: the job token is longer than 65536 bytes");
+  }
+  std::string req;
+  req.push_back(static_cast<char>(kAuth));
+  PutU32(&req, static_cast<uint32_t>(token.size()));
+  req += token;
+  const absl::Time deadline = absl::Now() + kReplySlack;
+  uint8_t answer = kRefused;
+  int err = WriteAll(fd, req.data(), req.size(), deadline);
+  if (err == 0) err = ReadAll(fd, &answer, 1, deadline);
+  if (err == ETIMEDOUT) {
+    return absl::DeadlineExceededError(absl::StrCat("rendezvous store ", endpoint,
+                                                    " did not answer the job token check within ",
+                                                    absl::FormatDuration(kReplySlack)));
+  }
+  if (err != 0 || answer != kAccepted) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("rendezvous store ", endpoint,
+                     " refused this rank's job token (every rank needs the "
+                     "same --job_token or --job_token_file)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ParseEndpoint(const std::string& endpoint, std::string* host, int* port) {
@@ -115,7 +147,8 @@ absl::Status ParseEndpoint(const std::string& endpoint, std::string* host, int* 
 // ---------------------------------------------------------------------------------------------
 // Server
 
-absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string& endpoint) {
+absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
+    const std::string& endpoint, const std::string& job_token) {
   std::string host;
   int port = 0;
   absl::Status parsed = ParseEndpoint(endpoint, &host, &port);
@@ -161,6 +194,7 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std:
   const std::string shown_host = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   std::unique_ptr<TcpStoreServer> server(
       new TcpStoreServer(fd, absl::StrCat(shown_host, ":", actual_port), actual_port));
+  server->job_token_ = job_token;
   server->accept_thread_ = std::thread([s = server.get()] { s->AcceptLoop(); });
   return server;
 }
@@ -190,6 +224,7 @@ void TcpStoreServer::AcceptLoop() {
 
 void TcpStoreServer::Serve(int fd) {
   const absl::Time forever = absl::InfiniteFuture();
+  bool authenticated = job_token_.empty();
   while (true) {
     uint8_t cmd = 0;
     uint32_t key_len = 0;
@@ -200,6 +235,37 @@ void TcpStoreServer::Serve(int fd) {
     std::string key(key_len, '\0');
     if (ReadAll(fd, key.data(), key_len, forever) != 0) break;
     std::string reply;
+    if (cmd == kAuth) {
+      // `key` holds the presented token.
+      const bool ok = job_token_.empty() || ConstantTimeEquals(job_token_, key);
+      const uint8_t answer = ok ? kAccepted : kRefused;
+      if (!ok) refused_.fetch_add(1);  // before the answer: a client may then read the count
+      if (WriteAll(fd, &answer, 1, forever) != 0 || !ok) break;
+      authenticated = true;
+      continue;
+    }
+    if (!authenticated) {
+      // Consume the rest of a well-formed SET/GET (unstored), so that the answer reaches the
+      // client instead of a connection reset, then answer "unauthenticated" and close.
+      bool whole = false;
+      if (cmd == kSet) {
+        uint32_t value_len = 0;
+        whole = ReadAll(fd, &value_len, 4, forever) == 0 && value_len <= kMaxValueBytes;
+        char sink[4096];
+        for (uint32_t left = value_len; whole && left > 0;) {
+          const uint32_t n = std::min<uint32_t>(left, sizeof(sink));
+          whole = ReadAll(fd, sink, n, forever) == 0;
+          left -= n;
+        }
+      } else if (cmd == kGet) {
+        uint64_t timeout_ms = 0;
+        whole = ReadAll(fd, &timeout_ms, 8, forever) == 0;
+      }
+      refused_.fetch_add(1);
+      const uint8_t answer = kUnauthenticated;
+      if (whole) WriteAll(fd, &answer, 1, forever);
+      break;
+    }
     if (cmd == kSet) {
       uint32_t value_len = 0;
       if (ReadAll(fd, &value_len, 4, forever) != 0 || value_len > kMaxValueBytes) break;
@@ -275,7 +341,8 @@ void TcpStoreServer::Shutdown() {
 // Client
 
 absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& endpoint,
-                                                            absl::Duration timeout) {
+                                                            absl::Duration timeout,
+                                                            const std::string& job_token) {
   std::string host;
   int port = 0;
   absl::Status parsed = ParseEndpoint(endpoint, &host, &port);
@@ -305,6 +372,13 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& e
         if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
           ::freeaddrinfo(res);
           SetNoDelay(fd);
+          if (!job_token.empty()) {
+            absl::Status auth = Authenticate(fd, endpoint, job_token);
+            if (!auth.ok()) {
+              ::close(fd);
+              return auth;
+            }
+          }
           return std::unique_ptr<TcpStore>(new TcpStore(fd, endpoint));
         }
         last_error = ErrnoText(errno);
@@ -325,6 +399,15 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& e
 TcpStore::~TcpStore() {
   absl::MutexLock lock(&mu_);
   if (fd_ >= 0) ::close(fd_);
+}
+
+absl::Status TcpStore::Unauthenticated() {
+  ::close(fd_);
+  fd_ = -1;
+  return absl::UnauthenticatedError(
+      absl::StrCat("rendezvous store ", endpoint_,
+                   " requires a job token and this rank has none (give "
+                   "every rank the same --job_token or --job_token_file)"));
 }
 
 absl::Status TcpStore::Broken(const std::string& what) {
@@ -355,6 +438,7 @@ absl::Status TcpStore::Set(const std::string& key, const std::string& value) {
   if (int err = ReadAll(fd_, &status, 1, deadline); err != 0) {
     return Broken(absl::StrCat("set '", key, "': ", ErrnoText(err)));
   }
+  if (status == kUnauthenticated) return Unauthenticated();
   return absl::OkStatus();
 }
 
@@ -380,6 +464,7 @@ absl::StatusOr<std::string> TcpStore::Get(const std::string& key, absl::Duration
   if (int err = ReadAll(fd_, &status, 1, deadline); err != 0) {
     return Broken(absl::StrCat("get '", key, "': ", ErrnoText(err)));
   }
+  if (status == kUnauthenticated) return Unauthenticated();
   if (int err = ReadAll(fd_, &len, 4, deadline); err != 0 || len > kMaxValueBytes) {
     return Broken(absl::StrCat("get '", key, "': ", err != 0 ? ErrnoText(err) : "bad reply"));
   }

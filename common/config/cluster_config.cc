@@ -136,6 +136,53 @@ const std::vector<Setting>& Table() {
        Bool(&ClusterConfig::async_read_own_writes, "async_read_own_writes")},
       {{"metrics_port", {"TESSERA_METRICS_PORT"}},
        Int(&ClusterConfig::metrics_port, "metrics_port", 0)},
+      // Trainer: CPU places (threads) per trainer; deploy/launch --devices=cpu:K sets the env.
+      {{"cpu_places", {"TESSERA_CPU_PLACES"}}, Int(&ClusterConfig::cpu_places, "cpu_places", 1)},
+      // Collective mode: all-reduce compression none | fp16 | topk | threshold.
+      {{"allreduce_compression", {"TESSERA_ALLREDUCE_COMPRESSION"}},
+       [](const std::string& v, ClusterConfig* c) {
+         if (v != "none" && v != "fp16" && v != "topk" && v != "threshold") {
+           return Bad("allreduce_compression", v, "must be none, fp16, topk or threshold");
+         }
+         c->allreduce_compression = v;
+         return absl::OkStatus();
+       }},
+      // Collective mode, topk: fraction of the gradient entries each trainer sends, in (0, 1].
+      {{"allreduce_topk", {"TESSERA_ALLREDUCE_TOPK"}},
+       [](const std::string& v, ClusterConfig* c) {
+         double x;
+         if (!absl::SimpleAtod(v, &x)) return Bad("allreduce_topk", v, "not a number");
+         if (!(x > 0 && x <= 1)) return Bad("allreduce_topk", v, "must be in (0, 1]");
+         c->allreduce_topk = x;
+         return absl::OkStatus();
+       }},
+      // Collective mode, threshold: entries with |value| >= t are sent.
+      {{"allreduce_threshold", {"TESSERA_ALLREDUCE_THRESHOLD"}},
+       Real(&ClusterConfig::allreduce_threshold, "allreduce_threshold", 0.0)},
+      // Security (see common/rpc/grpc/credentials.h): mutual TLS on every gRPC channel when
+      // all three PEM files are given, and a shared job token checked on every request.
+      {{"tls_cert", {"TESSERA_TLS_CERT"}}, Str(&ClusterConfig::tls_cert)},
+      {{"tls_key", {"TESSERA_TLS_KEY"}}, Str(&ClusterConfig::tls_key)},
+      {{"tls_ca", {"TESSERA_TLS_CA"}}, Str(&ClusterConfig::tls_ca)},
+      {{"job_token", {"TESSERA_JOB_TOKEN"}}, Str(&ClusterConfig::job_token)},
+      {{"job_token_file", {"TESSERA_JOB_TOKEN_FILE"}}, Str(&ClusterConfig::job_token_file)},
+      // Observability: the pserver's per-interval stats line (seconds; 0 = off); the trainer's
+      // Chrome-trace timeline file (written at exit), how many steps it records, from which.
+      {{"stats_interval_s", {"TESSERA_STATS_INTERVAL_S"}},
+       Real(&ClusterConfig::stats_interval_s, "stats_interval_s", 0.0)},
+      {{"trace", {"TESSERA_TRACE"}}, Str(&ClusterConfig::trace)},
+      {{"trace_steps", {"TESSERA_TRACE_STEPS"}},
+       Int(&ClusterConfig::trace_steps, "trace_steps", 1)},
+      {{"trace_first_step", {"TESSERA_TRACE_FIRST_STEP"}},
+       Int(&ClusterConfig::trace_first_step, "trace_first_step", 0)},
+      // Checkpoints: where trainer 0 writes them, every how many steps (0 = at the end only),
+      // how many complete ones to keep; a checkpoint (or checkpoint dir) both daemons restore.
+      {{"checkpoint_dir", {"TESSERA_CHECKPOINT_DIR"}}, Str(&ClusterConfig::checkpoint_dir)},
+      {{"checkpoint_every", {"TESSERA_CHECKPOINT_EVERY"}},
+       Int(&ClusterConfig::checkpoint_every, "checkpoint_every", 0)},
+      {{"checkpoint_keep", {"TESSERA_CHECKPOINT_KEEP"}},
+       Int(&ClusterConfig::checkpoint_keep, "checkpoint_keep", 1)},
+      {{"init_from", {"TESSERA_INIT_FROM"}}, Str(&ClusterConfig::init_from)},
   };
   return *table;
 }
@@ -193,12 +240,14 @@ absl::Status Validate(const ClusterConfig& c) {
     return bad(absl::StrCat("--mode='", c.mode, "' must be pserver or collective"));
   }
   if (c.split_method != "round_robin" && c.split_method != "hash_name") {
-    return bad(absl::StrCat("--split_method='", c.split_method,
-                            "' must be round_robin or hash_name"));
+    return bad(
+        absl::StrCat("--split_method='", c.split_method, "' must be round_robin or hash_name"));
   }
   if (c.mode == "collective" && static_cast<int>(c.trainer_endpoints.size()) != c.trainers) {
-    return bad(absl::StrCat("--mode=collective needs --trainer_endpoints with one host:port per "
-                            "trainer (", c.trainers, "), got ", c.trainer_endpoints.size()));
+    return bad(
+        absl::StrCat("--mode=collective needs --trainer_endpoints with one host:port per "
+                     "trainer (",
+                     c.trainers, "), got ", c.trainer_endpoints.size()));
   }
   for (const auto& ep : c.trainer_endpoints) {
     if (!ValidEndpoint(ep)) {
@@ -209,7 +258,8 @@ absl::Status Validate(const ClusterConfig& c) {
     return bad("--pservers is empty: give the pserver endpoints as host:port,host:port");
   }
   for (const auto& ep : c.pservers) {
-    if (!ValidEndpoint(ep)) return bad(absl::StrCat("--pservers entry '", ep, "' is not host:port"));
+    if (!ValidEndpoint(ep))
+      return bad(absl::StrCat("--pservers entry '", ep, "' is not host:port"));
   }
   if (c.trainer_id >= c.trainers) {
     return bad(absl::StrCat("--trainer_id=", c.trainer_id, " must be < --trainers=", c.trainers));
@@ -227,14 +277,28 @@ absl::Status Validate(const ClusterConfig& c) {
     }
   }
   if (c.table_shard_method != "hash" && c.table_shard_method != "mod") {
-    return bad(absl::StrCat("--table_shard_method='", c.table_shard_method,
-                            "' must be hash or mod"));
+    return bad(
+        absl::StrCat("--table_shard_method='", c.table_shard_method, "' must be hash or mod"));
   }
   if (c.example != "ctr" && c.example != "mlp_regression") {
     return bad(absl::StrCat("--example='", c.example, "' must be ctr or mlp_regression"));
   }
   if (!c.program.empty() && c.startup_program.empty()) {
     return bad("--program needs --startup_program too");
+  }
+  if (!c.tls_cert.empty() || !c.tls_key.empty() || !c.tls_ca.empty()) {
+    const char* missing = c.tls_cert.empty()  ? "tls_cert"
+                          : c.tls_key.empty() ? "tls_key"
+                          : c.tls_ca.empty()  ? "tls_ca"
+                                              : nullptr;
+    if (missing != nullptr) {
+      return bad(absl::StrCat("--", missing,
+                              " is not set: TLS needs all of --tls_cert, "
+                              "--tls_key and --tls_ca (or none of them)"));
+    }
+  }
+  if (!c.job_token.empty() && !c.job_token_file.empty()) {
+    return bad("--job_token and --job_token_file are both set: give one of them");
   }
   return absl::OkStatus();
 }

@@ -20,13 +20,13 @@ namespace tessera {
 
 struct ClusterConfig {
   // Cluster shape.
-  std::string role;                      // "pserver" | "trainer"
-  std::vector<std::string> pservers;     // host:port,...
+  std::string role;                   // "pserver" | "trainer"
+  std::vector<std::string> pservers;  // host:port,...
   int trainers = 1;
   int trainer_id = 0;
-  std::string current_endpoint;          // this pserver's host:port
+  std::string current_endpoint;                // this pserver's host:port
   std::vector<std::string> trainer_endpoints;  // collective mode
-  std::string mode = "pserver";          // "pserver" | "collective"
+  std::string mode = "pserver";                // "pserver" | "collective"
   std::string job_id = "tessera";
   // Transpiler.
   bool sync_mode = true;
@@ -34,34 +34,62 @@ struct ClusterConfig {
   bool slice_var_up = true;
   int64_t min_block_size = 8192;
   // Model and data.
-  std::string example = "ctr";            // ctr | mlp_regression
-  std::string program;                    // optional text-proto main program (overrides example's)
-  std::string startup_program;            // its startup program
-  std::string train_data;                 // Criteo-format file; "" = synthetic data
+  std::string example = "ctr";  // ctr | mlp_regression
+  std::string program;          // optional text-proto main program (overrides example's)
+  std::string startup_program;  // its startup program
+  std::string train_data;       // Criteo-format file; "" = synthetic data
   std::string test_data;
-  int64_t num_examples = 60000;           // synthetic training examples
+  int64_t num_examples = 60000;  // synthetic training examples
   int64_t num_test_examples = 5000;
-  int64_t vocab_per_slot = 10000;         // synthetic CTR vocabulary (distinct ids per slot)
-  bool distributed_tables = true;         // ctr: embedding tables live only on the pservers
+  int64_t vocab_per_slot = 10000;           // synthetic CTR vocabulary (distinct ids per slot)
+  bool distributed_tables = true;           // ctr: embedding tables live only on the pservers
   std::string table_shard_method = "hash";  // distributed tables: "hash" or "mod" of the id
-  int64_t table_admission_threshold = 0;  // create a row at its K-th sighting (0 = off)
-  int64_t table_evict_after_steps = 0;    // drop rows unseen for T steps (0 = off)
-  std::string table_export_dir;           // pserver: export its table shards here at the end
-  int64_t batch_size = 256;               // global batch (split across trainers)
+  int64_t table_admission_threshold = 0;    // create a row at its K-th sighting (0 = off)
+  int64_t table_evict_after_steps = 0;      // drop rows unseen for T steps (0 = off)
+  std::string table_export_dir;             // pserver: export its table shards here at the end
+  int64_t batch_size = 256;                 // global batch (split across trainers)
   int epochs = 1;
   uint64_t seed = 1;
-  float learning_rate = 0.0f;             // 0 = the example's default
+  float learning_rate = 0.0f;  // 0 = the example's default
   int64_t log_every_steps = 20;
-  std::string dump_params;                // trainer: write final parameters here
-  bool memory_optimize = false;           // trainer: reuse buffers of temporaries (grads kept)
+  std::string dump_params;       // trainer: write final parameters here
+  bool memory_optimize = false;  // trainer: reuse buffers of temporaries (grads kept)
   // RPC.
   double rpc_deadline_s = 120;
   double barrier_timeout_s = 60;
   int64_t chunk_bytes = int64_t{4} << 20;
-  int async_max_merge = 4;                // async: gradients merged per push
-  bool async_read_own_writes = true;      // async: recv waits for this trainer's pushes
+  int async_max_merge = 4;            // async: gradients merged per push
+  bool async_read_own_writes = true;  // async: recv waits for this trainer's pushes
   // Monitoring.
-  int metrics_port = 0;                   // Prometheus /metrics HTTP port; 0 = off
+  int metrics_port = 0;  // Prometheus /metrics HTTP port; 0 = off
+  // Security: PEM file paths for mutual TLS (all three or none), and the job token every
+  // request must carry (the value, or a file holding it so it stays out of `ps`; not both).
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
+  std::string job_token;
+  std::string job_token_file;
+  // Multi-device trainers.
+  int cpu_places = 1;  // trainer: split each local batch across K CPU places (threads); the
+                       // gradients are reduced in memory before send / all-reduce / optimizer
+  // Collective mode: gradient compression of the all-reduce.
+  std::string allreduce_compression = "none";  // none | fp16 | topk | threshold
+  double allreduce_topk = 0.01;       // topk: fraction of the entries each trainer sends, (0, 1]
+  double allreduce_threshold = 1e-3;  // threshold: send entries with |value| >= this (>= 0)
+  // topk and threshold keep what a trainer did not send and add it to its next step's
+  // gradients (error feedback).
+  // Observability.
+  double stats_interval_s = 10;  // pserver: log a stats line every N seconds; 0 = off
+  std::string trace;             // trainer: write a Chrome-trace JSON timeline here at exit
+  int64_t trace_steps = 200;     // trainer: steps the trace records (bounds its memory), >= 1
+  int64_t trace_first_step = 0;  // trainer: the first traced step (skip a warm-up)
+  // Checkpoints (README "Checkpoints"): trainer 0 commits <checkpoint_dir>/ckpt-<step> every
+  // checkpoint_every steps (0 = only at the end) and keeps the newest checkpoint_keep; both
+  // daemons restore from init_from (a ckpt-* directory, or a checkpoint_dir: its newest).
+  std::string checkpoint_dir;    // trainer 0: where checkpoints go; "" = none
+  int64_t checkpoint_every = 0;  // trainer 0: steps between checkpoints (0 = at the end only)
+  int64_t checkpoint_keep = 2;   // trainer 0: complete checkpoints kept (>= 1)
+  std::string init_from;         // pserver and trainer: restore this checkpoint at start
 };
 
 // Looks up an environment variable (nullopt when unset).
@@ -76,7 +104,8 @@ struct SettingInfo {
 const std::vector<SettingInfo>& AllSettings();
 
 // Sets `flag` on `config` from its string form; InvalidArgument names the flag and the value.
-absl::Status SetFromString(const std::string& flag, const std::string& value, ClusterConfig* config);
+absl::Status SetFromString(const std::string& flag, const std::string& value,
+                           ClusterConfig* config);
 
 // For every setting not in `explicit_flags`, applies the first environment variable that is set.
 // Errors name the variable.

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -75,8 +76,18 @@ absl::Status MetricsServer::Start() {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(options_.port));
   if (::inet_pton(AF_INET, options_.host.c_str(), &addr.sin_addr) != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics server host '", options_.host, "' is not an IPv4 address"));
+    // A host name (e.g. the pserver's endpoint host): bind its first IPv4 address only.
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (options_.host.empty() || ::getaddrinfo(options_.host.c_str(), nullptr, &hints, &res) != 0 ||
+        res == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("metrics server host '", options_.host,
+                                                     "' is not an IPv4 address or host name"));
+    }
+    addr.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+    ::freeaddrinfo(res);
   }
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));

@@ -25,8 +25,10 @@
 namespace tessera {
 
 struct MetricsServerOptions {
-  std::string host = "0.0.0.0";  // IPv4 address to bind ("127.0.0.1": this machine only)
-  int port = 0;                  // 0 = any free port (see MetricsServer::port())
+  // IPv4 address (or host name, bound to its first IPv4 address) to listen on; "0.0.0.0":
+  // every interface, "127.0.0.1": this machine only.
+  std::string host = "0.0.0.0";
+  int port = 0;  // 0 = any free port (see MetricsServer::port())
   size_t max_request_bytes = 8192;
   absl::Duration io_timeout = absl::Seconds(5);
 };

@@ -80,6 +80,7 @@ bool LauncherFlag(const std::string& name) {
                                        "pserver_exit_grace_s",
                                        "pserver_bin",
                                        "trainer_bin",
+                                       "trace",
                                        "trainer_id",
                                        "current_endpoint"};
   for (const char* n : kNames) {
@@ -118,6 +119,7 @@ Launcher flags (also fields of the --config text proto, see proto/launch.proto):
   --stop_grace_s=S            SIGTERM to SIGKILL when stopping (default 5)
   --pserver_exit_grace_s=S    pservers' time to exit after the trainers finished (default 30)
   --pserver_bin=P --trainer_bin=T   daemon binaries (default: next to tessera_launch)
+  --trace=FILE                trainer 0 writes a Chrome-trace JSON timeline of its steps here
 Every other flag (or everything after --) goes to every daemon, e.g. --example=mlp_regression
 --epochs=3; tessera_pserver --help lists them. Ctrl-C stops every process.
 )";
@@ -246,6 +248,8 @@ absl::Status ParseLaunchArgs(const std::vector<std::string>& args, LaunchOptions
       o->pserver_bin = v;
     } else if (name == "trainer_bin") {
       o->trainer_bin = v;
+    } else if (name == "trace") {
+      o->trace = v;
     } else if (PerProcessFlag(name)) {
       s = BadFlag(name, v, "the launcher sets it for each process; use --role/--rank to pick one");
     } else {

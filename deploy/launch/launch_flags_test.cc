@@ -34,6 +34,13 @@ TEST(LaunchFlagsTest, LauncherFlagsAndDaemonFlags) {
             (std::vector<std::string>{"--example=ctr", "--epochs=2", "--log_dir=/for-daemons"}));
 }
 
+TEST(LaunchFlagsTest, TraceIsForTrainerZeroOnly) {
+  LaunchOptions o;
+  ASSERT_TRUE(ParseLaunchArgs({"--trace=/tmp/t.json", "--example=ctr"}, &o).ok());
+  EXPECT_EQ(o.trace, "/tmp/t.json");
+  EXPECT_EQ(o.extra_args, (std::vector<std::string>{"--example=ctr"}));
+}
+
 TEST(LaunchFlagsTest, MultiHostFlags) {
   LaunchOptions o;
   ASSERT_TRUE(ParseLaunchArgs({"--pservers=h1:6170, h2:6170", "--role=TRAINER", "--rank=1",

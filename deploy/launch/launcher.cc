@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -27,6 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/io/checkpoint_io.h"
 #include "deploy/launch/training_plot.h"
 
 extern char** environ;
@@ -312,6 +314,7 @@ absl::StatusOr<std::vector<ProcessSpec>> PlanLaunch(const LaunchOptions& o) {
     p.index = k;
     p.argv = {o.trainer_bin, "--role=trainer", absl::StrCat("--trainer_id=", k)};
     if (!tr_eps.empty()) p.argv.push_back("--current_endpoint=" + tr_eps[k]);
+    if (k == 0 && !o.trace.empty()) p.argv.push_back("--trace=" + o.trace);
     p.argv.insert(p.argv.end(), common.begin(), common.end());
     p.env = (*devices)[j];
     specs.push_back(std::move(p));
@@ -446,6 +449,19 @@ void Launcher::JoinStreamers() {
   }
 }
 
+namespace {
+
+// The value of a --checkpoint_dir=D among the daemons' flags ("" if none).
+std::string CheckpointDirOf(const std::vector<std::string>& args) {
+  std::string dir;
+  for (const auto& a : args) {
+    if (absl::StartsWith(a, "--checkpoint_dir=")) dir = a.substr(sizeof("--checkpoint_dir=") - 1);
+  }
+  return dir;
+}
+
+}  // namespace
+
 int Launcher::Supervise() {
   bool has_trainers = false;
   for (const auto& c : children_) has_trainers |= c.spec.trainer;
@@ -456,7 +472,7 @@ int Launcher::Supervise() {
       StopAll();
       return 130;
     }
-    bool trainers_running = false, any_running = false;
+    bool trainers_running = false, any_running = false, restarted_job = false;
     for (auto& c : children_) {
       if (c.exited) continue;
       int status;
@@ -471,11 +487,43 @@ int Launcher::Supervise() {
       const std::string log = absl::StrCat(log_dir_, "/", c.spec.name, ".log");
       if (r < 0) status = 0xff00;  // not our child any more: count it as a failure
       if (ExitCodeOf(status) == 0) continue;
+      const std::string ckpt_root = CheckpointDirOf(options_.extra_args);
+      if (c.restarts < options_.restart_failed && !g_stop && !ckpt_root.empty()) {
+        // A sync job cannot take back one process: restart all of this host's processes from
+        // the newest complete checkpoint (from the start when there is none yet).
+        ++c.restarts;
+        auto ckpt = io::ResolveCheckpoint(io::PosixFileSystem::Default(), ckpt_root);
+        Say(absl::StrCat(c.spec.name, " (pid ", c.pid, ") ", Describe(status),
+                         "; restarting the job (", c.restarts, " of ", options_.restart_failed,
+                         ") ", ckpt.ok() ? "from " + *ckpt : "from the start: no checkpoint yet",
+                         ". See ", log));
+        StopAll();
+        JoinStreamers();
+        for (auto& other : children_) {
+          std::vector<std::string>& argv = other.spec.argv;
+          argv.erase(std::remove_if(
+                         argv.begin(), argv.end(),
+                         [](const std::string& a) { return absl::StartsWith(a, "--init_from="); }),
+                     argv.end());
+          if (ckpt.ok()) argv.push_back("--init_from=" + *ckpt);
+          if (&other != &c) ++other.restarts;
+          absl::Status sp = Spawn(&other, /*restart=*/true);
+          if (!sp.ok()) {
+            Say(absl::StrCat("cannot restart ", other.spec.name, ": ", sp.message(),
+                             "; stopping the job"));
+            StopAll();
+            return 1;
+          }
+          Say(absl::StrCat(other.spec.name, " pid ", other.pid));
+        }
+        restarted_job = true;
+        break;
+      }
       if (c.restarts < options_.restart_failed && !g_stop) {
         ++c.restarts;
         Say(absl::StrCat(c.spec.name, " (pid ", c.pid, ") ", Describe(status), "; restarting it (",
                          c.restarts, " of ", options_.restart_failed,
-                         ", same flags, from the start: no checkpoints yet). See ", log));
+                         ", same flags, from the start: no --checkpoint_dir). See ", log));
         if (c.streamer.joinable()) c.streamer.join();
         absl::Status s = Spawn(&c, /*restart=*/true);
         if (!s.ok()) {
@@ -495,6 +543,7 @@ int Launcher::Supervise() {
       StopAll();
       return ExitCodeOf(status);
     }
+    if (restarted_job) continue;
     if (!any_running) break;
     if (has_trainers && !trainers_running) {
       if (trainers_done_at == absl::InfiniteFuture()) trainers_done_at = absl::Now();

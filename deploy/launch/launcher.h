@@ -11,12 +11,14 @@
 // TESSERA_CPU_PLACES), its stdout+stderr in <log_dir>/<role>.<i>.log, and dies with the
 // launcher (PR_SET_PDEATHSIG). Trainer 0's output is also streamed to the launcher's output.
 // A child that exits non-zero (or is killed) is restarted, with the same flags, up to
-// `restart_failed` times; past that every other child is stopped (SIGTERM, then SIGKILL after
-// `stop_grace`) and Run() returns that child's exit code (128+signal when killed). When all
-// local trainers have finished, pservers get `pserver_exit_grace` to exit on their own. At the
-// end trainer 0's "step N loss L samples/s S" lines become <log_dir>/metrics.csv and, when
-// gnuplot is installed, <log_dir>/training.png; the launcher prints where the logs and the plot
-// are.
+// `restart_failed` times; when the daemons get --checkpoint_dir=D (extra_args), all of this
+// host's processes are restarted instead, with --init_from=<the newest complete checkpoint
+// under D> (a sync job cannot take back a single process); past that every other child is stopped
+// (SIGTERM, then SIGKILL after `stop_grace`) and Run() returns that child's exit code (128+signal
+// when killed). When all local trainers have finished, pservers get `pserver_exit_grace` to exit on
+// their own. At the end trainer 0's "step N loss L samples/s S" lines become <log_dir>/metrics.csv
+// and, when gnuplot is installed, <log_dir>/training.png; the launcher prints where the logs and
+// the plot are.
 //
 // Thread-safety: one Run() per Launcher; RequestStop() may be called from a signal handler.
 #ifndef TESSERA_DEPLOY_LAUNCH_LAUNCHER_H_
@@ -59,6 +61,7 @@ struct LaunchOptions {
   std::string pserver_bin;
   std::string trainer_bin;
   std::vector<std::string> extra_args;  // passed to every daemon (e.g. --example=ctr)
+  std::string trace;  // trainer 0's --trace (Chrome-trace JSON path); no other daemon gets it
   absl::Duration stop_grace = absl::Seconds(5);
   absl::Duration pserver_exit_grace = absl::Seconds(30);
 };

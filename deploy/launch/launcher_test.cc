@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/io/checkpoint_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -290,6 +291,19 @@ TEST(PlanLaunchTest, LocalJob) {
   EXPECT_EQ(Flag((*plan)[4], "current_endpoint"), "<none>");
 }
 
+TEST(PlanLaunchTest, TraceGoesToTrainerZeroOnly) {
+  LaunchOptions o;
+  o.pservers = 1;
+  o.trainers = 2;
+  o.trace = "/tmp/t.json";
+  auto plan = PlanLaunch(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(Names(*plan), (std::vector<std::string>{"pserver.0", "trainer.0", "trainer.1"}));
+  EXPECT_EQ(Flag((*plan)[1], "trace"), "/tmp/t.json");
+  EXPECT_EQ(Flag((*plan)[0], "trace"), "<none>");
+  EXPECT_EQ(Flag((*plan)[2], "trace"), "<none>");
+}
+
 TEST(PlanLaunchTest, MultiHostShareByRoleRankAndHost) {
   ASSERT_FALSE(IsLocalHost("203.0.113.1"));  // TEST-NET-3 stands for another host
   ASSERT_FALSE(IsLocalHost("203.0.113.2"));
@@ -400,6 +414,48 @@ TEST(IsLocalHostTest, KnowsThisMachine) {
   EXPECT_FALSE(
       IsLocalHost("203.0.113.1"));  // TEST-NET-3 (this test assumes no machine here has it)
   EXPECT_FALSE(IsLocalHost(""));
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// With --checkpoint_dir among the daemons' flags a failure restarts every process of the job,
+// each with --init_from=<the newest complete checkpoint>.
+TEST_F(LauncherTest, RestartWithCheckpointDirRestartsTheJobFromTheNewestCheckpoint) {
+  o_.restart_failed = 1;
+  const std::string ckpts = dir_ + "/ckpts";
+  io::FileSystem* fs = io::PosixFileSystem::Default();
+  for (int64_t step : {5, 10}) {
+    auto ckpt = io::BeginCheckpoint(fs, ckpts, step);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    io::TrainerCheckpointState st;
+    st.step = step;
+    if (step == 5) {
+      ASSERT_TRUE(io::CommitTrainerCheckpoint(fs, *ckpt, st, {}).ok());
+    }
+  }  // ckpt-10 has no manifest: incomplete, not picked
+  const std::string want = ckpts + "/" + io::CheckpointDirName(5);
+  o_.extra_args.push_back("--checkpoint_dir=" + ckpts);
+  o_.trainer_bin = Script(dir_, "trainer",
+                          absl::StrCat(R"(case "$*" in *--trainer_id=1*)
+  n=$(cat $D/runs 2>/dev/null || echo 0); echo $((n+1)) > $D/runs
+  echo "run $n: $*"
+  if [ "$n" = 0 ]; then exit 4; fi;;
+esac
+)",
+                                       kTrainer));
+  ASSERT_EQ(Run(), 0) << out_;
+  EXPECT_THAT(out_, HasSubstr("restarting the job (1 of 1) from " + want));
+  EXPECT_THAT(Read(o_.log_dir + "/trainer.1.log"), HasSubstr("--init_from=" + want));
+  for (const char* name : {"/pserver.0.log", "/trainer.0.log"}) {
+    const std::string log = Read(o_.log_dir + name);
+    EXPECT_THAT(log, HasSubstr("==== tessera_launch: restart 1 of 1 ====")) << name;
+    EXPECT_THAT(log, HasSubstr("--init_from=" + want)) << name;
+  }
+  ExpectAllGone();
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 #include "common/rpc/grpc/codec.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream.h"
@@ -22,8 +24,8 @@ constexpr int kPayloadField = 15;
 grpc::Slice BufferSlice(const std::shared_ptr<char>& buffer, size_t offset, size_t length) {
   auto* holder = new std::shared_ptr<char>(buffer);
   return grpc::Slice(
-      buffer.get() + offset, length,
-      [](void* p) { delete static_cast<std::shared_ptr<char>*>(p); }, holder);
+      buffer.get() + offset, length, [](void* p) { delete static_cast<std::shared_ptr<char>*>(p); },
+      holder);
 }
 
 std::string LengthPrefix(int field, size_t length) {
@@ -195,6 +197,13 @@ absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, i
   h.dims.assign(msg.dims().begin(), msg.dims().end());
   h.height = msg.height();
   if (h.name.empty()) return Bad("empty variable name");
+  // Names are echoed in errors and logs: one with a control character (a newline...) would
+  // forge or split lines there, and no program declares such a name.
+  if (std::any_of(h.name.begin(), h.name.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+    return Bad(absl::StrCat("variable name \"", absl::CHexEscape(h.name.substr(0, 80)),
+                            "\" contains a control character"));
+  }
   if (h.type != DENSE_TENSOR && h.type != SELECTED_ROWS) {
     return Bad(absl::StrCat("variable ", h.name, " has unsupported type ", h.type));
   }
@@ -204,7 +213,8 @@ absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, i
   for (int64_t dim : h.dims) {
     if (dim < 0) return Bad(absl::StrCat("variable ", h.name, " has negative dim ", dim));
     if (dim > 0 && numel > max_bytes / dim) {
-      return Bad(absl::StrCat("variable ", h.name, " shape ", ShapeString(h.dims), " is too large"));
+      return Bad(
+          absl::StrCat("variable ", h.name, " shape ", ShapeString(h.dims), " is too large"));
     }
     numel *= dim;
   }
@@ -217,8 +227,8 @@ absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, i
   if (h.type == SELECTED_ROWS) {
     if (h.dims.empty()) return Bad(absl::StrCat("sparse variable ", h.name, " has no dims"));
     if (rows_len % 8 != 0 || rows_len / 8 != h.dims[0]) {
-      return Bad(absl::StrCat("sparse variable ", h.name, " has ", rows_len, " bytes of row ids for ",
-                              h.dims[0], " rows"));
+      return Bad(absl::StrCat("sparse variable ", h.name, " has ", rows_len,
+                              " bytes of row ids for ", h.dims[0], " rows"));
     }
     if (payload_len != total) {
       return Bad(absl::StrCat("sparse variable ", h.name, " has ", payload_len,

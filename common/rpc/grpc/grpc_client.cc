@@ -5,7 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/rpc/grpc/codec.h"
+#include "common/rpc/grpc/credentials.h"
 #include "common/rpc/grpc/grpc_util.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -36,6 +38,37 @@ class Join {
   DoneCallback done_;
 };
 
+// Tells `observer` about a finished call of wire method `method`.
+void Report(RpcObserver* observer, const std::string& method, const absl::Status& status,
+            absl::Time start, const grpc::ByteBuffer& request, const grpc::ByteBuffer& response) {
+  RpcCallInfo call;
+  if (!RpcMethodFromWireName(method, &call.method)) return;
+  call.code = status.code();
+  call.latency = absl::Now() - start;
+  call.bytes_sent = static_cast<int64_t>(request.Length());
+  call.bytes_received = static_cast<int64_t>(response.Length());
+  observer->OnCall(call);
+}
+
+// A failed call on a channel that is not connected: TLS on one side only, or a certificate the
+// other side refuses, look the same as a pserver that is down, so say what to check.
+absl::Status WithConnectionHint(const absl::Status& s, grpc::Channel& channel, bool tls) {
+  if (s.code() != absl::StatusCode::kUnavailable &&
+      s.code() != absl::StatusCode::kDeadlineExceeded) {
+    return s;
+  }
+  grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/false);
+  if (state == GRPC_CHANNEL_READY || state == GRPC_CHANNEL_IDLE) return s;
+  return absl::Status(
+      s.code(),
+      absl::StrCat(s.message(),
+                   tls ? " (not connected; this client uses TLS: is the pserver up with TLS, a "
+                         "certificate signed by --tls_ca that names this host, and the same CA "
+                         "for clients?)"
+                       : " (not connected: is the pserver up, and does it expect TLS "
+                         "(--tls_cert/--tls_key/--tls_ca)?)"));
+}
+
 }  // namespace
 
 std::shared_ptr<grpc::Channel> NewPServerChannel(const std::string& endpoint,
@@ -52,7 +85,7 @@ std::shared_ptr<grpc::Channel> NewPServerChannel(const std::string& endpoint,
       std::max(2, std::min(options.max_attempts, 5))));
   // Large tensors: bigger HTTP/2 windows keep the pipe full on loopback and LANs.
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 1);
-  return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(endpoint, MakeChannelCredentials(options.security), args);
 }
 
 GrpcPServerClient::GrpcPServerClient(std::string endpoint, GrpcClientOptions options)
@@ -70,29 +103,44 @@ void GrpcPServerClient::Call(const char* method, grpc::ByteBuffer request,
     grpc::ClientContext ctx;
     grpc::ByteBuffer request;
     grpc::ByteBuffer response;
+    absl::Time start;  // for the observer
   };
   auto* state = new CallState;
+  if (options_.observer != nullptr) state->start = absl::Now();
   state->request = std::move(request);
   state->ctx.set_deadline(std::chrono::system_clock::now() +
                           absl::ToChronoMilliseconds(options_.deadline));
   state->ctx.set_wait_for_ready(options_.wait_for_ready);
+  if (!options_.security.job_token.empty()) {
+    state->ctx.AddMetadata(kJobTokenMetadataKey, options_.security.job_token);
+  }
   std::string full = absl::StrCat("/tessera.PServer/", method);
   std::string ep = endpoint_;
   std::string method_name = method;
-  stub_->UnaryCall(&state->ctx, full, grpc::StubOptions(), &state->request, &state->response,
-                   [state, ep, method_name, on_response = std::move(on_response),
-                    done = std::move(done)](grpc::Status s) {
-                     absl::Status st = FromGrpcStatus(s, ep, method_name);
-                     if (st.ok() && on_response) {
-                       st = on_response(state->response);
-                       if (!st.ok()) {
-                         st = absl::Status(st.code(), absl::StrCat("pserver ", ep, " ",
-                                                                   method_name, ": ", st.message()));
-                       }
-                     }
-                     delete state;
-                     done(st);
-                   });
+  RpcObserver* observer = options_.observer;
+  // Raw: the client outlives its calls' callbacks; a shared_ptr here could make a callback
+  // thread drop the channel's last reference, which gRPC does not allow.
+  grpc::Channel* channel = channel_.get();
+  const bool tls = options_.security.tls();
+  stub_->UnaryCall(
+      &state->ctx, full, grpc::StubOptions(), &state->request, &state->response,
+      [state, ep, method_name, observer, channel, tls, on_response = std::move(on_response),
+       done = std::move(done)](grpc::Status s) {
+        absl::Status st = FromGrpcStatus(s, ep, method_name);
+        if (!st.ok()) st = WithConnectionHint(st, *channel, tls);
+        if (st.ok() && on_response) {
+          st = on_response(state->response);
+          if (!st.ok()) {
+            st = absl::Status(st.code(),
+                              absl::StrCat("pserver ", ep, " ", method_name, ": ", st.message()));
+          }
+        }
+        if (observer != nullptr) {
+          Report(observer, method_name, st, state->start, state->request, state->response);
+        }
+        delete state;
+        done(st);
+      });
 }
 
 void GrpcPServerClient::SendVariableAsync(const RequestMeta& meta, const std::string& name,
@@ -123,16 +171,18 @@ void GrpcPServerClient::GetVariableAsync(const RequestMeta& meta, const std::str
   req.set_name(name);
   const int64_t max_bytes = options_.max_message_bytes;
   Tensor* known = out->GetIf<Tensor>();
-  int64_t total = (known != nullptr && known->initialized()) ? static_cast<int64_t>(known->nbytes()) : 0;
+  int64_t total =
+      (known != nullptr && known->initialized()) ? static_cast<int64_t>(known->nbytes()) : 0;
   int64_t chunk = options_.chunk_bytes;
   if (total == 0 || chunk <= 0 || total <= chunk) {
-    Call("GetVariable", SerializeProto(req),
-         [out, max_bytes](const grpc::ByteBuffer& resp) -> absl::Status {
-           auto decoded = DecodeVariable(resp, max_bytes);
-           if (!decoded.ok()) return decoded.status();
-           return DecodeVariableInto(*decoded, out);
-         },
-         std::move(done));
+    Call(
+        "GetVariable", SerializeProto(req),
+        [out, max_bytes](const grpc::ByteBuffer& resp) -> absl::Status {
+          auto decoded = DecodeVariable(resp, max_bytes);
+          if (!decoded.ok()) return decoded.status();
+          return DecodeVariableInto(*decoded, out);
+        },
+        std::move(done));
     return;
   }
   // The destination already has the variable's size: fetch concurrent chunks straight into it.
@@ -144,21 +194,22 @@ void GrpcPServerClient::GetVariableAsync(const RequestMeta& meta, const std::str
     int64_t off = i * chunk;
     req.set_offset(off);
     req.set_length(std::min(chunk, total - off));
-    Call("GetVariable", SerializeProto(req),
-         [known, max_bytes, off](const grpc::ByteBuffer& resp) -> absl::Status {
-           auto decoded = DecodeVariable(resp, max_bytes);
-           if (!decoded.ok()) return decoded.status();
-           const VariableHeader& h = decoded->header();
-           if (h.type != DENSE_TENSOR || h.dtype != known->dtype() || h.dims != known->shape() ||
-               h.chunk_offset != off) {
-             return absl::FailedPreconditionError(absl::StrCat(
-                 "variable ", h.name, " is ", DataTypeName(h.dtype), ShapeString(h.dims),
-                 " on the pserver but ", known->DebugString(), " here"));
-           }
-           decoded->CopyPayload(static_cast<char*>(known->raw_data()) + off);
-           return absl::OkStatus();
-         },
-         [join](absl::Status s) { join->Finish(s); });
+    Call(
+        "GetVariable", SerializeProto(req),
+        [known, max_bytes, off](const grpc::ByteBuffer& resp) -> absl::Status {
+          auto decoded = DecodeVariable(resp, max_bytes);
+          if (!decoded.ok()) return decoded.status();
+          const VariableHeader& h = decoded->header();
+          if (h.type != DENSE_TENSOR || h.dtype != known->dtype() || h.dims != known->shape() ||
+              h.chunk_offset != off) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "variable ", h.name, " is ", DataTypeName(h.dtype), ShapeString(h.dims),
+                " on the pserver but ", known->DebugString(), " here"));
+          }
+          decoded->CopyPayload(static_cast<char*>(known->raw_data()) + off);
+          return absl::OkStatus();
+        },
+        [join](absl::Status s) { join->Finish(s); });
   }
 }
 
@@ -171,26 +222,26 @@ void GrpcPServerClient::PrefetchAsync(const RequestMeta& meta, const std::string
   req.set_ids(reinterpret_cast<const char*>(ids->data()), ids->size() * sizeof(int64_t));
   const int64_t max_bytes = options_.max_message_bytes;
   size_t n = ids->size();
-  Call("Prefetch", SerializeProto(req),
-       [out, max_bytes, n](const grpc::ByteBuffer& resp) -> absl::Status {
-         auto decoded = DecodeVariable(resp, max_bytes);
-         if (!decoded.ok()) return decoded.status();
-         const VariableHeader& h = decoded->header();
-         if (h.type != DENSE_TENSOR || h.dims.empty() || h.dims[0] != static_cast<int64_t>(n)) {
-           return absl::InternalError(absl::StrCat("prefetch returned ", ShapeString(h.dims),
-                                                   " for ", n, " ids"));
-         }
-         Variable v;
-         *v.GetMutable<Tensor>() = *out;
-         absl::Status s = DecodeVariableInto(*decoded, &v);
-         *out = v.Get<Tensor>();
-         return s;
-       },
-       std::move(done));
+  Call(
+      "Prefetch", SerializeProto(req),
+      [out, max_bytes, n](const grpc::ByteBuffer& resp) -> absl::Status {
+        auto decoded = DecodeVariable(resp, max_bytes);
+        if (!decoded.ok()) return decoded.status();
+        const VariableHeader& h = decoded->header();
+        if (h.type != DENSE_TENSOR || h.dims.empty() || h.dims[0] != static_cast<int64_t>(n)) {
+          return absl::InternalError(
+              absl::StrCat("prefetch returned ", ShapeString(h.dims), " for ", n, " ids"));
+        }
+        Variable v;
+        *v.GetMutable<Tensor>() = *out;
+        absl::Status s = DecodeVariableInto(*decoded, &v);
+        *out = v.Get<Tensor>();
+        return s;
+      },
+      std::move(done));
 }
 
-void GrpcPServerClient::BarrierAsync(const RequestMeta& meta, BarrierKind kind,
-                                     DoneCallback done) {
+void GrpcPServerClient::BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) {
   BarrierRequest req;
   *req.mutable_header() = ToHeader(meta);
   req.set_kind(kind);

@@ -13,6 +13,8 @@
 
 #include "absl/time/time.h"
 #include "common/rpc/client.h"
+#include "common/rpc/grpc/credentials.h"
+#include "common/rpc/rpc_observer.h"
 
 namespace grpc {
 class Channel;
@@ -29,6 +31,10 @@ struct GrpcClientOptions {
   int max_attempts = 5;  // per call, retrying UNAVAILABLE
   bool wait_for_ready = true;
   int64_t max_message_bytes = int64_t{1} << 30;
+  // Mutual TLS and the job token sent with every call (see credentials.h).
+  RpcSecurity security;
+  // Told about every finished call (may be null); must outlive the client.
+  RpcObserver* observer = nullptr;
 };
 
 class GrpcPServerClient : public PServerClient {
@@ -44,8 +50,7 @@ class GrpcPServerClient : public PServerClient {
   void PrefetchAsync(const RequestMeta& meta, const std::string& table,
                      const std::vector<int64_t>* ids, Tensor* out, DoneCallback done) override;
   void BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) override;
-  void CheckpointAsync(const RequestMeta& meta, const std::string& dir,
-                       DoneCallback done) override;
+  void CheckpointAsync(const RequestMeta& meta, const std::string& dir, DoneCallback done) override;
 
  private:
   using Stub = grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>;

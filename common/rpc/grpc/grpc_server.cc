@@ -1,7 +1,11 @@
 #include "common/rpc/grpc/grpc_server.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/rpc/grpc/codec.h"
+#include "common/rpc/grpc/credentials.h"
 #include "common/rpc/grpc/grpc_util.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
@@ -10,19 +14,62 @@
 
 namespace tessera {
 
-using RawService = PServer::WithRawCallbackMethod_SendVariable<
-    PServer::WithRawCallbackMethod_GetVariable<PServer::WithRawCallbackMethod_Prefetch<
-        PServer::WithRawCallbackMethod_Barrier<PServer::WithRawCallbackMethod_Checkpoint<
-            PServer::Service>>>>>;
+using RawService =
+    PServer::WithRawCallbackMethod_SendVariable<PServer::WithRawCallbackMethod_GetVariable<
+        PServer::WithRawCallbackMethod_Prefetch<PServer::WithRawCallbackMethod_Barrier<
+            PServer::WithRawCallbackMethod_Checkpoint<PServer::Service>>>>>;
+
+namespace {
+
+// A unary reactor that reports its call to an RpcObserver (if any) when the handler finishes it.
+// Finish() hides, not overrides, ServerUnaryReactor::Finish (which is not virtual): the
+// handlers below call it through an ObservedReactor*. Deletes itself when gRPC is done.
+class ObservedReactor : public grpc::ServerUnaryReactor {
+ public:
+  ObservedReactor(RpcObserver* observer, RpcMethod method, const grpc::ByteBuffer* request,
+                  const grpc::ByteBuffer* response)
+      : observer_(observer), method_(method), request_(request), response_(response) {
+    if (observer_ != nullptr) start_ = absl::Now();
+  }
+  void Finish(grpc::Status status) {
+    if (observer_ != nullptr) {
+      RpcCallInfo call;
+      call.method = method_;
+      call.code = static_cast<absl::StatusCode>(status.error_code());
+      call.latency = absl::Now() - start_;
+      call.bytes_received = static_cast<int64_t>(request_->Length());
+      call.bytes_sent = status.ok() ? static_cast<int64_t>(response_->Length()) : 0;
+      observer_->OnCall(call);
+    }
+    grpc::ServerUnaryReactor::Finish(std::move(status));
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  RpcObserver* const observer_;
+  const RpcMethod method_;
+  const grpc::ByteBuffer* const request_;
+  const grpc::ByteBuffer* const response_;
+  absl::Time start_;
+};
+
+}  // namespace
 
 class GrpcServer::Service : public RawService {
  public:
-  Service(RequestHandler* handler, int64_t max_bytes) : handler_(handler), max_bytes_(max_bytes) {}
+  Service(RequestHandler* handler, int64_t max_bytes, std::string job_token)
+      : handler_(handler), max_bytes_(max_bytes), job_token_(std::move(job_token)) {}
+
+  int64_t unauthenticated() const { return unauthenticated_.load(); }
+  // Set before the server starts; nullptr: calls are not reported.
+  void set_observer(RpcObserver* observer) { observer_ = observer; }
 
   grpc::ServerUnaryReactor* SendVariable(grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    ObservedReactor* reactor = NewReactor(RpcMethod::kSend, request, response);
+    absl::Status auth = CheckToken(ctx);
+    if (!auth.ok()) return Fail(reactor, auth);
     auto decoded = DecodeVariable(*request, max_bytes_);
     if (!decoded.ok()) return Fail(reactor, decoded.status());
     absl::Status admit = handler_->Admit(decoded->meta());
@@ -57,7 +104,9 @@ class GrpcServer::Service : public RawService {
   grpc::ServerUnaryReactor* GetVariable(grpc::CallbackServerContext* ctx,
                                         const grpc::ByteBuffer* request,
                                         grpc::ByteBuffer* response) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    ObservedReactor* reactor = NewReactor(RpcMethod::kGet, request, response);
+    absl::Status auth = CheckToken(ctx);
+    if (!auth.ok()) return Fail(reactor, auth);
     GetRequest req;
     absl::Status s = ParseProto(*request, &req);
     if (!s.ok()) return Fail(reactor, s);
@@ -80,9 +129,9 @@ class GrpcServer::Service : public RawService {
       int64_t total = static_cast<int64_t>(t->nbytes());
       int64_t len = length == 0 ? total - offset : length;
       if (offset < 0 || len < 0 || offset + len > total) {
-        reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-            "byte range [", offset, ", +", len, ") is outside variable ", name, " of ", total,
-            " bytes"))));
+        reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(
+            absl::StrCat("byte range [", offset, ", +", len, ") is outside variable ", name, " of ",
+                         total, " bytes"))));
         return;
       }
       *response = EncodeVariable(meta, name, *var, offset, len);
@@ -94,7 +143,9 @@ class GrpcServer::Service : public RawService {
   grpc::ServerUnaryReactor* Prefetch(grpc::CallbackServerContext* ctx,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    ObservedReactor* reactor = NewReactor(RpcMethod::kPrefetch, request, response);
+    absl::Status auth = CheckToken(ctx);
+    if (!auth.ok()) return Fail(reactor, auth);
     PrefetchRequest req;
     absl::Status s = ParseProto(*request, &req);
     if (!s.ok()) return Fail(reactor, s);
@@ -102,9 +153,9 @@ class GrpcServer::Service : public RawService {
     s = handler_->Admit(meta);
     if (!s.ok()) return Fail(reactor, s);
     if (req.ids().size() % sizeof(int64_t) != 0) {
-      return Fail(reactor, absl::InvalidArgumentError(absl::StrCat(
-                               "prefetch of ", req.table(), ": ids field has ", req.ids().size(),
-                               " bytes, not a multiple of 8")));
+      return Fail(reactor, absl::InvalidArgumentError(
+                               absl::StrCat("prefetch of ", req.table(), ": ids field has ",
+                                            req.ids().size(), " bytes, not a multiple of 8")));
     }
     std::vector<int64_t> ids(req.ids().size() / sizeof(int64_t));
     if (!ids.empty()) std::memcpy(ids.data(), req.ids().data(), req.ids().size());
@@ -125,7 +176,9 @@ class GrpcServer::Service : public RawService {
   grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx,
                                     const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    ObservedReactor* reactor = NewReactor(RpcMethod::kBarrier, request, response);
+    absl::Status auth = CheckToken(ctx);
+    if (!auth.ok()) return Fail(reactor, auth);
     BarrierRequest req;
     absl::Status s = ParseProto(*request, &req);
     if (!s.ok()) return Fail(reactor, s);
@@ -141,7 +194,9 @@ class GrpcServer::Service : public RawService {
   grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* ctx,
                                        const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    ObservedReactor* reactor = NewReactor(RpcMethod::kCheckpoint, request, response);
+    absl::Status auth = CheckToken(ctx);
+    if (!auth.ok()) return Fail(reactor, auth);
     CheckpointRequest req;
     absl::Status s = ParseProto(*request, &req);
     if (!s.ok()) return Fail(reactor, s);
@@ -155,13 +210,38 @@ class GrpcServer::Service : public RawService {
   }
 
  private:
-  static grpc::ServerUnaryReactor* Fail(grpc::ServerUnaryReactor* reactor, const absl::Status& s) {
+  ObservedReactor* NewReactor(RpcMethod method, const grpc::ByteBuffer* request,
+                              const grpc::ByteBuffer* response) {
+    return new ObservedReactor(observer_, method, request, response);
+  }
+
+  static grpc::ServerUnaryReactor* Fail(ObservedReactor* reactor, const absl::Status& s) {
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
 
+  // The job token check, first thing for every request (nothing is decoded before it).
+  // UNAUTHENTICATED never echoes the presented or the expected token.
+  absl::Status CheckToken(grpc::CallbackServerContext* ctx) {
+    if (job_token_.empty()) return absl::OkStatus();
+    const auto& metadata = ctx->client_metadata();
+    auto it = metadata.find(kJobTokenMetadataKey);
+    if (it != metadata.end() &&
+        JobTokenMatches(job_token_, absl::string_view(it->second.data(), it->second.size()))) {
+      return absl::OkStatus();
+    }
+    unauthenticated_.fetch_add(1, std::memory_order_relaxed);
+    return absl::UnauthenticatedError(
+        absl::StrCat("refused: the request carries ",
+                     it == metadata.end() ? "no job token" : "a wrong job token",
+                     " (give every daemon of the job the same --job_token or --job_token_file)"));
+  }
+
   RequestHandler* handler_;
   int64_t max_bytes_;
+  RpcObserver* observer_ = nullptr;
+  const std::string job_token_;
+  std::atomic<int64_t> unauthenticated_{0};
 };
 
 GrpcServer::GrpcServer(GrpcServerOptions options, RequestHandler* handler)
@@ -173,9 +253,11 @@ GrpcServer::~GrpcServer() {
 
 absl::Status GrpcServer::Start() {
   grpc::EnableDefaultHealthCheckService(true);
-  service_ = std::make_unique<Service>(handler_, options_.max_message_bytes);
+  service_ =
+      std::make_unique<Service>(handler_, options_.max_message_bytes, options_.security.job_token);
+  service_->set_observer(options_.observer);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.address, grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(options_.address, MakeServerCredentials(options_.security), &port_);
   builder.RegisterService(service_.get());
   int max = static_cast<int>(std::min<int64_t>(options_.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(max);
@@ -183,13 +265,21 @@ absl::Status GrpcServer::Start() {
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
     server_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options_.address, " (address in use or invalid)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options_.address,
+        options_.security.tls() ? " (address in use or invalid, or the --tls_cert/--tls_key/"
+                                  "--tls_ca contents are not a matching PEM certificate, key "
+                                  "and CA)"
+                                : " (address in use or invalid)"));
   }
   if (auto* health = server_->GetHealthCheckService()) {
     health->SetServingStatus("tessera.PServer", true);
   }
   return absl::OkStatus();
+}
+
+int64_t GrpcServer::unauthenticated_requests() const {
+  return service_ == nullptr ? 0 : service_->unauthenticated();
 }
 
 void GrpcServer::Shutdown() {

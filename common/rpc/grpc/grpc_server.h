@@ -13,6 +13,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/rpc/grpc/credentials.h"
+#include "common/rpc/rpc_observer.h"
 #include "common/rpc/server.h"
 
 namespace grpc {
@@ -25,6 +27,10 @@ struct GrpcServerOptions {
   std::string address = "127.0.0.1:0";  // host:port; port 0 picks a free port
   int64_t max_message_bytes = int64_t{1} << 30;
   absl::Duration shutdown_grace = absl::Seconds(5);
+  // Mutual TLS and the job token (see credentials.h); default: plaintext, no token.
+  RpcSecurity security;
+  // Told about every finished PServer call (may be null); must outlive the server.
+  RpcObserver* observer = nullptr;
 };
 
 class GrpcServer {
@@ -36,6 +42,8 @@ class GrpcServer {
   absl::Status Start();
   // The bound port (after Start()).
   int port() const { return port_; }
+  // PServer requests refused for a missing or wrong job token (after Start()).
+  int64_t unauthenticated_requests() const;
   void Shutdown();
   void Wait();
 

@@ -1,0 +1,233 @@
+// A real pserver + trainer job with --trace: the trainer's Chrome-trace JSON is valid (parsed
+// by protobuf's JSON parser), holds one "step" span per traced step and, nested in each, the
+// phases compute, prefetch, send, send_barrier, recv and fetch_barrier. A job whose pserver dies
+// still leaves the steps it recorded, the failed one marked incomplete; a bad --trace path fails
+// at start naming the path.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "tests/cluster_util.h"
+
+namespace tessera {
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+struct Span {
+  std::string name;
+  double ts = -1, dur = -1, pid = -1;
+  int64_t step = -1;
+  bool incomplete = false;
+};
+
+// The "X" events of the trace at `path`; fails the test when it is not valid trace JSON.
+std::vector<Span> ReadTrace(const std::string& path) {
+  std::string json = ReadFileOrEmpty(path);
+  Struct doc;
+  auto s = google::protobuf::util::JsonStringToMessage(json, &doc);
+  EXPECT_TRUE(s.ok()) << s.ToString() << "\n" << json;
+  std::vector<Span> out;
+  auto events = doc.fields().find("traceEvents");
+  EXPECT_NE(events, doc.fields().end()) << json;
+  if (events == doc.fields().end()) return out;
+  for (const Value& v : events->second.list_value().values()) {
+    const auto& f = v.struct_value().fields();
+    if (f.at("ph").string_value() != "X") continue;
+    Span span;
+    span.name = f.at("name").string_value();
+    EXPECT_TRUE(f.count("ts") && f.count("dur") && f.count("pid") && f.count("tid"));
+    span.ts = f.at("ts").number_value();
+    span.dur = f.at("dur").number_value();
+    span.pid = f.at("pid").number_value();
+    const auto& args = f.at("args").struct_value().fields();
+    if (args.count("step")) span.step = static_cast<int64_t>(args.at("step").number_value());
+    span.incomplete = args.count("incomplete") && args.at("incomplete").number_value() == 1;
+    out.push_back(span);
+  }
+  return out;
+}
+
+bool ExitedWith(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
+
+TEST(TraceClusterTest, TrainerWritesNestedStepTimeline) {
+  std::string dir = MakeTempDir("trace");
+  auto eps = FreeEndpoints(2);
+  ASSERT_TRUE(eps.ok());
+  std::string pservers = (*eps)[0] + "," + (*eps)[1];
+  // 1024 examples / 64 = 16 steps; steps 3..7 are traced.
+  std::vector<std::string> common = {
+      "--pservers=" + pservers, "--trainers=1",    "--example=ctr", "--num_examples=1024",
+      "--num_test_examples=64", "--batch_size=64", "--epochs=1",    "--vocab_per_slot=500",
+      "--barrier_timeout_s=20"};
+  ProcessGroup group;
+  std::vector<pid_t> ps;
+  for (int i = 0; i < 2; ++i) {
+    std::vector<std::string> argv = {RunfilePath("pserver/tessera_pserver"),
+                                     "--current_endpoint=" + (*eps)[i]};
+    argv.insert(argv.end(), common.begin(), common.end());
+    auto pid = group.Start(argv, absl::StrCat(dir, "/pserver.", i, ".log"));
+    ASSERT_TRUE(pid.ok());
+    ps.push_back(*pid);
+  }
+  std::string trace = dir + "/trace.json";
+  std::vector<std::string> tr = {RunfilePath("trainer/tessera_trainer"), "--trainer_id=0",
+                                 "--trace=" + trace, "--trace_first_step=3", "--trace_steps=5"};
+  tr.insert(tr.end(), common.begin(), common.end());
+  auto trainer = group.Start(tr, dir + "/trainer.log");
+  ASSERT_TRUE(trainer.ok());
+  auto status = group.Wait(*trainer, absl::Seconds(90));
+  ASSERT_TRUE(status.ok()) << ReadFileOrEmpty(dir + "/trainer.log");
+  ASSERT_TRUE(ExitedWith(*status, 0)) << ReadFileOrEmpty(dir + "/trainer.log");
+  for (pid_t p : ps) EXPECT_TRUE(group.Wait(p, absl::Seconds(30)).ok());
+  EXPECT_NE(ReadFileOrEmpty(dir + "/trainer.log").find("spans written to " + trace),
+            std::string::npos);
+
+  std::vector<Span> spans = ReadTrace(trace);
+  std::map<int64_t, Span> steps;
+  std::map<int64_t, std::multiset<std::string>> phases;
+  for (const Span& s : spans) {
+    EXPECT_GT(s.ts, 0) << s.name;
+    EXPECT_GE(s.dur, 0) << s.name;
+    EXPECT_EQ(s.pid, 0) << s.name;
+    ASSERT_GE(s.step, 0) << s.name << " has no step";
+    if (s.name == "step") {
+      EXPECT_EQ(steps.count(s.step), 0u) << "step " << s.step << " twice";
+      steps[s.step] = s;
+    } else {
+      phases[s.step].insert(s.name);
+    }
+  }
+  std::set<int64_t> got;
+  for (const auto& [step, span] : steps) {
+    got.insert(step);
+    EXPECT_FALSE(span.incomplete);
+  }
+  EXPECT_EQ(got, (std::set<int64_t>{3, 4, 5, 6, 7}));
+  for (int64_t step = 3; step <= 7; ++step) {
+    for (const char* want :
+         {"compute", "prefetch", "send", "send_barrier", "recv", "fetch_barrier"}) {
+      EXPECT_GE(phases[step].count(want), 1u) << want << " missing in step " << step;
+    }
+  }
+  // Every phase lies inside its step's span (timestamps are whole microseconds).
+  for (const Span& s : spans) {
+    if (s.name == "step") continue;
+    ASSERT_EQ(steps.count(s.step), 1u) << s.name << " of untraced step " << s.step;
+    const Span& st = steps[s.step];
+    EXPECT_GE(s.ts, st.ts) << s.name << " of step " << s.step;
+    EXPECT_LE(s.ts + s.dur, st.ts + st.dur) << s.name << " of step " << s.step;
+  }
+  // Steps follow each other.
+  for (int64_t step = 4; step <= 7; ++step) {
+    EXPECT_GE(steps[step].ts, steps[step - 1].ts + steps[step - 1].dur);
+  }
+}
+
+TEST(TraceClusterTest, FailedRunKeepsTheStepsItRecorded) {
+  std::string dir = MakeTempDir("trace_fail");
+  auto eps = FreeEndpoints(1);
+  ASSERT_TRUE(eps.ok());
+  std::vector<std::string> common = {
+      "--pservers=" + (*eps)[0], "--trainers=1",       "--example=mlp_regression",
+      "--num_examples=256",      "--batch_size=32",    "--epochs=100000",
+      "--log_every_steps=10",    "--rpc_deadline_s=2", "--barrier_timeout_s=20"};
+  ProcessGroup group;
+  std::vector<std::string> ps_argv = {RunfilePath("pserver/tessera_pserver"),
+                                      "--current_endpoint=" + (*eps)[0]};
+  ps_argv.insert(ps_argv.end(), common.begin(), common.end());
+  auto ps = group.Start(ps_argv, dir + "/pserver.log");
+  ASSERT_TRUE(ps.ok());
+  std::string trace = dir + "/trace.json";
+  std::vector<std::string> tr = {RunfilePath("trainer/tessera_trainer"), "--trainer_id=0",
+                                 "--trace=" + trace, "--trace_steps=1000000"};
+  tr.insert(tr.end(), common.begin(), common.end());
+  auto trainer = group.Start(tr, dir + "/trainer.log");
+  ASSERT_TRUE(trainer.ok());
+  // Let it train a few steps, then kill the pserver.
+  absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (ReadFileOrEmpty(dir + "/trainer.log").find("step 20 ") == std::string::npos) {
+    ASSERT_LT(absl::Now(), deadline) << ReadFileOrEmpty(dir + "/trainer.log");
+    ASSERT_TRUE(group.Running(*trainer)) << ReadFileOrEmpty(dir + "/trainer.log");
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  group.Kill(*ps, SIGKILL);
+  auto status = group.Wait(*trainer, absl::Seconds(60));
+  ASSERT_TRUE(status.ok()) << ReadFileOrEmpty(dir + "/trainer.log");
+  EXPECT_FALSE(ExitedWith(*status, 0)) << ReadFileOrEmpty(dir + "/trainer.log");
+
+  std::vector<Span> spans = ReadTrace(trace);
+  int complete = 0, incomplete = 0;
+  int64_t last_step = -1;
+  for (const Span& s : spans) {
+    if (s.name != "step") continue;
+    (s.incomplete ? incomplete : complete) += 1;
+    if (s.incomplete) EXPECT_GT(s.step, last_step);  // the failed step is the last one
+    last_step = std::max(last_step, s.step);
+  }
+  EXPECT_GE(complete, 20) << ReadFileOrEmpty(dir + "/trainer.log");
+  EXPECT_EQ(incomplete, 1) << ReadFileOrEmpty(dir + "/trainer.log");
+}
+
+TEST(TraceClusterTest, TraceIsWrittenWhenItsLastStepEndsEvenIfTheTrainerIsKilled) {
+  std::string dir = MakeTempDir("trace_kill");
+  auto eps = FreeEndpoints(1);
+  ASSERT_TRUE(eps.ok());
+  std::vector<std::string> common = {"--pservers=" + (*eps)[0],  "--trainers=1",
+                                     "--example=mlp_regression", "--num_examples=256",
+                                     "--batch_size=32",          "--epochs=100000",
+                                     "--log_every_steps=10"};
+  ProcessGroup group;
+  std::vector<std::string> ps_argv = {RunfilePath("pserver/tessera_pserver"),
+                                      "--current_endpoint=" + (*eps)[0]};
+  ps_argv.insert(ps_argv.end(), common.begin(), common.end());
+  ASSERT_TRUE(group.Start(ps_argv, dir + "/pserver.log").ok());
+  std::string trace = dir + "/trace.json";
+  std::vector<std::string> tr = {RunfilePath("trainer/tessera_trainer"), "--trainer_id=0",
+                                 "--trace=" + trace, "--trace_steps=10"};
+  tr.insert(tr.end(), common.begin(), common.end());
+  auto trainer = group.Start(tr, dir + "/trainer.log");
+  ASSERT_TRUE(trainer.ok());
+  absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (ReadFileOrEmpty(dir + "/trainer.log").find("step 20 ") == std::string::npos) {
+    ASSERT_LT(absl::Now(), deadline) << ReadFileOrEmpty(dir + "/trainer.log");
+    ASSERT_TRUE(group.Running(*trainer)) << ReadFileOrEmpty(dir + "/trainer.log");
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  group.Kill(*trainer, SIGKILL);  // no chance to write at exit
+  std::set<int64_t> steps;
+  for (const Span& s : ReadTrace(trace)) {
+    if (s.name == "step" && !s.incomplete) steps.insert(s.step);
+  }
+  EXPECT_EQ(steps, (std::set<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  for (pid_t pid : group.pids()) group.Kill(pid, SIGKILL);
+}
+
+TEST(TraceClusterTest, UnwritableTracePathFailsAtStart) {
+  std::string dir = MakeTempDir("trace_bad");
+  auto eps = FreeEndpoints(1);
+  ASSERT_TRUE(eps.ok());
+  std::string bad = dir + "/no/such/dir/trace.json";
+  ProcessGroup group;
+  auto trainer = group.Start(
+      {RunfilePath("trainer/tessera_trainer"), "--trainer_id=0", "--pservers=" + (*eps)[0],
+       "--trainers=1", "--example=mlp_regression", "--trace=" + bad},
+      dir + "/trainer.log");
+  ASSERT_TRUE(trainer.ok());
+  auto status = group.Wait(*trainer, absl::Seconds(30));
+  ASSERT_TRUE(status.ok());
+  EXPECT_FALSE(ExitedWith(*status, 0));
+  std::string log = ReadFileOrEmpty(dir + "/trainer.log");
+  EXPECT_NE(log.find("trace file " + bad), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace tessera

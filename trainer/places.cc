@@ -1,0 +1,369 @@
+#include "trainer/places.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/data/sampler.h"
+#include "common/op_desc.h"
+#include "common/status.h"
+
+namespace tessera {
+
+namespace {
+
+// Forward, loss and backward ops (and their combinations) run per place; anything else
+// (optimize, RPC, distributed, LR schedule) does not.
+bool IsPlaceRole(int64_t role) { return (role & ~int64_t{kRoleBackward | kRoleLoss}) == 0; }
+
+std::string RoleString(int64_t role) {
+  if (role == kRoleForward) return "forward";
+  std::vector<std::string> names;
+  const std::pair<int64_t, const char*> kNames[] = {
+      {kRoleBackward, "backward"}, {kRoleOptimize, "optimize"}, {kRoleRPC, "rpc"},
+      {kRoleDist, "dist"},         {kRoleLRSched, "lr_sched"},  {kRoleLoss, "loss"}};
+  std::string out;
+  for (const auto& [bit, name] : kNames) {
+    if ((role & bit) != 0) absl::StrAppend(&out, out.empty() ? "" : "|", name);
+  }
+  return out.empty() ? absl::StrCat(role) : out;
+}
+
+// A copy of `block` with only ops [begin, end) and the variables they use.
+BlockDesc SubBlock(const BlockDesc& block, int begin, int end) {
+  BlockDesc out;
+  out.set_idx(0);
+  out.set_parent_idx(-1);
+  std::set<std::string> used;
+  for (int i = begin; i < end; ++i) {
+    *out.add_ops() = block.ops(i);
+    for (const auto& a : AllInputArgs(block.ops(i))) used.insert(a);
+    for (const auto& a : AllOutputArgs(block.ops(i))) used.insert(a);
+  }
+  for (const auto& v : block.vars()) {
+    if (used.count(v.name()) > 0) *out.add_vars() = v;
+  }
+  return out;
+}
+
+std::string PlaceError(const std::string& name, size_t place, absl::string_view why) {
+  return absl::StrCat("combining '", name, "' across places: place ", place, " ", why);
+}
+
+// acc (+)= w * in, accumulated in double so that the weights (n_p / n, rarely exact in float)
+// add one rounding at most.
+template <typename T>
+void AddScaled(const Tensor& in, double w, bool first, std::vector<double>* acc) {
+  const T* x = in.data<T>();
+  const int64_t n = in.numel();
+  if (first) acc->assign(static_cast<size_t>(n), 0.0);
+  double* y = acc->data();
+  for (int64_t i = 0; i < n; ++i) y[i] += w * static_cast<double>(x[i]);
+}
+
+template <typename T>
+void CopyScaled(const Tensor& in, double w, int64_t offset, Tensor* out) {
+  const T* x = in.data<T>();
+  T* y = out->data<T>() + offset;
+  for (int64_t i = 0; i < in.numel(); ++i) y[i] = static_cast<T>(w * static_cast<double>(x[i]));
+}
+
+bool IsFloat(DataType t) { return t == FLOAT32 || t == FLOAT64; }
+
+// Row shape (dims after the first) of a tensor of rank >= 1.
+Shape RowShape(const Tensor& t) { return Shape(t.shape().begin() + 1, t.shape().end()); }
+
+}  // namespace
+
+absl::StatusOr<PlacePrograms> SplitForPlaces(const ProgramDesc& main) {
+  if (main.blocks_size() == 0) return absl::InvalidArgumentError("the program has no blocks");
+  const BlockDesc& block = main.blocks(0);
+  const int n = block.ops_size();
+  int first_backward = -1;
+  for (int i = 0; i < n && first_backward < 0; ++i) {
+    const int64_t role = OpRoleOf(block.ops(i));
+    if (IsPlaceRole(role) && (role & kRoleBackward) != 0) first_backward = i;
+  }
+  if (first_backward < 0) {
+    return absl::InvalidArgumentError(
+        "the program has no backward op (build it with an optimizer's Minimize), so there is no "
+        "forward/backward part to run per place");
+  }
+  int boundary = n;
+  for (int i = first_backward + 1; i < n; ++i) {
+    if (!IsPlaceRole(OpRoleOf(block.ops(i)))) {
+      boundary = i;
+      break;
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    const OpDesc& op = block.ops(i);
+    const int64_t role = OpRoleOf(op);
+    if (i < boundary && !IsPlaceRole(role)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("op #", i, " ", OpSignature(op), " has role ", RoleString(role),
+                       " but comes before the end of the backward pass (op #", boundary,
+                       "); only forward, loss and backward ops can run per place"));
+    }
+    if (i >= boundary && IsPlaceRole(role)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "op #", i, " ", OpSignature(op), " has role ", RoleString(role), " but comes after op #",
+          boundary, " ", block.ops(boundary).type(), " (role ",
+          RoleString(OpRoleOf(block.ops(boundary))),
+          ") that ends the backward pass; a program run on several places must be forward and "
+          "backward ops, then the rest"));
+    }
+  }
+  PlacePrograms out;
+  out.boundary = boundary;
+  out.place.set_random_seed(main.random_seed());
+  *out.place.add_blocks() = SubBlock(block, 0, boundary);
+  out.rest = main;
+  *out.rest.mutable_blocks(0) = SubBlock(block, boundary, n);
+  for (int b = 1; b < main.blocks_size(); ++b) *out.rest.mutable_blocks(b) = main.blocks(b);
+  out.rest.mutable_blocks(0)->set_idx(block.idx());
+  out.rest.mutable_blocks(0)->set_parent_idx(block.parent_idx());
+
+  std::set<std::string> written;
+  for (int i = 0; i < boundary; ++i) {
+    const OpDesc& op = block.ops(i);
+    for (const auto& a : AllOutputArgs(op)) {
+      const VarDesc* v = FindVarDesc(block, a);
+      if (v != nullptr && v->persistable()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("op #", i, " ", OpSignature(op), " writes persistable variable '", a,
+                         "'; places share the parameters read-only, so it cannot run per place"));
+      }
+      if (written.insert(a).second) out.place_locals.push_back(a);
+    }
+  }
+  std::set<std::string> rest_written, reduced;
+  for (int i = boundary; i < n; ++i) {
+    const OpDesc& op = block.ops(i);
+    for (const auto& a : AllInputArgs(op)) {
+      if (written.count(a) == 0 || rest_written.count(a) > 0 || reduced.count(a) > 0) continue;
+      if (!IsGradVarName(a)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "variable '", a, "' is computed per place and read after the backward pass by op #", i,
+            " ", OpSignature(op), "; only gradients can be combined across places"));
+      }
+      reduced.insert(a);
+      out.reduced.push_back(a);
+    }
+    for (const auto& a : AllOutputArgs(op)) rest_written.insert(a);
+  }
+  return out;
+}
+
+absl::Status CpuPlaceReducer::WeightedSum(const std::string& name,
+                                          const std::vector<const Variable*>& values,
+                                          const std::vector<double>& weights, Variable* out) {
+  if (values.empty() || values.size() != weights.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("combining '", name,
+                                                   "' across places: ", values.size(),
+                                                   " values and ", weights.size(), " weights"));
+  }
+  for (size_t p = 0; p < values.size(); ++p) {
+    if (values[p] == nullptr || !values[p]->IsInitialized()) {
+      return absl::InvalidArgumentError(PlaceError(name, p, "did not compute it"));
+    }
+  }
+  if (const SelectedRows* first = values[0]->GetIf<SelectedRows>()) {
+    int64_t rows = 0;
+    for (size_t p = 0; p < values.size(); ++p) {
+      const SelectedRows* sr = values[p]->GetIf<SelectedRows>();
+      if (sr == nullptr) {
+        return absl::InvalidArgumentError(
+            PlaceError(name, p, "has a dense tensor where place 0 has sparse rows"));
+      }
+      if (sr->height != first->height || !IsFloat(sr->value.dtype()) ||
+          sr->value.dtype() != first->value.dtype() || sr->value.rank() < 1 ||
+          RowShape(sr->value) != RowShape(first->value) ||
+          sr->value.dim(0) != static_cast<int64_t>(sr->rows.size())) {
+        return absl::InvalidArgumentError(
+            PlaceError(name, p,
+                       absl::StrCat("has rows of height ", sr->height, " and value ",
+                                    sr->value.DebugString(), "; place 0 height ", first->height,
+                                    " value ", first->value.DebugString())));
+      }
+      rows += sr->value.dim(0);
+    }
+    SelectedRows merged;
+    merged.height = first->height;
+    merged.rows.reserve(static_cast<size_t>(rows));
+    Shape shape = first->value.shape();
+    shape[0] = rows;
+    merged.value = Tensor(first->value.dtype(), shape);
+    int64_t offset = 0;
+    for (size_t p = 0; p < values.size(); ++p) {
+      const SelectedRows& sr = values[p]->Get<SelectedRows>();
+      merged.rows.insert(merged.rows.end(), sr.rows.begin(), sr.rows.end());
+      if (sr.value.dtype() == FLOAT32) {
+        CopyScaled<float>(sr.value, weights[p], offset, &merged.value);
+      } else {
+        CopyScaled<double>(sr.value, weights[p], offset, &merged.value);
+      }
+      offset += sr.value.numel();
+    }
+    *out->GetMutable<SelectedRows>() = std::move(merged);
+    return absl::OkStatus();
+  }
+  const Tensor& first = values[0]->Get<Tensor>();
+  for (size_t p = 0; p < values.size(); ++p) {
+    const Tensor* t = values[p]->GetIf<Tensor>();
+    if (t == nullptr) {
+      return absl::InvalidArgumentError(
+          PlaceError(name, p, "has sparse rows where place 0 has a dense tensor"));
+    }
+    if (!t->initialized() || !IsFloat(t->dtype()) || t->dtype() != first.dtype() ||
+        t->shape() != first.shape()) {
+      return absl::InvalidArgumentError(
+          PlaceError(name, p,
+                     absl::StrCat("has ", t->DebugString(), " (place 0: ", first.DebugString(),
+                                  "); need float tensors of one shape")));
+    }
+  }
+  // A fresh buffer: the output must not alias a place's tensor (Tensor copies share buffers).
+  Tensor sum(first.dtype(), first.shape());
+  std::vector<double> acc;
+  for (size_t p = 0; p < values.size(); ++p) {
+    if (first.dtype() == FLOAT32) {
+      AddScaled<float>(values[p]->Get<Tensor>(), weights[p], p == 0, &acc);
+    } else {
+      AddScaled<double>(values[p]->Get<Tensor>(), weights[p], p == 0, &acc);
+    }
+  }
+  for (int64_t i = 0; i < sum.numel(); ++i) {
+    if (first.dtype() == FLOAT32) {
+      sum.data<float>()[i] = static_cast<float>(acc[static_cast<size_t>(i)]);
+    } else {
+      sum.data<double>()[i] = acc[static_cast<size_t>(i)];
+    }
+  }
+  *out->GetMutable<Tensor>() = std::move(sum);
+  return absl::OkStatus();
+}
+
+absl::Status CpuPlaceReducer::ConcatRows(const std::string& name,
+                                         const std::vector<const Variable*>& values,
+                                         Variable* out) {
+  if (values.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("concatenating '", name, "': no places"));
+  }
+  const Tensor* first = values[0] == nullptr ? nullptr : values[0]->GetIf<Tensor>();
+  int64_t rows = 0;
+  for (size_t p = 0; p < values.size(); ++p) {
+    const Tensor* t = values[p] == nullptr ? nullptr : values[p]->GetIf<Tensor>();
+    if (t == nullptr || first == nullptr || !t->initialized() || t->rank() < 1 ||
+        t->dtype() != first->dtype() || RowShape(*t) != RowShape(*first)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("concatenating '", name, "' across places: place ", p, " has ",
+                       t == nullptr ? std::string("no dense tensor") : t->DebugString(),
+                       first == nullptr ? std::string()
+                                        : absl::StrCat(" (place 0: ", first->DebugString(), ")")));
+    }
+    rows += t->dim(0);
+  }
+  Shape shape = first->shape();
+  shape[0] = rows;
+  Tensor cat(first->dtype(), shape);
+  size_t offset = 0;
+  for (const Variable* v : values) {
+    const Tensor& t = v->Get<Tensor>();
+    std::memcpy(static_cast<char*>(cat.raw_data()) + offset, t.raw_data(), t.nbytes());
+    offset += t.nbytes();
+  }
+  *out->GetMutable<Tensor>() = std::move(cat);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<PlaceRunner>> PlaceRunner::Create(const Executor* executor,
+                                                                 const ProgramDesc& main,
+                                                                 PlaceRunnerOptions options,
+                                                                 Scope* scope) {
+  if (options.num_places < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu_places must be >= 1, got ", options.num_places));
+  }
+  std::unique_ptr<PlaceRunner> r(new PlaceRunner(executor, std::move(options), scope));
+  if (r->options_.reducer == nullptr) r->options_.reducer = std::make_unique<CpuPlaceReducer>();
+  TS_ASSIGN_OR_RETURN(r->programs_, SplitForPlaces(main));
+  TS_ASSIGN_OR_RETURN(r->place_block_, executor->Prepare(r->programs_.place, 0));
+  TS_ASSIGN_OR_RETURN(r->rest_block_, executor->Prepare(r->programs_.rest, 0));
+  for (int p = 0; p < r->options_.num_places; ++p) {
+    Scope* s = scope->NewScope();
+    // The place's own activations and gradients (lookups would otherwise find the trainer's).
+    for (const auto& name : r->programs_.place_locals) s->Var(name);
+    r->place_scopes_.push_back(s);
+  }
+  return r;
+}
+
+PlaceRunner::~PlaceRunner() {
+  for (Scope* s : place_scopes_) scope_->DeleteScope(s);
+}
+
+absl::Status PlaceRunner::Step(int64_t batch_size, const FeedFn& feed) {
+  if (batch_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a step across places needs a batch of >= 1 examples, got ", batch_size));
+  }
+  const int k = options_.num_places;
+  TS_ASSIGN_OR_RETURN(data::BatchSharder sharder, data::BatchSharder::Create(k, 0));
+  std::vector<int> active;
+  std::vector<data::ShardRange> ranges;
+  for (int p = 0; p < k; ++p) {
+    const data::ShardRange r = sharder.ShardOf(batch_size, p);
+    if (r.size() == 0) continue;  // fewer examples than places: this place sits out
+    active.push_back(p);
+    ranges.push_back(r);
+  }
+  std::vector<absl::Status> status(active.size());
+  auto run_place = [&](size_t i) {
+    Scope* s = place_scopes_[static_cast<size_t>(active[i])];
+    absl::Status st = feed(ranges[i].begin, ranges[i].size(), s);
+    if (st.ok()) st = executor_->Run(place_block_, s);
+    status[i] = std::move(st);
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < active.size(); ++i) threads.emplace_back(run_place, i);
+  run_place(0);
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < active.size(); ++i) {
+    if (!status[i].ok()) {
+      return absl::Status(status[i].code(),
+                          absl::StrCat("place ", active[i], ": ", status[i].message()));
+    }
+  }
+
+  std::vector<double> weights;
+  for (const auto& r : ranges) {
+    weights.push_back(static_cast<double>(r.size()) / static_cast<double>(batch_size));
+  }
+  auto values_of = [&](const std::string& name) {
+    std::vector<const Variable*> values;
+    for (int p : active) values.push_back(place_scopes_[static_cast<size_t>(p)]->FindVar(name));
+    return values;
+  };
+  for (const auto& name : programs_.reduced) {
+    TS_RETURN_IF_ERROR(
+        options_.reducer->WeightedSum(name, values_of(name), weights, scope_->Var(name)));
+  }
+  if (!options_.loss.empty()) {
+    TS_RETURN_IF_ERROR(options_.reducer->WeightedSum(options_.loss, values_of(options_.loss),
+                                                     weights, scope_->Var(options_.loss)));
+  }
+  for (const auto& name : options_.concat) {
+    std::vector<const Variable*> values = values_of(name);
+    bool all = true;
+    for (const Variable* v : values) all &= v != nullptr && v->IsInitialized();
+    if (!all) continue;
+    TS_RETURN_IF_ERROR(options_.reducer->ConcatRows(name, values, scope_->Var(name)));
+  }
+  return executor_->Run(rest_block_, scope_);
+}
+
+}  // namespace tessera
