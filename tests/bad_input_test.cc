@@ -303,6 +303,29 @@ TEST_F(BadInputTest, MalformedSmallRequestsAreRefused) {
   s = Raw("Barrier", barrier.SerializeAsString());
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
   EXPECT_NE(s.error_message().find("trainer_id 7"), std::string::npos) << s.error_message();
+
+  // Strings the server would echo (names, the job id, a checkpoint dir) are refused when they
+  // carry a control character: the error stays one line and shows the value escaped.
+  auto expect_escaped = [&](const std::string& method, const std::string& bytes,
+                            const std::string& needle) {
+    grpc::Status st = Raw(method, bytes);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+    EXPECT_NE(st.error_message().find(needle), std::string::npos) << st.error_message();
+    EXPECT_EQ(st.error_message().find('\n'), std::string::npos) << st.error_message();
+  };
+  get.set_name("fc.w\nforged line");
+  get.set_offset(0);
+  get.set_length(0);
+  expect_escaped("GetVariable", get.SerializeAsString(), "variable name \"fc.w\\nforged line\"");
+  prefetch.set_table("emb\r");
+  prefetch.set_ids(std::string(8, '\0'));
+  expect_escaped("Prefetch", prefetch.SerializeAsString(), "table name \"emb\\r\"");
+  *barrier.mutable_header() = ToHeader(RequestMeta{"job\nx", 0, 0});
+  expect_escaped("Barrier", barrier.SerializeAsString(), "job id \"job\\nx\"");
+  CheckpointRequest checkpoint;
+  *checkpoint.mutable_header() = ToHeader(meta_);
+  checkpoint.set_dir("/tmp/x\n");
+  expect_escaped("Checkpoint", checkpoint.SerializeAsString(), "checkpoint dir");
   EXPECT_EQ(Snapshot(), before);
 }
 

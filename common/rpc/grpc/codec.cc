@@ -101,6 +101,15 @@ RequestMeta FromHeader(const RequestHeader& header) {
   return RequestMeta{header.job_id(), header.trainer_id(), header.step()};
 }
 
+absl::Status CheckPrintable(absl::string_view what, absl::string_view value) {
+  if (std::none_of(value.begin(), value.end(),
+                   [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(what, " \"", absl::CHexEscape(value.substr(0, 80)),
+                                                 "\" contains a control character"));
+}
+
 grpc::ByteBuffer EncodeVariable(const RequestMeta& meta, const std::string& name,
                                 const Variable& var, int64_t offset, int64_t length) {
   VariableMessage msg;
@@ -197,12 +206,9 @@ absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, i
   h.dims.assign(msg.dims().begin(), msg.dims().end());
   h.height = msg.height();
   if (h.name.empty()) return Bad("empty variable name");
-  // Names are echoed in errors and logs: one with a control character (a newline...) would
-  // forge or split lines there, and no program declares such a name.
-  if (std::any_of(h.name.begin(), h.name.end(),
-                  [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
-    return Bad(absl::StrCat("variable name \"", absl::CHexEscape(h.name.substr(0, 80)),
-                            "\" contains a control character"));
+  for (absl::Status printable :
+       {CheckPrintable("variable name", h.name), CheckPrintable("job id", d.meta_.job_id)}) {
+    if (!printable.ok()) return Bad(printable.message());
   }
   if (h.type != DENSE_TENSOR && h.type != SELECTED_ROWS) {
     return Bad(absl::StrCat("variable ", h.name, " has unsupported type ", h.type));

@@ -72,7 +72,7 @@ class GrpcServer::Service : public RawService {
     if (!auth.ok()) return Fail(reactor, auth);
     auto decoded = DecodeVariable(*request, max_bytes_);
     if (!decoded.ok()) return Fail(reactor, decoded.status());
-    absl::Status admit = handler_->Admit(decoded->meta());
+    absl::Status admit = Admit(decoded->meta());
     if (!admit.ok()) return Fail(reactor, admit);
     auto dest = handler_->PrepareReceive(decoded->meta(), decoded->header());
     if (!dest.ok()) return Fail(reactor, dest.status());
@@ -111,10 +111,12 @@ class GrpcServer::Service : public RawService {
     absl::Status s = ParseProto(*request, &req);
     if (!s.ok()) return Fail(reactor, s);
     RequestMeta meta = FromHeader(req.header());
-    s = handler_->Admit(meta);
+    s = Admit(meta);
     if (!s.ok()) return Fail(reactor, s);
     int64_t offset = req.offset(), length = req.length();
     std::string name = req.name();
+    s = CheckPrintable("variable name", name);
+    if (!s.ok()) return Fail(reactor, s);
     handler_->HandleGet(meta, name, [=](absl::StatusOr<Variable> var) {
       if (!var.ok()) {
         reactor->Finish(ToGrpcStatus(var.status()));
@@ -150,7 +152,9 @@ class GrpcServer::Service : public RawService {
     absl::Status s = ParseProto(*request, &req);
     if (!s.ok()) return Fail(reactor, s);
     RequestMeta meta = FromHeader(req.header());
-    s = handler_->Admit(meta);
+    s = Admit(meta);
+    if (!s.ok()) return Fail(reactor, s);
+    s = CheckPrintable("table name", req.table());
     if (!s.ok()) return Fail(reactor, s);
     if (req.ids().size() % sizeof(int64_t) != 0) {
       return Fail(reactor, absl::InvalidArgumentError(
@@ -183,7 +187,7 @@ class GrpcServer::Service : public RawService {
     absl::Status s = ParseProto(*request, &req);
     if (!s.ok()) return Fail(reactor, s);
     RequestMeta meta = FromHeader(req.header());
-    s = handler_->Admit(meta);
+    s = Admit(meta);
     if (!s.ok()) return Fail(reactor, s);
     *response = SerializeProto(BarrierResponse());
     handler_->HandleBarrier(meta, req.kind(),
@@ -201,7 +205,9 @@ class GrpcServer::Service : public RawService {
     absl::Status s = ParseProto(*request, &req);
     if (!s.ok()) return Fail(reactor, s);
     RequestMeta meta = FromHeader(req.header());
-    s = handler_->Admit(meta);
+    s = Admit(meta);
+    if (!s.ok()) return Fail(reactor, s);
+    s = CheckPrintable("checkpoint dir", req.dir());
     if (!s.ok()) return Fail(reactor, s);
     *response = SerializeProto(CheckpointResponse());
     handler_->HandleCheckpoint(meta, req.dir(),
@@ -210,6 +216,12 @@ class GrpcServer::Service : public RawService {
   }
 
  private:
+  // The job id is echoed in the handler's refusals: checked before it sees it.
+  absl::Status Admit(const RequestMeta& meta) {
+    absl::Status printable = CheckPrintable("job id", meta.job_id);
+    return printable.ok() ? handler_->Admit(meta) : printable;
+  }
+
   ObservedReactor* NewReactor(RpcMethod method, const grpc::ByteBuffer* request,
                               const grpc::ByteBuffer* response) {
     return new ObservedReactor(observer_, method, request, response);
