@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -48,6 +49,10 @@ class DeviceBackend {
                     size_t bytes) = 0;
   // Sets `bytes` bytes at `p` (on the GPU `place`) to zero.
   virtual void SetZero(const Place& place, void* p, size_t bytes) = 0;
+  // OK when `place` can be used; the error names the device and why it cannot.
+  virtual absl::Status Available(const Place& place) { return absl::OkStatus(); }
+  // Waits for the work enqueued on `place`.
+  virtual absl::Status Synchronize(const Place& place) { return absl::OkStatus(); }
 };
 
 // The registered backend, or nullptr (always in the CPU build). Set once, at static

@@ -181,6 +181,23 @@ void ReleaseVarsToHost(Scope* scope, const std::vector<std::string>& names) {
 
 void MoveScopeToHost(Scope* scope) { MoveVarsToHost(scope, scope->LocalVarNames()); }
 
+absl::Status CheckPlaceAvailable(const Place& place) {
+  if (place.is_cpu()) return absl::OkStatus();
+  DeviceBackend* b = GetDeviceBackend();
+  if (b == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=gpu (", place.DebugString(),
+        "): this binary was built without CUDA; rebuild with bazel build --config=cuda"));
+  }
+  return b->Available(place);
+}
+
+absl::Status SynchronizePlace(const Place& place) {
+  if (place.is_cpu()) return absl::OkStatus();
+  DeviceBackend* b = GetDeviceBackend();
+  return b == nullptr ? absl::OkStatus() : b->Synchronize(place);
+}
+
 absl::StatusOr<std::vector<Place>> ParseDevices(absl::string_view device,
                                                 absl::string_view devices) {
   if (device == "cpu") {

@@ -95,6 +95,12 @@ void ReleaseVarsToHost(Scope* scope, const std::vector<std::string>& names);
 // Copies every variable of `scope` (its own, not its parents') to the host.
 void MoveScopeToHost(Scope* scope);
 
+// OK for the CPU, and for a GPU the linked-in device runtime can use; FailedPrecondition
+// otherwise (a binary built without --config=cuda, no such GPU, no driver).
+absl::Status CheckPlaceAvailable(const Place& place);
+// Waits for the work enqueued on `place` (no-op for the CPU).
+absl::Status SynchronizePlace(const Place& place);
+
 // How a process runs its ops: the place of each device it drives. An empty list or a single
 // CPU place means the plain CPU kernels. Several GPUs per process are the multi-place trainer's
 // business (trainer/places.*); this layer drives one place per registry.
