@@ -53,6 +53,10 @@ struct LocalTrainerOptions {
   std::function<void(int64_t)> before_step;
   // Called after each step with the 0-based global step, its loss and its (local) samples.
   std::function<void(int64_t, double, int64_t)> after_step;
+  // Called after every program run (startup, each training and evaluation step), before the
+  // host reads the loss or prediction. Device placement uses it to bring fetched variables to
+  // the host and to release the feeds there (trainer/device_setup.h); empty: nothing.
+  std::function<absl::Status(Scope*)> after_run;
 };
 
 struct EpochStats {

@@ -1,6 +1,7 @@
 #include "trainer/trainer_daemon.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/device/placement.h"
 #include "common/layers/memory_optimize.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_server.h"
@@ -10,6 +11,7 @@
 #include "common/status.h"
 #include "trainer/collective_ops.h"
 #include "trainer/communicator.h"
+#include "trainer/device_setup.h"
 #include "trainer/local_trainer.h"
 #include "trainer/rpc_ops.h"
 #include "transpiler/cluster_programs.h"
@@ -127,8 +129,16 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
                           : absl::StrCat("pservers ", config.pservers.size(), " (",
                                          config.sync_mode ? "sync" : "async", ")"))
       << std::endl;
+  // --device=gpu: ops run through a placed registry (GPU kernels, CPU fallback).
+  TS_ASSIGN_OR_RETURN(DevicePlan devices,
+                      PlanTrainerDevices(config.device, config.devices, registry, dist, &lo));
+  if (devices.on_gpu()) {
+    log << "trainer " << config.trainer_id << ": ops on " << devices.places[0].DebugString()
+        << " (CPU kernels for the rest)" << std::endl;
+  }
   // Create() runs the startup program, which pulls the initial parameters from the pservers.
-  TS_ASSIGN_OR_RETURN(auto trainer, LocalTrainer::Create(&registry, dist, lo));
+  TS_ASSIGN_OR_RETURN(auto trainer,
+                      LocalTrainer::Create(devices.executor_registry(&registry), dist, lo));
   TS_RETURN_IF_ERROR(trainer->Train(data.train).status());
   if (config.trainer_id == 0 && !data.test.examples.empty()) {
     TS_ASSIGN_OR_RETURN(EvalResult eval, trainer->Evaluate(data.test));
@@ -148,6 +158,7 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
     TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
   }
   if (!config.dump_params.empty()) {
+    if (devices.on_gpu()) MoveScopeToHost(trainer->scope());
     TS_RETURN_IF_ERROR(SaveVariables(*trainer->scope(), trainable, config.dump_params));
   }
   return absl::OkStatus();

@@ -136,6 +136,8 @@ const std::vector<Setting>& Table() {
        Bool(&ClusterConfig::async_read_own_writes, "async_read_own_writes")},
       {{"metrics_port", {"TESSERA_METRICS_PORT"}},
        Int(&ClusterConfig::metrics_port, "metrics_port", 0)},
+      {{"device", {"TESSERA_DEVICE"}}, Str(&ClusterConfig::device)},
+      {{"devices", {"TESSERA_DEVICES"}}, Str(&ClusterConfig::devices)},
   };
   return *table;
 }
@@ -232,6 +234,12 @@ absl::Status Validate(const ClusterConfig& c) {
   }
   if (c.example != "ctr" && c.example != "mlp_regression") {
     return bad(absl::StrCat("--example='", c.example, "' must be ctr or mlp_regression"));
+  }
+  if (c.device != "cpu" && c.device != "gpu") {
+    return bad(absl::StrCat("--device='", c.device, "' must be cpu or gpu"));
+  }
+  if (c.device == "cpu" && !c.devices.empty()) {
+    return bad(absl::StrCat("--devices=", c.devices, " needs --device=gpu"));
   }
   if (!c.program.empty() && c.startup_program.empty()) {
     return bad("--program needs --startup_program too");

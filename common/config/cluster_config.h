@@ -62,6 +62,9 @@ struct ClusterConfig {
   bool async_read_own_writes = true;      // async: recv waits for this trainer's pushes
   // Monitoring.
   int metrics_port = 0;                   // Prometheus /metrics HTTP port; 0 = off
+  // Devices (trainer).
+  std::string device = "cpu";             // cpu | gpu: where the trainer's ops run
+  std::string devices;                    // gpu: GPU ordinals, e.g. "1" ("" = 0); one for now
 };
 
 // Looks up an environment variable (nullopt when unset).
