@@ -88,11 +88,12 @@ absl::StatusOr<bool> FillConstant(OpContext& ctx, const Place& place) {
 }
 
 absl::StatusOr<bool> FillZerosLike(OpContext& ctx, const Place& place) {
-  const Tensor* x = Peek(ctx, "X");
+  const Tensor* x = Peek(ctx, "X");  // only its type and shape are read: it is not moved
   if (x == nullptr) return false;
-  TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
+  const DataType dtype = x->dtype();
+  const Shape shape = x->shape();
   TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
-  out->Resize(x->dtype(), x->shape());
+  out->Resize(dtype, shape);
   out->SetZero();
   return true;
 }
