@@ -26,7 +26,7 @@ struct RunResult {
   int64_t device_misses_epoch1 = 0, device_misses_epoch2 = 0;
 };
 
-RunResult Run(const std::string& example, bool gpu) {
+RunResult Train(const std::string& example, bool gpu) {
   RunResult r;
   auto registry = NewStandardOpRegistry();
   examples::ExampleOptions eo;
@@ -78,15 +78,15 @@ void Compare(const RunResult& cpu, const RunResult& gpu) {
 }
 
 TEST(GpuTrainTest, MlpRegressionMatchesTheCpu) {
-  RunResult cpu = Run("mlp_regression", false);
-  RunResult gpu = Run("mlp_regression", true);
+  RunResult cpu = Train("mlp_regression", false);
+  RunResult gpu = Train("mlp_regression", true);
   Compare(cpu, gpu);
   EXPECT_EQ(gpu.host_ops, 0) << "every MLP op has a GPU kernel";
 }
 
 TEST(GpuTrainTest, CtrMatchesTheCpu) {
-  RunResult cpu = Run("ctr", false);
-  RunResult gpu = Run("ctr", true);
+  RunResult cpu = Train("ctr", false);
+  RunResult gpu = Train("ctr", true);
   Compare(cpu, gpu);
   EXPECT_EQ(gpu.host_ops, 0) << "every CTR op (local tables) has a GPU kernel";
 }
