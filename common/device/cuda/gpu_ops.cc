@@ -33,6 +33,14 @@ bool F32(const Tensor* t) { return t != nullptr && t->initialized() && t->dtype(
 float* Data(Tensor* t) { return t->data<float>(); }
 const float* Data(const Tensor* t) { return t->data<float>(); }
 
+// The device of `place`, made current for this thread (kernel launches and cuBLAS calls go to
+// the current device).
+absl::StatusOr<CudaDevice*> ActiveDevice(const Place& place) {
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_RETURN_IF_ERROR(dev->Activate());
+  return dev;
+}
+
 // The dense tensor bound to an input slot without moving it (nullptr when absent/not dense).
 const Tensor* Peek(const OpContext& ctx, absl::string_view slot, int i = 0) {
   auto t = ctx.Input(slot, i);
@@ -79,7 +87,7 @@ absl::StatusOr<bool> FillConstant(OpContext& ctx, const Place& place) {
   for (int64_t d : shape) {
     if (d < 0) return false;
   }
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
   out->Resize(FLOAT32, shape);
   TS_CUDA(gpu::Fill(Data(out), out->numel(), ctx.FloatAttr("value", 0.0f), dev->stream()),
@@ -110,7 +118,7 @@ absl::StatusOr<bool> Assign(OpContext& ctx, const Place& place) {
 absl::StatusOr<bool> Scale(OpContext& ctx, const Place& place) {
   const Tensor* x = Peek(ctx, "X");
   if (!F32(x)) return false;
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
   TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
   if (out != x) out->Resize(FLOAT32, x->shape());
@@ -131,7 +139,7 @@ absl::StatusOr<bool> Sum(OpContext& ctx, const Place& place) {
     const Tensor* t = Peek(ctx, "X", i);
     if (!F32(t) || t->shape() != first->shape()) return false;
   }
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   Tensor acc;
   acc.ResetPlace(place);
   for (int i = 0; i < n; ++i) {
@@ -160,7 +168,7 @@ absl::StatusOr<bool> MulImpl(OpContext& ctx, const Place& place, bool grad) {
   auto [m, k] = x->MatrixDims(xn);
   auto [k2, n] = y->MatrixDims(yn);
   if (k != k2) return false;
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   if (!grad) {
     TS_ASSIGN_OR_RETURN(const Tensor* out0, ctx.Output("Out"));
     if (out0 == x || out0 == y) return false;
@@ -215,7 +223,7 @@ absl::StatusOr<bool> MatmulImpl(OpContext& ctx, const Place& place, bool grad) {
   const int64_t xr = x->dim(0), xc = x->dim(1), yr = y->dim(0), yc = y->dim(1);
   const int64_t m = tx ? xc : xr, k = tx ? xr : xc, k2 = ty ? yc : yr, n = ty ? yr : yc;
   if (k != k2) return false;
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   if (!grad) {
     TS_ASSIGN_OR_RETURN(const Tensor* out0, ctx.Output("Out"));
     if (out0 == x || out0 == y) return false;
@@ -302,7 +310,7 @@ DeviceKernelFn ElementwiseKernel(gpu::Binary f) {
     if (!F32(x) || !F32(y) || !GetBcast(ctx, *x, *y, &d)) return false;
     TS_ASSIGN_OR_RETURN(const Tensor* out0, ctx.Output("Out"));
     if (out0 == y && out0 != x && !d.same) return false;
-    TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+    TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
     TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
     TS_ASSIGN_OR_RETURN(y, PlacedInput(ctx, "Y", place));
     TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
@@ -335,7 +343,7 @@ DeviceKernelFn ElementwiseGradKernel(gpu::Binary f) {
       TS_ASSIGN_OR_RETURN(dx0, ctx.Output("X@GRAD"));
       if (dx0 == x || dx0 == y) return false;
     }
-    TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+    TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
     TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
     TS_ASSIGN_OR_RETURN(y, PlacedInput(ctx, "Y", place));
     TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
@@ -369,7 +377,7 @@ DeviceKernelFn ActivationKernel(gpu::Activation f) {
   return [f](OpContext& ctx, const Place& place) -> absl::StatusOr<bool> {
     const Tensor* x = Peek(ctx, "X");
     if (!F32(x)) return false;
-    TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+    TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
     TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
     TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
     if (out != x) out->Resize(FLOAT32, x->shape());
@@ -385,7 +393,7 @@ DeviceKernelFn ActivationGradKernel(gpu::Activation f) {
     const Tensor* out = Peek(ctx, "Out");
     const Tensor* dout = Peek(ctx, "Out@GRAD");
     if (!F32(out) || !F32(dout) || dout->shape() != out->shape()) return false;
-    TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+    TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
     TS_ASSIGN_OR_RETURN(out, PlacedInput(ctx, "Out", place));
     TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
     TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
@@ -404,7 +412,7 @@ absl::StatusOr<bool> Mean(OpContext& ctx, const Place& place) {
   if (!F32(x) || x->numel() == 0) return false;
   TS_ASSIGN_OR_RETURN(const Tensor* out0, ctx.Output("Out"));
   if (out0 == x) return false;
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
   TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
   out->Resize(FLOAT32, {1});
@@ -421,7 +429,7 @@ absl::StatusOr<bool> MeanGrad(OpContext& ctx, const Place& place) {
   if (!F32(x) || !F32(dout) || dout->numel() != 1) return false;
   TS_ASSIGN_OR_RETURN(const Tensor* dx0, ctx.Output("X@GRAD"));
   if (dx0 == x || dx0 == dout) return false;
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
   TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
   dx->Resize(FLOAT32, x->shape());
@@ -435,7 +443,7 @@ absl::StatusOr<bool> SquareError(OpContext& ctx, const Place& place) {
   const Tensor* x = Peek(ctx, "X");
   const Tensor* y = Peek(ctx, "Y");
   if (!F32(x) || !F32(y) || x->shape() != y->shape()) return false;
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
   TS_ASSIGN_OR_RETURN(y, PlacedInput(ctx, "Y", place));
   TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
@@ -464,7 +472,7 @@ absl::StatusOr<bool> SquareErrorGrad(OpContext& ctx, const Place& place) {
     TS_ASSIGN_OR_RETURN(const Tensor* dy0, ctx.Output("Y@GRAD"));
     if (dy0 == x || dy0 == y || dy0 == dout || dy0 == dx0) return false;
   }
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
   TS_ASSIGN_OR_RETURN(y, PlacedInput(ctx, "Y", place));
   TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
@@ -493,7 +501,7 @@ absl::StatusOr<bool> SigmoidCe(OpContext& ctx, const Place& place) {
     return false;
   }
   const float ignore = static_cast<float>(ctx.IntAttr("ignore_index", -100));
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
   TS_ASSIGN_OR_RETURN(z, PlacedInput(ctx, "Label", place));
   TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
@@ -516,7 +524,7 @@ absl::StatusOr<bool> SigmoidCeGrad(OpContext& ctx, const Place& place) {
   TS_ASSIGN_OR_RETURN(const Tensor* dx0, ctx.Output("X@GRAD"));
   if (dx0 == x || dx0 == z) return false;
   const float ignore = static_cast<float>(ctx.IntAttr("ignore_index", -100));
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
   TS_ASSIGN_OR_RETURN(z, PlacedInput(ctx, "Label", place));
   TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
@@ -585,7 +593,7 @@ absl::StatusOr<bool> SoftmaxCe(OpContext& ctx, const Place& place) {
   if (sm0 == logits || sm0 == label || loss0 == logits || loss0 == label || sm0 == loss0) {
     return false;
   }
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   SoftmaxLabels labels;
   TS_ASSIGN_OR_RETURN(ok, PrepareSoftmaxLabels(ctx, place, dev, soft, rows, c, &labels));
   if (!ok) return false;
@@ -615,7 +623,7 @@ absl::StatusOr<bool> SoftmaxCeGrad(OpContext& ctx, const Place& place) {
   if (!ok || !F32(dloss) || dloss->numel() != rows) return false;
   TS_ASSIGN_OR_RETURN(const Tensor* dx0, ctx.Output("Logits@GRAD"));
   if (dx0 == label || dx0 == dloss) return false;
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   SoftmaxLabels labels;
   TS_ASSIGN_OR_RETURN(ok, PrepareSoftmaxLabels(ctx, place, dev, soft, rows, c, &labels));
   if (!ok) return false;
@@ -670,7 +678,7 @@ absl::StatusOr<bool> LookupTable(OpContext& ctx, const Place& place) {
   if (!ok) return false;
   TS_ASSIGN_OR_RETURN(const Tensor* out0, ctx.Output("Out"));
   if (out0 == w || out0 == ids) return false;
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   Shape shape = Peek(ctx, "Ids")->shape();
   if (shape.size() > 1 && shape.back() == 1) shape.pop_back();
   shape.push_back(w->dim(1));
@@ -698,7 +706,7 @@ absl::StatusOr<bool> LookupTableGrad(OpContext& ctx, const Place& place) {
   if (!ok) return false;
   const int64_t n = static_cast<int64_t>(index.size()), width = w->dim(1);
   if (!F32(dout) || dout->numel() != n * width) return false;
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
   TS_ASSIGN_OR_RETURN(Variable * dw_var, ctx.OutputVar("W@GRAD"));
   if (ctx.BoolAttr("is_sparse", false)) {
@@ -788,7 +796,7 @@ absl::StatusOr<bool> Concat(OpContext& ctx, const Place& place) {
   for (const Tensor* x : xs) {
     if (x == out0) return false;
   }
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   Shape shape = xs[0]->shape();
   shape[axis] = 0;
   for (const Tensor* x : xs) shape[axis] += x->dim(axis);
@@ -831,7 +839,7 @@ absl::StatusOr<bool> ConcatGrad(OpContext& ctx, const Place& place) {
     }
     bound[i] = true;
   }
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
   const size_t es = SizeOf(dout->dtype());
   const int64_t outer = Outer(want, axis), inner = Inner(want, axis);
@@ -887,7 +895,7 @@ absl::StatusOr<bool> Split(OpContext& ctx, const Place& place) {
     TS_ASSIGN_OR_RETURN(const Tensor* o, ctx.Output("Out", i));
     if (o == x) return false;
   }
-  TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
   const size_t es = SizeOf(x->dtype());
   const int64_t outer = Outer(x->shape(), axis), inner = Inner(x->shape(), axis);
@@ -1024,7 +1032,7 @@ DeviceKernelFn OptimizerKernel(gpu::Optimizer kind) {
     } else if (kind == gpu::Optimizer::kAdagrad) {
       a.eps = ctx.FloatAttr("epsilon", 1e-6f);
     }
-    TS_ASSIGN_OR_RETURN(CudaDevice * dev, CudaDevice::Get(place.device));
+    TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
     const Tensor* param0 = Peek(ctx, "Param");
     GradOnDevice g;
     TS_ASSIGN_OR_RETURN(bool ok, PrepareGrad(ctx, place, dev, *param0, &g));
