@@ -10,9 +10,12 @@
 // feeder only ever touch host tensors.
 //
 // Seam for several GPUs per trainer: ParseDevices() already returns every listed place; one
-// LocalTrainer drives one place. A multi-place trainer (trainer/places.*, built separately)
-// would run one replica per place and reduce gradients across them (NCCL, intra-node) before
-// the single host copy; until then more than one device is refused with a clear message.
+// LocalTrainer drives one place. The multi-place trainer (trainer/places.*, PlaceRunner, built
+// separately) plugs in as: each place's executor over MakePlacedRegistry(cpu, Place::Gpu(i),
+// *GpuKernelTable()), its child scope holding device tensors; a PlaceReducer for GPU places
+// that all-reduces the `reduced` gradients with NCCL on the devices and copies the result to
+// the host once (or, simplest, MoveVarsToHost on each place scope's `reduced` variables and
+// the CpuPlaceReducer). Until then more than one device is refused with a clear message.
 #ifndef TESSERA_TRAINER_DEVICE_SETUP_H_
 #define TESSERA_TRAINER_DEVICE_SETUP_H_
 

@@ -19,6 +19,9 @@
 namespace tessera {
 
 absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
+  // --device=gpu without a usable GPU (or in a CPU-only build) fails here, before any work.
+  TS_ASSIGN_OR_RETURN(std::vector<Place> places, ParseDevices(config.device, config.devices));
+  for (const Place& place : places) TS_RETURN_IF_ERROR(CheckPlaceAvailable(place));
   RpcContext rpc;
   rpc.job_id = config.job_id;
   rpc.trainer_id = config.trainer_id;

@@ -80,6 +80,7 @@ TEST(ClusterConfigTest, ValidateChecksTheWhole) {
 
 TEST(ClusterConfigTest, DeviceSettings) {
   ClusterConfig c;
+  c.role = "trainer";
   c.pservers = {"127.0.0.1:7000"};
   EXPECT_EQ(c.device, "cpu");
   ASSERT_TRUE(ApplyEnvironment({}, Env({{"TESSERA_DEVICE", "gpu"}, {"TESSERA_DEVICES", "1"}}), &c)
