@@ -140,6 +140,9 @@ void Tensor::SetZero() {
 
 std::string Tensor::DebugString() const {
   if (!initialized_) return "uninitialized";
+  if (!place_.is_cpu()) {
+    return absl::StrCat(DataTypeName(dtype_), ShapeString(shape_), "@", place_.DebugString());
+  }
   return absl::StrCat(DataTypeName(dtype_), ShapeString(shape_));
 }
 
@@ -152,6 +155,12 @@ void Tensor::CheckType(DataType t) const {
 }
 
 void TensorToProto(const Tensor& t, TensorProto* proto) {
+  if (!t.place().is_cpu()) {  // serialize a host copy
+    Tensor host;
+    host.CopyFrom(t);
+    TensorToProto(host, proto);
+    return;
+  }
   proto->Clear();
   proto->set_dtype(t.dtype());
   for (int64_t d : t.shape()) proto->add_dims(d);
@@ -176,6 +185,7 @@ absl::Status TensorFromProto(const TensorProto& proto, Tensor* t) {
         "tensor proto ", DataTypeName(proto.dtype()), ShapeString(shape), " needs ", want,
         " bytes of data, has ", proto.data().size()));
   }
+  t->ResetPlace(Place::Cpu());  // the bytes land on the host (no-op for host tensors)
   t->Resize(proto.dtype(), std::move(shape));
   if (want > 0) std::memcpy(t->raw_data(), proto.data().data(), want);
   return absl::OkStatus();

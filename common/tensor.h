@@ -125,7 +125,7 @@ class Tensor {
   void SetZero();
   // Shares `other`'s buffer, type and shape.
   void ShareDataWith(const Tensor& other) { *this = other; }
-  // "float32[2, 3]".
+  // "float32[2, 3]" ("float32[2, 3]@gpu:0" on a device).
   std::string DebugString() const;
 
  private:
@@ -148,7 +148,8 @@ struct SelectedRows {
   Tensor value;
 };
 
-// Tensor <-> TensorProto (copies the bytes; for checkpoints and small messages).
+// Tensor <-> TensorProto (copies the bytes; for checkpoints and small messages). A device
+// tensor is serialized from a host copy; TensorFromProto leaves `t` on the host.
 void TensorToProto(const Tensor& t, TensorProto* proto);
 absl::Status TensorFromProto(const TensorProto& proto, Tensor* t);
 

@@ -194,6 +194,17 @@ TEST_F(PlacementTest, TensorCopiesAcrossPlaces) {
   dev.SetZero();
   back.CopyFrom(dev);
   for (int i = 0; i < 5; ++i) EXPECT_EQ(back.data<float>()[i], 0.0f);
+  back.CopyFrom(host);
+  dev.CopyFrom(back);
+  EXPECT_EQ(dev.DebugString(), "float32[5]@gpu:0");
+  TensorProto proto;
+  TensorToProto(dev, &proto);  // from a host copy
+  EXPECT_EQ(proto.data().size(), 5 * sizeof(float));
+  Tensor restored;
+  restored.ResetPlace(Place::Gpu(0));
+  ASSERT_TRUE(TensorFromProto(proto, &restored).ok());
+  EXPECT_TRUE(restored.place().is_cpu());
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(restored.data<float>()[i], static_cast<float>(i));
   dev.ResetPlace(Place::Cpu());  // contents dropped, shape kept
   EXPECT_TRUE(dev.place().is_cpu());
   EXPECT_EQ(dev.shape(), Shape{5});
