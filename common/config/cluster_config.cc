@@ -136,7 +136,10 @@ const std::vector<Setting>& Table() {
        Bool(&ClusterConfig::async_read_own_writes, "async_read_own_writes")},
       {{"metrics_port", {"TESSERA_METRICS_PORT"}},
        Int(&ClusterConfig::metrics_port, "metrics_port", 0)},
+      // Trainer: where its ops run, cpu | gpu (GPU kernels need a --config=cuda build).
       {{"device", {"TESSERA_DEVICE"}}, Str(&ClusterConfig::device)},
+      // Trainer, --device=gpu: GPU ordinals as CUDA numbers them after CUDA_VISIBLE_DEVICES
+      // ("" = 0); one per trainer process for now.
       {{"devices", {"TESSERA_DEVICES"}}, Str(&ClusterConfig::devices)},
   };
   return *table;
