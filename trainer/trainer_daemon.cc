@@ -143,6 +143,10 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
   TS_ASSIGN_OR_RETURN(auto trainer,
                       LocalTrainer::Create(devices.executor_registry(&registry), dist, lo));
   TS_RETURN_IF_ERROR(trainer->Train(data.train).status());
+  if (devices.on_gpu()) {
+    log << "trainer " << config.trainer_id << ": " << PlaceMemoryReport(devices.places[0])
+        << std::endl;
+  }
   if (config.trainer_id == 0 && !data.test.examples.empty()) {
     TS_ASSIGN_OR_RETURN(EvalResult eval, trainer->Evaluate(data.test));
     log << "trainer 0: held-out loss " << eval.mean_loss;

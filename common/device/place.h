@@ -53,6 +53,8 @@ class DeviceBackend {
   virtual absl::Status Available(const Place& place) { return absl::OkStatus(); }
   // Waits for the work enqueued on `place`.
   virtual absl::Status Synchronize(const Place& place) { return absl::OkStatus(); }
+  // One line about the device memory of `place` (allocator bytes in use/cached, hits/misses).
+  virtual std::string MemoryReport(const Place& place) { return ""; }
 };
 
 // The registered backend, or nullptr (always in the CPU build). Set once, at static

@@ -198,6 +198,11 @@ absl::Status SynchronizePlace(const Place& place) {
   return b == nullptr ? absl::OkStatus() : b->Synchronize(place);
 }
 
+std::string PlaceMemoryReport(const Place& place) {
+  DeviceBackend* b = place.is_cpu() ? nullptr : GetDeviceBackend();
+  return b == nullptr ? std::string() : b->MemoryReport(place);
+}
+
 absl::StatusOr<std::vector<Place>> ParseDevices(absl::string_view device,
                                                 absl::string_view devices) {
   if (device == "cpu") {

@@ -100,6 +100,8 @@ void MoveScopeToHost(Scope* scope);
 absl::Status CheckPlaceAvailable(const Place& place);
 // Waits for the work enqueued on `place` (no-op for the CPU).
 absl::Status SynchronizePlace(const Place& place);
+// The device runtime's one-line memory report for `place` ("" for the CPU or without one).
+std::string PlaceMemoryReport(const Place& place);
 
 // How a process runs its ops: the place of each device it drives. An empty list or a single
 // CPU place means the plain CPU kernels. Several GPUs per process are the multi-place trainer's

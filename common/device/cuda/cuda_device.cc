@@ -98,6 +98,17 @@ class CudaBackend : public DeviceBackend {
   absl::Status Available(const Place& place) override {
     return CudaDevice::Get(place.device).status();
   }
+  std::string MemoryReport(const Place& place) override {
+    auto d = CudaDevice::Get(place.device);
+    if (!d.ok()) return d.status().ToString();
+    const AllocatorStats s = (*d)->device_stats(), p = (*d)->pinned_stats();
+    constexpr double kMiB = 1024.0 * 1024.0;
+    return absl::StrCat(place.DebugString(), " memory: in use ", s.bytes_in_use / kMiB,
+                        " MiB (peak ", s.peak_bytes_in_use / kMiB, "), cached ",
+                        s.bytes_cached / kMiB, " MiB, cudaMalloc ", s.misses, " / reuses ",
+                        s.hits, "; pinned staging ", (p.bytes_in_use + p.bytes_cached) / kMiB,
+                        " MiB");
+  }
   absl::Status Synchronize(const Place& place) override {
     TS_ASSIGN_OR_RETURN(CudaDevice * d, CudaDevice::Get(place.device));
     return d->Synchronize();

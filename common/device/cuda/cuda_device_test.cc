@@ -72,6 +72,9 @@ TEST(CudaDeviceTest, TensorMovesThroughTheBackend) {
   dev.SetZero();
   back.CopyFrom(dev);
   for (int i = 0; i < 15; ++i) EXPECT_EQ(back.data<float>()[i], 0.0f);
+  EXPECT_NE(PlaceMemoryReport(Place::Gpu(0)).find("gpu:0 memory: in use"), std::string::npos)
+      << PlaceMemoryReport(Place::Gpu(0));
+  EXPECT_EQ(PlaceMemoryReport(Place::Cpu()), "");
 }
 
 }  // namespace
