@@ -1,5 +1,6 @@
 #include "common/tensor.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -49,6 +50,18 @@ int64_t NumElements(absl::Span<const int64_t> shape) {
 namespace {
 constexpr size_t kAlignment = 64;
 
+// Aborts: a GPU place without a device runtime is a programming error (only the CUDA runtime
+// places tensors on GPUs, and it registers the backend first).
+DeviceBackend* BackendFor(const Place& place) {
+  DeviceBackend* b = GetDeviceBackend();
+  if (b == nullptr) {
+    std::fprintf(stderr, "tessera: tensor on %s but no device runtime is linked in\n",
+                 place.DebugString().c_str());
+    std::abort();
+  }
+  return b;
+}
+
 std::shared_ptr<char> Allocate(size_t bytes) {
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   if (rounded == 0) rounded = kAlignment;
@@ -67,7 +80,7 @@ void Tensor::Resize(DataType dtype, Shape shape) {
   initialized_ = true;
   size_t need = nbytes();
   if (buffer_ == nullptr || capacity_ < need) {
-    buffer_ = Allocate(need);
+    buffer_ = place_.is_cpu() ? Allocate(need) : BackendFor(place_)->Allocate(place_, need);
     capacity_ = (need + kAlignment - 1) / kAlignment * kAlignment;
     if (capacity_ == 0) capacity_ = kAlignment;
   }
@@ -88,25 +101,48 @@ std::pair<int64_t, int64_t> Tensor::MatrixDims(int num_row_dims) const {
   return {rows, cols};
 }
 
+void Tensor::ResetPlace(const Place& place) {
+  if (place == place_) return;
+  place_ = place;
+  buffer_.reset();
+  capacity_ = 0;
+  if (initialized_) Resize(dtype_, shape_);
+}
+
 void Tensor::CopyFrom(const Tensor& other) {
   if (this == &other) return;
   Resize(other.dtype_, other.shape_);
   initialized_ = other.initialized_;
-  if (nbytes() > 0) std::memcpy(buffer_.get(), other.buffer_.get(), nbytes());
+  if (nbytes() == 0) return;
+  if (place_.is_cpu() && other.place_.is_cpu()) {
+    std::memcpy(buffer_.get(), other.buffer_.get(), nbytes());
+  } else {
+    BackendFor(place_.is_cpu() ? other.place_ : place_)
+        ->Copy(buffer_.get(), place_, other.buffer_.get(), other.place_, nbytes());
+  }
 }
 
 Tensor Tensor::Clone() const {
   Tensor t;
+  t.place_ = place_;
   t.CopyFrom(*this);
   return t;
 }
 
 void Tensor::SetZero() {
-  if (nbytes() > 0) std::memset(buffer_.get(), 0, nbytes());
+  if (nbytes() == 0) return;
+  if (place_.is_cpu()) {
+    std::memset(buffer_.get(), 0, nbytes());
+  } else {
+    BackendFor(place_)->SetZero(place_, buffer_.get(), nbytes());
+  }
 }
 
 std::string Tensor::DebugString() const {
   if (!initialized_) return "uninitialized";
+  if (!place_.is_cpu()) {
+    return absl::StrCat(DataTypeName(dtype_), ShapeString(shape_), "@", place_.DebugString());
+  }
   return absl::StrCat(DataTypeName(dtype_), ShapeString(shape_));
 }
 
@@ -119,6 +155,12 @@ void Tensor::CheckType(DataType t) const {
 }
 
 void TensorToProto(const Tensor& t, TensorProto* proto) {
+  if (!t.place().is_cpu()) {  // serialize a host copy
+    Tensor host;
+    host.CopyFrom(t);
+    TensorToProto(host, proto);
+    return;
+  }
   proto->Clear();
   proto->set_dtype(t.dtype());
   for (int64_t d : t.shape()) proto->add_dims(d);
@@ -143,6 +185,7 @@ absl::Status TensorFromProto(const TensorProto& proto, Tensor* t) {
         "tensor proto ", DataTypeName(proto.dtype()), ShapeString(shape), " needs ", want,
         " bytes of data, has ", proto.data().size()));
   }
+  t->ResetPlace(Place::Cpu());  // the bytes land on the host (no-op for host tensors)
   t->Resize(proto.dtype(), std::move(shape));
   if (want > 0) std::memcpy(t->raw_data(), proto.data().data(), want);
   return absl::OkStatus();

@@ -13,6 +13,7 @@
 #include "Eigen/Core"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "common/device/place.h"
 #include "proto/tensor.pb.h"
 
 namespace tessera {
@@ -63,6 +64,13 @@ class Tensor {
   size_t nbytes() const { return static_cast<size_t>(numel_) * SizeOf(dtype_); }
   // True once Resize() or the constructor gave the tensor a type and shape.
   bool initialized() const { return initialized_; }
+  // Where the buffer lives: the CPU unless a device runtime placed it on a GPU (then data()
+  // returns a device pointer, for device kernels only). Copies of the handle share the place.
+  const Place& place() const { return place_; }
+  // Moves future allocations to `place`. When the place changes, the buffer is replaced by an
+  // uninitialized one there (contents lost; use CopyFrom to move contents). Needs a registered
+  // DeviceBackend for a GPU place.
+  void ResetPlace(const Place& place);
 
   // Sets type and shape. Reallocates only when the buffer is too small (then contents are
   // unspecified and any sharing with other tensors ends); otherwise keeps buffer and contents,
@@ -110,13 +118,14 @@ class Tensor {
   }
   std::pair<int64_t, int64_t> MatrixDims(int num_row_dims) const;
 
-  // Deep copy of `other` into this tensor (reusing the buffer when large enough).
+  // Deep copy of `other` into this tensor (reusing the buffer when large enough). The copy
+  // stays on this tensor's place (a host<->device copy when the places differ).
   void CopyFrom(const Tensor& other);
   Tensor Clone() const;
   void SetZero();
   // Shares `other`'s buffer, type and shape.
   void ShareDataWith(const Tensor& other) { *this = other; }
-  // "float32[2, 3]".
+  // "float32[2, 3]" ("float32[2, 3]@gpu:0" on a device).
   std::string DebugString() const;
 
  private:
@@ -126,6 +135,7 @@ class Tensor {
   Shape shape_;
   int64_t numel_ = 0;
   bool initialized_ = false;
+  Place place_;
   size_t capacity_ = 0;  // bytes
   std::shared_ptr<char> buffer_;
 };
@@ -138,7 +148,8 @@ struct SelectedRows {
   Tensor value;
 };
 
-// Tensor <-> TensorProto (copies the bytes; for checkpoints and small messages).
+// Tensor <-> TensorProto (copies the bytes; for checkpoints and small messages). A device
+// tensor is serialized from a host copy; TensorFromProto leaves `t` on the host.
 void TensorToProto(const Tensor& t, TensorProto* proto);
 absl::Status TensorFromProto(const TensorProto& proto, Tensor* t);
 

@@ -121,6 +121,7 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
   TS_ASSIGN_OR_RETURN(t->main_block_, t->executor_.Prepare(t->model_.main, 0));
   TS_ASSIGN_OR_RETURN(t->eval_block_, t->executor_.Prepare(t->eval_program_, 0));
   absl::Status s = t->executor_.Run(t->model_.startup, 0, &t->scope_);
+  if (s.ok() && t->options_.after_run) s = t->options_.after_run(&t->scope_);
   if (!s.ok()) {
     return absl::Status(s.code(), absl::StrCat("startup program: ", s.message()));
   }
@@ -224,6 +225,7 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) 
       if (options_.before_step) options_.before_step(global_step_);
       TS_RETURN_IF_ERROR(executor_.Run(main_block_, &scope_));
     }
+    if (options_.after_run) TS_RETURN_IF_ERROR(options_.after_run(&scope_));
     TS_ASSIGN_OR_RETURN(double loss, ReadLoss());
     if (options_.after_step) options_.after_step(global_step_, loss, size);
     ++global_step_;
@@ -304,6 +306,7 @@ absl::StatusOr<EvalResult> LocalTrainer::Evaluate(const data::Dataset& dataset) 
     const absl::Span<const data::Example> batch = examples.subspan(begin, size);
     TS_RETURN_IF_ERROR(feeder_.Feed(batch, &scope_));
     TS_RETURN_IF_ERROR(executor_.Run(eval_block_, &scope_));
+    if (options_.after_run) TS_RETURN_IF_ERROR(options_.after_run(&scope_));
     TS_ASSIGN_OR_RETURN(double loss, ReadLoss());
     loss_sum += loss * size;
     if (with_auc) {

@@ -69,6 +69,10 @@ struct LocalTrainerOptions {
   // Called after each step (and after_step) with the position after it (e.g. to checkpoint);
   // an error stops training with that error.
   std::function<absl::Status(const TrainPosition&)> on_step_end;
+  // Called after every program run (startup, each training and evaluation step), before the
+  // host reads the loss or prediction. Device placement uses it to bring fetched variables to
+  // the host and to release the feeds there (trainer/device_setup.h); empty: nothing.
+  std::function<absl::Status(Scope*)> after_run;
 };
 
 struct EpochStats {

@@ -2,6 +2,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/device/placement.h"
 #include "common/io/checkpoint_io.h"
 #include "common/layers/memory_optimize.h"
 #include "common/metrics/metrics.h"
@@ -16,6 +17,7 @@
 #include "pserver/checkpoint.h"
 #include "trainer/collective_ops.h"
 #include "trainer/communicator.h"
+#include "trainer/device_setup.h"
 #include "trainer/local_trainer.h"
 #include "trainer/op_timing.h"
 #include "trainer/rpc_ops.h"
@@ -51,6 +53,9 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
         << std::endl;
   };
 
+  // --device=gpu without a usable GPU (or in a CPU-only build) fails here, before any work.
+  TS_ASSIGN_OR_RETURN(std::vector<Place> places, ParseDevices(config.device, config.devices));
+  for (const Place& place : places) TS_RETURN_IF_ERROR(CheckPlaceAvailable(place));
   RpcContext rpc;
   rpc.job_id = config.job_id;
   rpc.trainer_id = config.trainer_id;
@@ -282,10 +287,22 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
       if (inner) inner(step, loss, n);
     };
   }
+  // --device=gpu: ops run through a placed registry (GPU kernels, CPU fallback).
+  TS_ASSIGN_OR_RETURN(DevicePlan devices,
+                      PlanTrainerDevices(config.device, config.devices, timed_registry, dist, &lo));
+  if (devices.on_gpu()) {
+    log << "trainer " << config.trainer_id << ": ops on " << devices.places[0].DebugString()
+        << " (CPU kernels for the rest)" << std::endl;
+  }
   // Create() runs the startup program, which pulls the initial parameters from the pservers.
-  TS_ASSIGN_OR_RETURN(auto trainer, LocalTrainer::Create(&timed_registry, dist, lo));
+  TS_ASSIGN_OR_RETURN(auto trainer,
+                      LocalTrainer::Create(devices.executor_registry(&timed_registry), dist, lo));
   if (resumed) trainer->ResumeAt(resume);
   TS_RETURN_IF_ERROR(trainer->Train(data.train).status());
+  if (devices.on_gpu()) {
+    log << "trainer " << config.trainer_id << ": " << PlaceMemoryReport(devices.places[0])
+        << std::endl;
+  }
   if (checkpointing && trainer->global_step() != last_checkpoint) {
     TS_RETURN_IF_ERROR(
         checkpoint(TrainPosition{trainer->global_step(), trainer->epochs_done(), 0}));
@@ -311,6 +328,7 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
     TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
   }
   if (!config.dump_params.empty()) {
+    if (devices.on_gpu()) MoveScopeToHost(trainer->scope());
     TS_RETURN_IF_ERROR(SaveVariables(*trainer->scope(), trainable, config.dump_params));
   }
   return absl::OkStatus();

@@ -183,6 +183,11 @@ const std::vector<Setting>& Table() {
       {{"checkpoint_keep", {"TESSERA_CHECKPOINT_KEEP"}},
        Int(&ClusterConfig::checkpoint_keep, "checkpoint_keep", 1)},
       {{"init_from", {"TESSERA_INIT_FROM"}}, Str(&ClusterConfig::init_from)},
+      // Trainer: where its ops run, cpu | gpu (GPU kernels need a --config=cuda build).
+      {{"device", {"TESSERA_DEVICE"}}, Str(&ClusterConfig::device)},
+      // Trainer, --device=gpu: GPU ordinals as CUDA numbers them after CUDA_VISIBLE_DEVICES
+      // ("" = 0); one per trainer process for now.
+      {{"devices", {"TESSERA_DEVICES"}}, Str(&ClusterConfig::devices)},
   };
   return *table;
 }
@@ -282,6 +287,12 @@ absl::Status Validate(const ClusterConfig& c) {
   }
   if (c.example != "ctr" && c.example != "mlp_regression") {
     return bad(absl::StrCat("--example='", c.example, "' must be ctr or mlp_regression"));
+  }
+  if (c.device != "cpu" && c.device != "gpu") {
+    return bad(absl::StrCat("--device='", c.device, "' must be cpu or gpu"));
+  }
+  if (c.device == "cpu" && !c.devices.empty()) {
+    return bad(absl::StrCat("--devices=", c.devices, " needs --device=gpu"));
   }
   if (!c.program.empty() && c.startup_program.empty()) {
     return bad("--program needs --startup_program too");

@@ -90,6 +90,9 @@ struct ClusterConfig {
   int64_t checkpoint_every = 0;  // trainer 0: steps between checkpoints (0 = at the end only)
   int64_t checkpoint_keep = 2;   // trainer 0: complete checkpoints kept (>= 1)
   std::string init_from;         // pserver and trainer: restore this checkpoint at start
+  // Devices (trainer).
+  std::string device = "cpu";  // cpu | gpu: where the trainer's ops run
+  std::string devices;         // gpu: GPU ordinals, e.g. "1" ("" = 0); one for now
 };
 
 // Looks up an environment variable (nullopt when unset).

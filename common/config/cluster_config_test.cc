@@ -78,5 +78,22 @@ TEST(ClusterConfigTest, ValidateChecksTheWhole) {
   EXPECT_NE(Validate(c).message().find("--role='worker'"), std::string::npos);
 }
 
+TEST(ClusterConfigTest, DeviceSettings) {
+  ClusterConfig c;
+  c.role = "trainer";
+  c.pservers = {"127.0.0.1:7000"};
+  EXPECT_EQ(c.device, "cpu");
+  ASSERT_TRUE(ApplyEnvironment({}, Env({{"TESSERA_DEVICE", "gpu"}, {"TESSERA_DEVICES", "1"}}), &c)
+                  .ok());
+  EXPECT_EQ(c.device, "gpu");
+  EXPECT_EQ(c.devices, "1");
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c);
+  c.device = "cpu";
+  EXPECT_NE(Validate(c).message().find("--devices=1 needs --device=gpu"), std::string::npos);
+  c.devices.clear();
+  c.device = "tpu";
+  EXPECT_NE(Validate(c).message().find("--device='tpu'"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -1,0 +1,388 @@
+// Every GPU kernel against its CPU kernel on random inputs, forward and gradient. Each case
+// runs its ops once through the CPU registry and once through the GPU-placed registry (which
+// must run every op on the device: a silent CPU fallback fails the case), then compares every
+// output on the host. Tolerance: |gpu - cpu| <= 1e-5 + 1e-4 |cpu| (float32; cuBLAS and the
+// device reductions sum in other orders than Eigen), exact for copies and integer rows.
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/device/cuda/gpu_ops.h"
+#include "common/device/cuda/gpu_test_main.h"
+#include "common/device/placement.h"
+#include "common/executor.h"
+#include "common/op_desc.h"
+#include "common/ops/ops.h"
+
+namespace tessera {
+namespace {
+
+constexpr double kAtol = 1e-5, kRtol = 1e-4;
+
+Tensor Random(Shape shape, std::mt19937* rng, float lo = -1.0f, float hi = 1.0f) {
+  Tensor t(FLOAT32, std::move(shape));
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(*rng);
+  return t;
+}
+
+Tensor Ints(Shape shape, std::vector<int64_t> values) {
+  Tensor t(INT64, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = values[i];
+  return t;
+}
+
+Tensor Scalar(float v) {
+  Tensor t(FLOAT32, {1});
+  t.data<float>()[0] = v;
+  return t;
+}
+
+using Vars = std::map<std::string, Variable>;
+
+void Load(const Vars& inputs, Scope* scope) {
+  for (const auto& [name, v] : inputs) {
+    Variable* dst = scope->Var(name);
+    if (const Tensor* t = v.GetIf<Tensor>()) {
+      *dst->GetMutable<Tensor>() = t->Clone();
+    } else {
+      const SelectedRows& sr = v.Get<SelectedRows>();
+      SelectedRows* o = dst->GetMutable<SelectedRows>();
+      o->rows = sr.rows;
+      o->height = sr.height;
+      o->value = sr.value.Clone();
+    }
+  }
+}
+
+void ExpectNear(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_TRUE(got.place().is_cpu()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double g, w;
+    switch (want.dtype()) {
+      case FLOAT32:
+        g = got.data<float>()[i];
+        w = want.data<float>()[i];
+        break;
+      case FLOAT64:
+        g = got.data<double>()[i];
+        w = want.data<double>()[i];
+        break;
+      case INT64:
+        g = static_cast<double>(got.data<int64_t>()[i]);
+        w = static_cast<double>(want.data<int64_t>()[i]);
+        break;
+      default:
+        FAIL() << what << ": unexpected dtype";
+    }
+    ASSERT_LE(std::abs(g - w), kAtol + kRtol * std::abs(w)) << what << "[" << i << "]";
+  }
+}
+
+class GpuOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(RegisterStandardOps(&cpu_).ok());
+    auto placed = MakePlacedRegistry(cpu_, Place::Gpu(0), *GpuKernelTable());
+    ASSERT_TRUE(placed.ok()) << placed.status();
+    gpu_ = std::move(*placed);
+  }
+
+  // Runs `ops` on both registries from `inputs` and compares `outputs` (dense or sparse).
+  void Check(const std::string& name, const std::vector<OpDesc>& ops, const Vars& inputs,
+             const std::vector<std::string>& outputs) {
+    SCOPED_TRACE(name);
+    Scope cpu_scope, gpu_scope;
+    Load(inputs, &cpu_scope);
+    Load(inputs, &gpu_scope);
+    Executor cpu_exec(&cpu_), gpu_exec(gpu_.get());
+    const PlacementCounters before = GetPlacementCounters();
+    for (const OpDesc& op : ops) {
+      absl::Status s = cpu_exec.RunOp(op, &cpu_scope);
+      ASSERT_TRUE(s.ok()) << "cpu: " << s;
+      s = gpu_exec.RunOp(op, &gpu_scope);
+      ASSERT_TRUE(s.ok()) << "gpu: " << s;
+    }
+    const PlacementCounters after = GetPlacementCounters();
+    EXPECT_EQ(after.ops_on_device - before.ops_on_device, static_cast<int64_t>(ops.size()))
+        << "an op fell back to its CPU kernel";
+    EXPECT_EQ(after.ops_on_host, before.ops_on_host);
+    ASSERT_TRUE(SynchronizePlace(Place::Gpu(0)).ok());
+    MoveScopeToHost(&gpu_scope);
+    for (const std::string& out : outputs) {
+      const Variable* want = cpu_scope.FindVar(out);
+      const Variable* got = gpu_scope.FindVar(out);
+      ASSERT_NE(want, nullptr) << out;
+      ASSERT_NE(got, nullptr) << out;
+      if (want->Is<SelectedRows>()) {
+        ASSERT_TRUE(got->Is<SelectedRows>()) << out;
+        EXPECT_EQ(got->Get<SelectedRows>().rows, want->Get<SelectedRows>().rows) << out;
+        EXPECT_EQ(got->Get<SelectedRows>().height, want->Get<SelectedRows>().height) << out;
+        ExpectNear(got->Get<SelectedRows>().value, want->Get<SelectedRows>().value, out);
+      } else {
+        ASSERT_TRUE(got->Is<Tensor>()) << out;
+        ExpectNear(got->Get<Tensor>(), want->Get<Tensor>(), out);
+      }
+    }
+  }
+
+  static void Put(Vars* v, const std::string& name, Tensor t) {
+    *(*v)[name].GetMutable<Tensor>() = std::move(t);
+  }
+
+  OpRegistry cpu_;
+  std::unique_ptr<OpRegistry> gpu_;
+  std::mt19937 rng_{20261123};
+};
+
+TEST_F(GpuOpsTest, Mul) {
+  for (int xn : {1, 2}) {
+    Vars v;
+    Put(&v, "x", Random({4, 3, 8}, &rng_));
+    const int64_t k = xn == 1 ? 24 : 8;
+    Put(&v, "y", Random({k, 6}, &rng_));
+    Put(&v, "out@GRAD", Random({xn == 1 ? 4 : 12, 6}, &rng_));
+    OpDesc fwd = MakeOp("mul", {{"X", {"x"}}, {"Y", {"y"}}}, {{"Out", {"out"}}});
+    SetAttr(&fwd, "x_num_col_dims", xn);
+    OpDesc grad = MakeOp("mul_grad", {{"X", {"x"}}, {"Y", {"y"}}, {"Out@GRAD", {"out@GRAD"}}},
+                         {{"X@GRAD", {"x@GRAD"}}, {"Y@GRAD", {"y@GRAD"}}});
+    SetAttr(&grad, "x_num_col_dims", xn);
+    if (xn == 2) {  // out [4, 3, 6]: the gradient has that shape too
+      Put(&v, "out@GRAD", Random({4, 3, 6}, &rng_));
+    }
+    Check("mul x_num_col_dims=" + std::to_string(xn), {fwd, grad}, v,
+          {"out", "x@GRAD", "y@GRAD"});
+  }
+}
+
+TEST_F(GpuOpsTest, MatmulEveryTranspose) {
+  for (bool tx : {false, true}) {
+    for (bool ty : {false, true}) {
+      const int64_t m = 5, k = 7, n = 3;
+      Vars v;
+      Put(&v, "x", Random(tx ? Shape{k, m} : Shape{m, k}, &rng_));
+      Put(&v, "y", Random(ty ? Shape{n, k} : Shape{k, n}, &rng_));
+      Put(&v, "out@GRAD", Random({m, n}, &rng_));
+      OpDesc fwd = MakeOp("matmul", {{"X", {"x"}}, {"Y", {"y"}}}, {{"Out", {"out"}}});
+      OpDesc grad =
+          MakeOp("matmul_grad", {{"X", {"x"}}, {"Y", {"y"}}, {"Out@GRAD", {"out@GRAD"}}},
+                 {{"X@GRAD", {"x@GRAD"}}, {"Y@GRAD", {"y@GRAD"}}});
+      for (OpDesc* op : {&fwd, &grad}) {
+        SetAttr(op, "transpose_X", tx);
+        SetAttr(op, "transpose_Y", ty);
+        SetAttr(op, "alpha", 0.5f);
+      }
+      Check(absl::StrCat("matmul tx=", tx, " ty=", ty), {fwd, grad}, v,
+            {"out", "x@GRAD", "y@GRAD"});
+    }
+  }
+}
+
+TEST_F(GpuOpsTest, ElementwiseWithBroadcast) {
+  struct Shapes {
+    Shape x, y;
+    int axis;
+  };
+  for (const Shapes& s : {Shapes{{6, 5}, {6, 5}, -1}, Shapes{{6, 5}, {5}, -1},
+                          Shapes{{2, 3, 4}, {3}, 1}, Shapes{{2, 3, 4}, {3, 1}, 1}}) {
+    for (const char* type : {"elementwise_add", "elementwise_sub", "elementwise_mul"}) {
+      Vars v;
+      Put(&v, "x", Random(s.x, &rng_));
+      Put(&v, "y", Random(s.y, &rng_));
+      Put(&v, "out@GRAD", Random(s.x, &rng_));
+      OpDesc fwd = MakeOp(type, {{"X", {"x"}}, {"Y", {"y"}}}, {{"Out", {"out"}}});
+      OpDesc grad = MakeOp(absl::StrCat(type, "_grad"),
+                           {{"X", {"x"}}, {"Y", {"y"}}, {"Out@GRAD", {"out@GRAD"}}},
+                           {{"X@GRAD", {"x@GRAD"}}, {"Y@GRAD", {"y@GRAD"}}});
+      SetAttr(&fwd, "axis", s.axis);
+      SetAttr(&grad, "axis", s.axis);
+      Check(absl::StrCat(type, " ", ShapeString(s.x), " ", ShapeString(s.y)), {fwd, grad}, v,
+            {"out", "x@GRAD", "y@GRAD"});
+    }
+  }
+}
+
+TEST_F(GpuOpsTest, Activations) {
+  for (const char* type : {"relu", "sigmoid", "tanh"}) {
+    Vars v;
+    Put(&v, "x", Random({7, 9}, &rng_, -3, 3));
+    Put(&v, "out@GRAD", Random({7, 9}, &rng_));
+    Check(type,
+          {MakeOp(type, {{"X", {"x"}}}, {{"Out", {"out"}}}),
+           MakeOp(absl::StrCat(type, "_grad"), {{"Out", {"out"}}, {"Out@GRAD", {"out@GRAD"}}},
+                  {{"X@GRAD", {"x@GRAD"}}})},
+          v, {"out", "x@GRAD"});
+  }
+}
+
+TEST_F(GpuOpsTest, ReductionsAndBasics) {
+  Vars v;
+  Put(&v, "x", Random({33, 17}, &rng_));
+  Put(&v, "b", Random({33, 17}, &rng_));
+  Put(&v, "c", Random({33, 17}, &rng_));
+  Put(&v, "out@GRAD", Scalar(0.75f));
+  OpDesc scale1 = MakeOp("scale", {{"X", {"x"}}}, {{"Out", {"s1"}}});
+  SetAttr(&scale1, "scale", 2.5f);
+  SetAttr(&scale1, "bias", 0.25f);
+  OpDesc scale2 = MakeOp("scale", {{"X", {"x"}}}, {{"Out", {"s2"}}});
+  SetAttr(&scale2, "scale", -1.5f);
+  SetAttr(&scale2, "bias", 1.0f);
+  SetAttr(&scale2, "bias_after_scale", false);
+  OpDesc fill = MakeOp("fill_constant", {}, {{"Out", {"f"}}});
+  SetAttr(&fill, "shape", std::vector<int64_t>{4, 3});
+  SetAttr(&fill, "value", 1.25f);
+  Check("basics",
+        {MakeOp("mean", {{"X", {"x"}}}, {{"Out", {"out"}}}),
+         MakeOp("mean_grad", {{"X", {"x"}}, {"Out@GRAD", {"out@GRAD"}}}, {{"X@GRAD", {"x@GRAD"}}}),
+         MakeOp("sum", {{"X", {"x", "b", "c"}}}, {{"Out", {"sum"}}}),
+         MakeOp("sum", {{"X", {"sum", "b"}}}, {{"Out", {"sum"}}}),  // in place
+         scale1, scale2, fill, MakeOp("assign", {{"X", {"x"}}}, {{"Out", {"copy"}}}),
+         MakeOp("fill_zeros_like", {{"X", {"x"}}}, {{"Out", {"zeros"}}})},
+        v, {"out", "x@GRAD", "sum", "s1", "s2", "f", "copy", "zeros"});
+}
+
+TEST_F(GpuOpsTest, Losses) {
+  Vars v;
+  Put(&v, "x", Random({16, 1}, &rng_, -4, 4));
+  Put(&v, "y", Random({16, 1}, &rng_));
+  Tensor z(FLOAT32, {16, 1});
+  for (int i = 0; i < 16; ++i) z.data<float>()[i] = i == 5 ? -100.0f : static_cast<float>(i % 2);
+  Put(&v, "z", z);
+  Put(&v, "out@GRAD", Random({16, 1}, &rng_));
+  Check("square_error",
+        {MakeOp("square_error", {{"X", {"x"}}, {"Y", {"y"}}}, {{"Out", {"out"}}}),
+         MakeOp("square_error_grad", {{"X", {"x"}}, {"Y", {"y"}}, {"Out@GRAD", {"out@GRAD"}}},
+                {{"X@GRAD", {"x@GRAD"}}, {"Y@GRAD", {"y@GRAD"}}})},
+        v, {"out", "x@GRAD", "y@GRAD"});
+  Check("sigmoid_cross_entropy_with_logits",
+        {MakeOp("sigmoid_cross_entropy_with_logits", {{"X", {"x"}}, {"Label", {"z"}}},
+                {{"Out", {"out"}}}),
+         MakeOp("sigmoid_cross_entropy_with_logits_grad",
+                {{"X", {"x"}}, {"Label", {"z"}}, {"Out@GRAD", {"out@GRAD"}}},
+                {{"X@GRAD", {"x@GRAD"}}})},
+        v, {"out", "x@GRAD"});
+}
+
+TEST_F(GpuOpsTest, SoftmaxCrossEntropyHardAndSoft) {
+  for (bool soft : {false, true}) {
+    const int64_t n = 12, c = 10;
+    Vars v;
+    Put(&v, "logits", Random({n, c}, &rng_, -5, 5));
+    if (soft) {
+      Tensor z = Random({n, c}, &rng_, 0, 1);
+      Put(&v, "label", z);
+    } else {
+      std::vector<int64_t> ids;
+      for (int64_t i = 0; i < n; ++i) ids.push_back(i == 3 ? -100 : (i * 7) % c);
+      Put(&v, "label", Ints({n, 1}, ids));
+    }
+    Put(&v, "loss@GRAD", Random({n, 1}, &rng_));
+    OpDesc fwd = MakeOp("softmax_with_cross_entropy", {{"Logits", {"logits"}}, {"Label", {"label"}}},
+                        {{"Softmax", {"softmax"}}, {"Loss", {"loss"}}});
+    OpDesc grad = MakeOp("softmax_with_cross_entropy_grad",
+                         {{"Softmax", {"softmax"}}, {"Label", {"label"}}, {"Loss@GRAD", {"loss@GRAD"}}},
+                         {{"Logits@GRAD", {"logits@GRAD"}}});
+    SetAttr(&fwd, "soft_label", soft);
+    SetAttr(&grad, "soft_label", soft);
+    Check(soft ? "soft labels" : "hard labels", {fwd, grad}, v,
+          {"softmax", "loss", "logits@GRAD"});
+  }
+}
+
+TEST_F(GpuOpsTest, LookupTableDenseAndSparseGradients) {
+  for (bool sparse : {false, true}) {
+    Vars v;
+    Put(&v, "w", Random({20, 6}, &rng_));
+    Put(&v, "ids", Ints({8, 1}, {3, 0, 19, 3, 7, 2, 3, 11}));  // 2 is padding; 3 repeats
+    Put(&v, "out@GRAD", Random({8, 6}, &rng_));
+    OpDesc fwd = MakeOp("lookup_table", {{"W", {"w"}}, {"Ids", {"ids"}}}, {{"Out", {"out"}}});
+    OpDesc grad = MakeOp("lookup_table_grad",
+                         {{"W", {"w"}}, {"Ids", {"ids"}}, {"Out@GRAD", {"out@GRAD"}}},
+                         {{"W@GRAD", {"w@GRAD"}}});
+    for (OpDesc* op : {&fwd, &grad}) {
+      SetAttr(op, "padding_idx", 2);
+      SetAttr(op, "is_sparse", sparse);
+    }
+    Check(sparse ? "sparse" : "dense", {fwd, grad}, v, {"out", "w@GRAD"});
+  }
+}
+
+TEST_F(GpuOpsTest, ConcatAndSplit) {
+  Vars v;
+  Put(&v, "a", Random({4, 3, 2}, &rng_));
+  Put(&v, "b", Random({4, 5, 2}, &rng_));
+  Put(&v, "cat@GRAD", Random({4, 8, 2}, &rng_));
+  OpDesc cat = MakeOp("concat", {{"X", {"a", "b"}}}, {{"Out", {"cat"}}});
+  SetAttr(&cat, "axis", 1);
+  OpDesc cat_grad = MakeOp("concat_grad", {{"X", {"a", "b"}}, {"Out@GRAD", {"cat@GRAD"}}},
+                           {{"X@GRAD", {"a@GRAD", "b@GRAD"}}});
+  SetAttr(&cat_grad, "axis", 1);
+  OpDesc split = MakeOp("split", {{"X", {"cat"}}}, {{"Out", {"p", "q", "r"}}});
+  SetAttr(&split, "axis", -2);
+  SetAttr(&split, "sections", std::vector<int64_t>{2, -1, 1});
+  Check("concat/split", {cat, cat_grad, split}, v, {"cat", "a@GRAD", "b@GRAD", "p", "q", "r"});
+}
+
+TEST_F(GpuOpsTest, OptimizersDenseAndSparse) {
+  const Shape shape = {10, 4};
+  for (const char* type : {"sgd", "momentum", "adam", "adagrad"}) {
+    for (bool sparse : {false, true}) {
+      for (bool nesterov : {false, true}) {
+        if (nesterov && std::string(type) != "momentum") continue;
+        Vars v;
+        Put(&v, "p", Random(shape, &rng_));
+        Put(&v, "lr", Scalar(0.05f));
+        if (sparse) {
+          SelectedRows* g = v["g"].GetMutable<SelectedRows>();
+          g->rows = {7, 1, 7, 0, 9};
+          g->height = 10;
+          g->value = Random({5, 4}, &rng_);
+        } else {
+          Put(&v, "g", Random(shape, &rng_));
+        }
+        std::map<std::string, std::vector<std::string>> ins = {
+            {"Param", {"p"}}, {"Grad", {"g"}}, {"LearningRate", {"lr"}}};
+        std::map<std::string, std::vector<std::string>> outs = {{"ParamOut", {"p"}}};
+        std::vector<std::string> check = {"p"};
+        auto state = [&](const char* in, const char* out, const char* var, float lo) {
+          Put(&v, var, Random(shape, &rng_, lo, 1.0f));
+          ins[in] = {var};
+          outs[out] = {var};
+          check.push_back(var);
+        };
+        const std::string t = type;
+        if (t == "momentum") state("Velocity", "VelocityOut", "vel", -1.0f);
+        if (t == "adagrad") state("Moment", "MomentOut", "mom", 0.0f);
+        if (t == "adam") {
+          state("Moment1", "Moment1Out", "m1", -1.0f);
+          state("Moment2", "Moment2Out", "m2", 0.0f);
+          Put(&v, "b1p", Scalar(0.9f * 0.9f));
+          Put(&v, "b2p", Scalar(0.999f));
+          ins["Beta1Pow"] = {"b1p"};
+          ins["Beta2Pow"] = {"b2p"};
+          outs["Beta1PowOut"] = {"b1p"};
+          outs["Beta2PowOut"] = {"b2p"};
+          check.push_back("b1p");
+          check.push_back("b2p");
+        }
+        Slots in_slots(ins.begin(), ins.end()), out_slots(outs.begin(), outs.end());
+        OpDesc op = MakeOp(type, in_slots, out_slots);
+        SetAttr(&op, "regularization_coeff", 0.01f);
+        SetAttr(&op, "mu", 0.9f);
+        SetAttr(&op, "use_nesterov", nesterov);
+        // Two steps: the second reads the state the first left on the device.
+        Check(absl::StrCat(type, sparse ? " sparse" : " dense", nesterov ? " nesterov" : ""),
+              {op, op}, v, check);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera
+
+TESSERA_GPU_TEST_MAIN()

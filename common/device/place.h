@@ -1,0 +1,67 @@
+// Place: where a tensor's buffer lives (host memory or one GPU), and the hook through which
+// Tensor reaches device memory.
+//
+// The CPU build has no device code: nothing registers a DeviceBackend, no tensor is ever placed
+// on a GPU, and Tensor behaves exactly as before. The CUDA runtime (common/device/cuda, built
+// only with --config=cuda) registers its backend when it is linked in.
+#ifndef TESSERA_COMMON_DEVICE_PLACE_H_
+#define TESSERA_COMMON_DEVICE_PLACE_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace tessera {
+
+struct Place {
+  enum class Kind { kCpu, kGpu };
+  Kind kind = Kind::kCpu;
+  int device = 0;  // GPU ordinal; 0 for the CPU
+
+  static Place Cpu() { return Place(); }
+  static Place Gpu(int device) { return Place{Kind::kGpu, device}; }
+  bool is_cpu() const { return kind == Kind::kCpu; }
+  bool is_gpu() const { return kind == Kind::kGpu; }
+  bool operator==(const Place& o) const { return kind == o.kind && device == o.device; }
+  bool operator!=(const Place& o) const { return !(*this == o); }
+  // "cpu", "gpu:0".
+  std::string DebugString() const;
+};
+
+// "cpu", "gpu" (= gpu:0) or "gpu:N"; the error names the bad text.
+absl::StatusOr<Place> ParsePlace(absl::string_view text);
+
+// Device memory for Tensor. Implementations are thread-safe and live for the whole process.
+// All operations are ordered on the device's stream; Copy returns once the bytes are readable
+// at `dst` (a copy to the host waits for the stream).
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  // A buffer of at least `bytes` on `place` (a GPU); the deleter returns it to the backend.
+  // A failure (out of memory) is fatal: Tensor has no error path.
+  virtual std::shared_ptr<char> Allocate(const Place& place, size_t bytes) = 0;
+  // Copies `bytes` from src (on src_place) to dst (on dst_place); at least one is a GPU.
+  virtual void Copy(void* dst, const Place& dst_place, const void* src, const Place& src_place,
+                    size_t bytes) = 0;
+  // Sets `bytes` bytes at `p` (on the GPU `place`) to zero.
+  virtual void SetZero(const Place& place, void* p, size_t bytes) = 0;
+  // OK when `place` can be used; the error names the device and why it cannot.
+  virtual absl::Status Available(const Place& place) { return absl::OkStatus(); }
+  // Waits for the work enqueued on `place`.
+  virtual absl::Status Synchronize(const Place& place) { return absl::OkStatus(); }
+  // One line about the device memory of `place` (allocator bytes in use/cached, hits/misses).
+  virtual std::string MemoryReport(const Place& place) { return ""; }
+};
+
+// The registered backend, or nullptr (always in the CPU build). Set once, at static
+// initialization of the CUDA runtime library; never unset.
+DeviceBackend* GetDeviceBackend();
+void SetDeviceBackend(DeviceBackend* backend);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_DEVICE_PLACE_H_
