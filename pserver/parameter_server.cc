@@ -195,6 +195,9 @@ absl::Status ParameterServer::Admit(const RequestMeta& meta) {
   }
   absl::MutexLock lock(&mu_);
   last_request_ = absl::Now();
+  if (first_request_ == absl::InfinitePast()) first_request_ = last_request_;
+  if (last_seen_.empty()) last_seen_.assign(num_trainers_, absl::InfinitePast());
+  last_seen_[meta.trainer_id] = last_request_;
   return failure_;
 }
 
@@ -631,8 +634,13 @@ void ParameterServer::Watchdog() {
       mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100));
       if (stopping_) return;
       if (!failure_.ok()) continue;
+      // Async: each trainer on its own (before the check of silence from everyone, so that
+      // trainers dropped after the others completed let the server finish).
+      if (!sync_ && !finished_ && first_request_ != absl::InfinitePast()) {
+        timeout = CheckSilentTrainers();
+      }
       // Silence from everyone (nobody waits at a barrier, which names the missing instead).
-      if (!finished_ && !active_.empty() && last_request_ != absl::InfinitePast() &&
+      if (timeout.ok() && !finished_ && !active_.empty() && last_request_ != absl::InfinitePast() &&
           absl::Now() - last_request_ > options_.barrier_timeout && !optimizing_ &&
           send_.waiting.empty() && fetch_.waiting.empty()) {
         timeout = absl::DeadlineExceededError(absl::StrCat(
@@ -656,6 +664,36 @@ void ParameterServer::Watchdog() {
     }
     if (!timeout.ok()) Fail(timeout);
   }
+}
+
+absl::Status ParameterServer::CheckSilentTrainers() {
+  const absl::Time now = absl::Now();
+  std::vector<int> silent;
+  for (int k : active_) {
+    // A trainer that never called counts from the first request of any trainer.
+    const absl::Time seen = std::max(last_seen_[k], first_request_);
+    if (now - seen > options_.barrier_timeout) silent.push_back(k);
+  }
+  if (silent.empty()) return absl::OkStatus();
+  // Dropping everyone when no trainer completed would end a job that trained nobody's data
+  // to the end: that is a failure whatever the option says.
+  const bool nobody_completed =
+      active_.size() + stats_.trainers_dropped.size() == static_cast<size_t>(num_trainers_);
+  const bool all_silent = silent.size() == active_.size();
+  if (!options_.async_drop_silent_trainers || (all_silent && nobody_completed)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("pserver ", options_.endpoint, ": trainers [", absl::StrJoin(silent, ", "),
+                     "] sent nothing for ", absl::FormatDuration(options_.barrier_timeout),
+                     all_silent && nobody_completed
+                         ? " and no trainer completed (all dead or stuck)"
+                         : " (dead or stuck; --async_drop_silent_trainers lets the others go on)"));
+  }
+  for (int k : silent) {
+    active_.erase(k);
+    stats_.trainers_dropped.push_back(k);
+  }
+  if (active_.empty()) finished_ = true;
+  return absl::OkStatus();
 }
 
 absl::Status ParameterServer::Wait() {

@@ -44,6 +44,11 @@ struct ParameterServerOptions {
   std::string job_id;
   std::string endpoint;  // for messages
   absl::Duration barrier_timeout = absl::Seconds(60);
+  // Async mode: a trainer silent for barrier_timeout (killed, or its machine gone) fails the
+  // server naming it (false), or is dropped and training goes on with the others (true; the
+  // server finishes when every remaining trainer completed). Sync mode always fails: its steps
+  // need every trainer.
+  bool async_drop_silent_trainers = false;
   int optimize_threads = 2;
   // Distributed tables (every sparse_table op of the program): lifecycle options, off at 0.
   int64_t table_admission_threshold = 0;
@@ -74,7 +79,8 @@ struct ParameterServerStats {
   std::map<int, int64_t> grads_received;  // complete gradients per trainer
   int64_t gets = 0;
   int64_t prefetches = 0;
-  int64_t table_rows = 0;  // rows held by this pserver's table shards
+  std::vector<int> trainers_dropped;  // async_drop_silent_trainers: silent trainers let go
+  int64_t table_rows = 0;             // rows held by this pserver's table shards
   std::map<std::pair<std::string, int>, int64_t> table_shard_rows;  // (table, shard) -> rows
 };
 
@@ -159,6 +165,8 @@ class ParameterServer : public RequestHandler {
   // Called with mu_ held: checks whether barrier `kind` is complete and, if so, acts.
   void MaybeCompleteBarriers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Watchdog();
+  // Async: fails naming the trainers silent for barrier_timeout, or drops them (the option).
+  absl::Status CheckSilentTrainers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Missing(const Barrier& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ProgramDesc program_;
@@ -197,6 +205,9 @@ class ParameterServer : public RequestHandler {
   // Last request from any trainer (InfinitePast before the first): when every active trainer
   // has been silent for barrier_timeout, they are presumed dead and the server fails.
   absl::Time last_request_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Per trainer: its last request (async silence detection); InfinitePast until its first.
+  std::vector<absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
+  absl::Time first_request_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ThreadPool> checkpoint_pool_;  // runs SaveCheckpoint off the RPC threads

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/io/checkpoint_io.h"
@@ -57,6 +58,7 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
   po.job_id = config.job_id;
   po.endpoint = config.current_endpoint;
   po.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
+  po.async_drop_silent_trainers = config.async_drop_silent_trainers;
   po.table_admission_threshold = config.table_admission_threshold;
   po.table_evict_after_steps = config.table_evict_after_steps;
   po.num_pservers = static_cast<int>(config.pservers.size());
@@ -204,6 +206,9 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
       << " unauthenticated=" << server.unauthenticated_requests();
   for (const auto& [trainer, n] : stats.grads_received) {
     log << " grads_from_trainer_" << trainer << "=" << n;
+  }
+  if (!stats.trainers_dropped.empty()) {
+    log << " dropped_silent_trainers=[" << absl::StrJoin(stats.trainers_dropped, ",") << "]";
   }
   log << std::endl;
   return result;

@@ -127,6 +127,25 @@ TEST_F(LaunchClusterTest, KilledTrainerTakesTheJobDown) {
   ExpectNothingLeft();
 }
 
+// Async with --async_drop_silent_trainers: a killed trainer does not take the job down; the
+// pserver drops it after --barrier_timeout_s of silence and the job ends when trainer 0 is done.
+TEST_F(LaunchClusterTest, AsyncJobGoesOnWithoutAKilledTrainer) {
+  Start({"--pservers=1", "--trainers=2", "--example=mlp_regression", "--epochs=400",
+         "--num_examples=256", "--num_test_examples=0", "--sync_mode=false",
+         "--async_drop_silent_trainers=true", "--barrier_timeout_s=2"});
+  WaitUntilTraining(3);
+  pid_t trainer1 = PidOf(Output(), "trainer.1");
+  ASSERT_GT(trainer1, 0) << Output();
+  ASSERT_EQ(::kill(trainer1, SIGKILL), 0);
+  EXPECT_EQ(WaitExit(absl::Seconds(120)), 0) << Output();
+  EXPECT_THAT(Output(), HasSubstr(absl::StrCat("trainer.1 (pid ", trainer1,
+                                               ") was killed by signal 9; the job goes on")));
+  EXPECT_THAT(Output(), HasSubstr("the job went on without trainer.1"));
+  EXPECT_THAT(ReadFileOrEmpty(dir_ + "/logs/pserver.0.log"),
+              HasSubstr("dropped_silent_trainers=[1]"));
+  ExpectNothingLeft();
+}
+
 TEST_F(LaunchClusterTest, CtrlCStopsEveryProcess) {
   Start(LongJob());
   WaitUntilTraining(4);

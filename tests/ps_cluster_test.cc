@@ -464,5 +464,68 @@ TEST_P(KillTest, PserversFailWithinTheTimeoutAndNothingHangs) {
 
 INSTANTIATE_TEST_SUITE_P(OneOrAllTrainers, KillTest, ::testing::Values(1, 2));
 
+// Async mode, trainer 1 killed mid-training (1 pserver, 2 trainers, 2 s timeout). Without
+// --async_drop_silent_trainers the pserver fails naming trainer 1; with it, the pserver drops
+// trainer 1, trainer 0 trains to the end, the pserver exits 0 and has applied every gradient
+// trainer 0 sent exactly once.
+class AsyncTrainerLossTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(AsyncTrainerLossTest, SilentTrainerFailsOrIsDropped) {
+  const bool drop = GetParam();
+  std::string dir = MakeTempDir(drop ? "async_drop" : "async_fail");
+  ProcessGroup group;
+  auto eps = FreeEndpoints(1);
+  ASSERT_TRUE(eps.ok());
+  std::vector<std::string> common = {
+      "--pservers=" + (*eps)[0],  "--trainers=2",
+      "--example=mlp_regression", "--sync_mode=false",
+      "--batch_size=32",          "--num_examples=256",
+      "--barrier_timeout_s=2",    "--rpc_deadline_s=20",
+      "--log_every_steps=1",      drop ? "--async_drop_silent_trainers=true" : "--seed=1"};
+  std::vector<std::string> ps_args = {RunfilePath("pserver/tessera_pserver"),
+                                      "--current_endpoint=" + (*eps)[0]};
+  ps_args.insert(ps_args.end(), common.begin(), common.end());
+  pid_t ps = *group.Start(ps_args, dir + "/pserver.0.log");
+  std::vector<pid_t> tr;
+  for (int k = 0; k < 2; ++k) {
+    // Trainer 0 trains long enough to outlive trainer 1 by more than the timeout.
+    std::vector<std::string> args = {RunfilePath("trainer/tessera_trainer"),
+                                     absl::StrCat("--trainer_id=", k),
+                                     k == 0 ? "--epochs=400" : "--epochs=100000"};
+    args.insert(args.end(), common.begin(), common.end());
+    tr.push_back(*group.Start(args, absl::StrCat(dir, "/trainer.", k, ".log")));
+  }
+  absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (ReadFileOrEmpty(dir + "/trainer.1.log").find("epoch 2 ") == std::string::npos) {
+    ASSERT_LT(absl::Now(), deadline) << ReadFileOrEmpty(dir + "/trainer.1.log");
+    ASSERT_TRUE(group.Running(tr[1])) << ReadFileOrEmpty(dir + "/trainer.1.log");
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  group.Kill(tr[1], SIGKILL);
+  auto ps_status = group.Wait(ps, absl::Seconds(120));
+  ASSERT_TRUE(ps_status.ok()) << ps_status.status();
+  std::string ps_log = ReadFileOrEmpty(dir + "/pserver.0.log");
+  if (drop) {
+    auto t0 = group.Wait(tr[0], absl::Seconds(120));
+    ASSERT_TRUE(t0.ok()) << t0.status();
+    std::string t0_log = ReadFileOrEmpty(dir + "/trainer.0.log");
+    EXPECT_TRUE(WIFEXITED(*t0) && WEXITSTATUS(*t0) == 0) << t0_log;
+    EXPECT_TRUE(WIFEXITED(*ps_status) && WEXITSTATUS(*ps_status) == 0) << ps_log;
+    EXPECT_NE(ps_log.find("dropped_silent_trainers=[1]"), std::string::npos) << ps_log;
+    const int64_t sent = SumAfter(t0_log, " sent=");
+    EXPECT_GT(sent, 0) << t0_log;
+    EXPECT_EQ(SumAfter(ps_log, "grads_from_trainer_0="), sent) << ps_log;
+  } else {
+    EXPECT_FALSE(WIFEXITED(*ps_status) && WEXITSTATUS(*ps_status) == 0) << ps_log;
+    EXPECT_NE(ps_log.find("trainers [1] sent nothing for 2s"), std::string::npos) << ps_log;
+    auto t0 = group.Wait(tr[0], absl::Seconds(60));  // its next request is refused
+    ASSERT_TRUE(t0.ok()) << t0.status();
+    EXPECT_FALSE(WIFEXITED(*t0) && WEXITSTATUS(*t0) == 0);
+  }
+  for (pid_t pid : group.pids()) EXPECT_FALSE(group.Running(pid));
+}
+
+INSTANTIATE_TEST_SUITE_P(FailOrDrop, AsyncTrainerLossTest, ::testing::Bool());
+
 }  // namespace
 }  // namespace tessera

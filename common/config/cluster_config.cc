@@ -134,6 +134,8 @@ const std::vector<Setting>& Table() {
        Int(&ClusterConfig::async_max_merge, "async_max_merge", 1)},
       {{"async_read_own_writes", {"TESSERA_ASYNC_READ_OWN_WRITES"}},
        Bool(&ClusterConfig::async_read_own_writes, "async_read_own_writes")},
+      {{"async_drop_silent_trainers", {"TESSERA_ASYNC_DROP_SILENT_TRAINERS"}},
+       Bool(&ClusterConfig::async_drop_silent_trainers, "async_drop_silent_trainers")},
       {{"metrics_port", {"TESSERA_METRICS_PORT"}},
        Int(&ClusterConfig::metrics_port, "metrics_port", 0)},
       // Trainer: CPU places (threads) per trainer; deploy/launch --devices=cpu:K sets the env.

@@ -60,6 +60,9 @@ struct ClusterConfig {
   int64_t chunk_bytes = int64_t{4} << 20;
   int async_max_merge = 4;            // async: gradients merged per push
   bool async_read_own_writes = true;  // async: recv waits for this trainer's pushes
+  // Async, pserver: a trainer silent for barrier_timeout_s is dropped and the others go on
+  // (false: the pserver fails naming it).
+  bool async_drop_silent_trainers = false;
   // Monitoring.
   int metrics_port = 0;  // Prometheus /metrics HTTP port; 0 = off
   // Security: PEM file paths for mutual TLS (all three or none), and the job token every

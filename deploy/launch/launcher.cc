@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -460,12 +461,25 @@ std::string CheckpointDirOf(const std::vector<std::string>& args) {
   return dir;
 }
 
+// Whether the daemons run with --async_drop_silent_trainers (flag or inherited environment):
+// then a trainer that fails does not take the job down; the pservers go on without it.
+bool DropsSilentTrainers(const std::vector<std::string>& args) {
+  std::string value;
+  if (const char* env = std::getenv("TESSERA_ASYNC_DROP_SILENT_TRAINERS")) value = env;
+  for (const auto& a : args) {
+    constexpr absl::string_view kFlag = "--async_drop_silent_trainers=";
+    if (absl::StartsWith(a, kFlag)) value = a.substr(kFlag.size());
+  }
+  return value == "true" || value == "1";
+}
+
 }  // namespace
 
 int Launcher::Supervise() {
   bool has_trainers = false;
   for (const auto& c : children_) has_trainers |= c.spec.trainer;
   absl::Time trainers_done_at = absl::InfiniteFuture();
+  std::vector<std::string> lost_trainers;  // failed, with --async_drop_silent_trainers
   while (true) {
     if (g_stop) {
       Say("interrupted; stopping every process");
@@ -537,6 +551,12 @@ int Launcher::Supervise() {
         trainers_running |= c.spec.trainer;
         continue;
       }
+      if (c.spec.trainer && DropsSilentTrainers(options_.extra_args)) {
+        lost_trainers.push_back(c.spec.name);
+        Say(absl::StrCat(c.spec.name, " (pid ", c.pid, ") ", Describe(status),
+                         "; the job goes on without it (--async_drop_silent_trainers). See ", log));
+        continue;
+      }
       Say(absl::StrCat(c.spec.name, " (pid ", c.pid, ") ", Describe(status),
                        c.restarts > 0 ? absl::StrCat(" after ", c.restarts, " restarts") : "",
                        "; stopping the job. See ", log));
@@ -554,6 +574,11 @@ int Launcher::Supervise() {
       }
     }
     absl::SleepFor(absl::Milliseconds(50));
+  }
+  if (!lost_trainers.empty()) {
+    Say(absl::StrCat("all processes finished; the job went on without ",
+                     absl::StrJoin(lost_trainers, ", "), " (--async_drop_silent_trainers)"));
+    return 0;
   }
   Say("all processes finished");
   return 0;
