@@ -49,6 +49,11 @@ absl::StatusOr<std::vector<std::string>> FreeEndpoints(int n);
 int64_t SumAfter(const std::string& text, const std::string& key);
 // Resident set size of a live process in KiB (VmRSS of /proc/<pid>/status).
 absl::StatusOr<int64_t> ResidentKiB(pid_t pid);
+// The whole HTTP/1.0 response (headers and body) of GET `path` from 127.0.0.1:`port`; "" when
+// nothing listens there. Reads time out after 5 s.
+std::string HttpGet(int port, const std::string& path);
+// The value of the first sample of Prometheus metric `metric` (any labels) in a scrape, or -1.
+double Sample(const std::string& text, const std::string& metric);
 
 }  // namespace tessera
 

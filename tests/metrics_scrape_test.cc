@@ -14,43 +14,6 @@
 namespace tessera {
 namespace {
 
-std::string HttpGet(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: localhost\r\n\r\n");
-  (void)!::write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
-}
-
-// The value of the first sample of `metric` (any labels), or -1.
-double Sample(const std::string& text, const std::string& metric) {
-  size_t pos = 0;
-  while ((pos = text.find(metric, pos)) != std::string::npos) {
-    bool line_start = pos == 0 || text[pos - 1] == '\n';
-    size_t end = pos + metric.size();
-    if (line_start && (text[end] == '{' || text[end] == ' ')) {
-      size_t space = text.find(' ', text[end] == '{' ? text.find('}', end) : end);
-      return std::strtod(text.c_str() + space + 1, nullptr);
-    }
-    pos = end;
-  }
-  return -1;
-}
-
 // The value of the series written exactly as `series` (name and sorted labels), or -1.
 double Series(const std::string& text, const std::string& series) {
   std::string key = "\n" + series + " ";

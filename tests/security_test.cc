@@ -216,40 +216,6 @@ Pserver StartPserver(ProcessGroup* group, const std::string& dir,
   return p;
 }
 
-std::string HttpGet(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: localhost\r\n\r\n");
-  (void)!::write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
-}
-
-// The value of `metric` (first sample, any labels) in a scrape, or -1.
-double Sample(const std::string& text, const std::string& metric) {
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (!absl::StartsWith(line, metric)) continue;
-    char next = line.size() > metric.size() ? line[metric.size()] : '\0';
-    if (next != '{' && next != ' ') continue;
-    double v;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) return v;
-  }
-  return -1;
-}
-
 std::string Bytes(const Variable& v) {
   const Tensor& t = v.Get<Tensor>();
   return std::string(static_cast<const char*>(t.raw_data()), t.nbytes());
