@@ -3,91 +3,41 @@
 // after 4 steps by 2 pservers; restoring into 3 pservers (and from those back into 2) and
 // training 4 more steps ends with the same model as training 8 steps without stopping.
 #include <cmath>
-#include <cstring>
 #include <set>
-#include <thread>
 #include <tuple>
 
-#include "absl/strings/str_cat.h"
 #include "common/executor.h"
 #include "common/io/checkpoint_io.h"
-#include "common/layers/layers.h"
-#include "common/layers/optimizer.h"
 #include "common/ops/ops.h"
 #include "common/ops/sharding.h"
-#include "common/rpc/inproc/inproc_client.h"
 #include "gtest/gtest.h"
 #include "pserver/checkpoint.h"
 #include "pserver/parameter_server.h"
 #include "pserver/sparse_table.h"
 #include "tests/cluster_util.h"
-#include "trainer/rpc_ops.h"
+#include "tests/inproc_cluster.h"
 #include "transpiler/distribute_transpiler.h"
 
 namespace tessera {
 namespace {
 
-constexpr int kFeatures = 20;
 constexpr int kVocab = 200;
 constexpr int kDim = 8;
 constexpr int kBatch = 12;
 constexpr int kTrainers = 2;
 
-struct Model {
-  ProgramDesc main, startup;
-  std::string loss;
-};
-
 // x -> fc 512 relu (10240 weights: sliced) ++ distributed embedding of ids -> fc 1 -> MSE; Adam
 // with an exponentially decaying learning rate.
-Model BuildModel(const OpRegistry& registry) {
-  Model m;
-  ProgramBuilder b(&m.main, &m.startup);
-  std::string x = layers::Data(b, "x", {-1, kFeatures});
-  std::string ids = layers::Data(b, "ids", {-1, 1}, INT64);
-  std::string y = layers::Data(b, "y", {-1, 1});
-  layers::FcOptions h;
-  h.name = "hidden";
-  h.act = "relu";
-  std::string hid = layers::Fc(b, x, 512, h);
-  layers::EmbeddingOptions e;
-  e.name = "emb";
-  e.is_sparse = true;
-  e.is_distributed = true;
-  std::string emb = layers::Embedding(b, ids, kVocab, kDim, e);
-  std::string both = layers::Concat(b, {hid, emb}, 1);
-  layers::FcOptions o;
-  o.name = "out";
-  std::string pred = layers::Fc(b, both, 1, o);
-  m.loss = layers::Mean(b, layers::SquareError(b, pred, y));
-  OptimizerOptions oo;
-  oo.learning_rate = 0.01f;
-  oo.decay_steps = 2;
-  oo.decay_rate = 0.5f;
-  Adam adam(oo);
-  EXPECT_TRUE(adam.Minimize(b, registry, m.loss).ok());
-  return m;
-}
-
-void Feed(Scope* scope, int step, int begin, int end) {
-  int n = end - begin;
-  Tensor* x = scope->Var("x")->GetMutable<Tensor>();
-  Tensor* ids = scope->Var("ids")->GetMutable<Tensor>();
-  Tensor* y = scope->Var("y")->GetMutable<Tensor>();
-  x->Resize(FLOAT32, {n, kFeatures});
-  ids->Resize(INT64, {n, 1});
-  y->Resize(FLOAT32, {n, 1});
-  for (int i = 0; i < n; ++i) {
-    int g = begin + i;
-    float t = 0;
-    for (int j = 0; j < kFeatures; ++j) {
-      float v = std::sin(0.37f * (step * 131 + g * 17 + j));
-      x->data<float>()[i * kFeatures + j] = v;
-      t += v * (j % 3 - 1);
-    }
-    ids->data<int64_t>()[i] = (step * 7 + g * 13) % kVocab;
-    y->data<float>()[i] = t;
-  }
+InprocModelOptions ModelOptions() {
+  InprocModelOptions o;
+  o.vocab = kVocab;
+  o.emb_dim = kDim;
+  o.distributed_table = true;
+  o.optimizer = "adam";
+  o.learning_rate = 0.01f;
+  o.decay_steps = 2;
+  o.decay_rate = 0.5f;
+  return o;
 }
 
 struct Result {
@@ -99,88 +49,31 @@ struct Result {
 // from `init_from` if set, checkpointed into <save_root>/ckpt-<last> after the last step if set.
 Result RunJob(int pservers, int first, int last, const std::string& init_from,
               const std::string& save_root) {
-  auto base = NewStandardOpRegistry();
-  Model m = BuildModel(*base);
-  std::vector<std::string> eps;
-  for (int p = 0; p < pservers; ++p) eps.push_back(absl::StrCat("ps", p, ":0"));
-  TranspilerConfig cfg;
-  cfg.pservers = eps;
-  cfg.trainers = kTrainers;
-
-  std::vector<std::unique_ptr<Scope>> ps_scopes;
-  std::vector<std::unique_ptr<ParameterServer>> servers;
-  Executor base_exec(base.get());
-  for (int p = 0; p < pservers; ++p) {
-    auto t = DistributeTranspiler::Transpile(m.main, m.startup, cfg);
-    EXPECT_TRUE(t.ok()) << t.status();
-    ps_scopes.push_back(std::make_unique<Scope>());
-    EXPECT_TRUE(
-        base_exec.Run(*t->GetPserverStartupProgram(eps[p]), 0, ps_scopes.back().get()).ok());
-    ParameterServerOptions po;
-    po.job_id = "job";
-    po.endpoint = eps[p];
-    po.barrier_timeout = absl::Seconds(30);
-    po.pserver_index = p;
-    po.num_pservers = pservers;
-    po.param_blocks = t->param_blocks();
-    auto server = ParameterServer::Create(*t->GetPserverProgram(eps[p]), ps_scopes.back().get(),
-                                          base.get(), po);
-    EXPECT_TRUE(server.ok()) << server.status();
-    if (!init_from.empty()) {
-      absl::Status s = (*server)->RestoreCheckpoint(init_from);
-      EXPECT_TRUE(s.ok()) << s;
-    }
-    servers.push_back(std::move(*server));
-  }
-  std::map<std::string, RequestHandler*> handlers;
-  for (int p = 0; p < pservers; ++p) handlers[eps[p]] = servers[p].get();
-
+  InprocJobOptions jo;
+  jo.trainers = kTrainers;
+  jo.pservers = pservers;
+  jo.batch = kBatch;
+  jo.first_step = first;
+  jo.last_step = last;
+  jo.id_range = kVocab;
+  jo.restore_from = init_from;
+  jo.notify_complete = false;
   Result result;
-  std::vector<std::thread> threads;
-  for (int k = 0; k < kTrainers; ++k) {
-    threads.emplace_back([&, k] {
-      TranspilerConfig tc = cfg;
-      tc.trainer_id = k;
-      auto t = DistributeTranspiler::Transpile(m.main, m.startup, tc);
-      ASSERT_TRUE(t.ok()) << t.status();
-      ClientPool pool([&](const std::string& ep) {
-        return std::make_unique<InProcClient>(ep, handlers.at(ep));
-      });
-      RpcContext rpc;
-      rpc.job_id = "job";
-      rpc.trainer_id = k;
-      rpc.clients = &pool;
-      rpc.step = first;
-      OpRegistry registry;
-      ASSERT_TRUE(RegisterStandardOps(&registry).ok());
-      ASSERT_TRUE(RegisterRpcOps(&registry, &rpc).ok());
-      Executor exec(&registry);
-      Scope scope;
-      absl::Status s = exec.Run(t->trainer_startup_program(), 0, &scope);
-      ASSERT_TRUE(s.ok()) << s;
-      const int per = kBatch / kTrainers;
-      for (int step = first; step < last; ++step) {
-        rpc.step = step;
-        Feed(&scope, step, k * per, (k + 1) * per);
-        s = exec.Run(t->trainer_program(), 0, &scope);
-        ASSERT_TRUE(s.ok()) << "trainer " << k << " step " << step << ": " << s;
+  auto job = RunInprocJob(ModelOptions(), jo, [&](int k, const InprocModel& m, const Scope& scope) {
+    if (k != 0) return;
+    for (const auto& v : m.main.blocks(0).vars()) {
+      if (v.trainable() && !v.is_distributed()) {
+        result.dense[v.name()] = scope.FindVar(v.name())->Get<Tensor>().Clone();
       }
-      if (k != 0) return;
-      for (const auto& v : m.main.blocks(0).vars()) {
-        if (v.trainable() && !v.is_distributed()) {
-          result.dense[v.name()] = scope.FindVar(v.name())->Get<Tensor>().Clone();
-        }
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+    }
+  });
   if (!save_root.empty()) {
     io::FileSystem* fs = io::PosixFileSystem::Default();
     auto dir = io::BeginCheckpoint(fs, save_root, last);
     EXPECT_TRUE(dir.ok()) << dir.status();
     std::vector<std::string> manifests;
     for (int p = 0; p < pservers; ++p) {
-      absl::Status s = servers[p]->SaveCheckpoint(*dir);
+      absl::Status s = job->servers[p]->SaveCheckpoint(*dir);
       EXPECT_TRUE(s.ok()) << s;
       manifests.push_back(PserverFilePrefix(p, pservers) + ".MANIFEST");
     }
@@ -193,17 +86,7 @@ Result RunJob(int pservers, int first, int last, const std::string& init_from,
   }
   // The table's rows from their owners (their values after further steps depend on the
   // restored Adam moments too).
-  for (int64_t id = 0; id < kVocab; ++id) {
-    const int owner = ShardOf(id, pservers, ShardMethod::kHash);
-    std::vector<float> row(kDim);
-    bool found = false;
-    servers[owner]->HandlePrefetch({"job", 0, last}, "emb", {id}, [&](absl::StatusOr<Tensor> t) {
-      ASSERT_TRUE(t.ok()) << t.status();
-      std::memcpy(row.data(), t->data<float>(), kDim * sizeof(float));
-      found = true;
-    });
-    if (found) result.rows[id] = row;
-  }
+  result.rows = GatherTableRows(*job, "emb", kVocab, kDim, last);
   return result;
 }
 
@@ -212,12 +95,7 @@ void ExpectSameModel(const Result& got, const Result& want, const std::string& w
   for (const auto& [name, w] : want.dense) {
     const Tensor& g = got.dense.at(name);
     ASSERT_EQ(g.shape(), w.shape()) << what << " " << name;
-    double worst = 0;
-    for (int64_t i = 0; i < w.numel(); ++i) {
-      double x = g.data<float>()[i], y = w.data<float>()[i];
-      worst = std::max(worst, std::fabs(x - y) / std::max(1e-3, std::fabs(y)));
-    }
-    EXPECT_LE(worst, 1e-6) << what << " " << name;
+    EXPECT_LE(WorstRelativeError(g, w, 1e-3), 1e-6) << what << " " << name;
   }
   ASSERT_EQ(got.rows.size(), want.rows.size()) << what;
   for (const auto& [id, w] : want.rows) {
@@ -257,7 +135,7 @@ TEST(CheckpointReshardTest, MissingOrDamagedCheckpointNamesTheFile) {
   data[data.size() / 3] ^= 1;
   ASSERT_TRUE(io::WriteFileAtomic(fs, victim, data).ok());
   auto base = NewStandardOpRegistry();
-  Model m = BuildModel(*base);
+  InprocModel m = BuildInprocModel(*base, ModelOptions());
   TranspilerConfig cfg;
   cfg.pservers = {"ps0:0", "ps1:0", "ps2:0"};
   cfg.trainers = kTrainers;

@@ -23,6 +23,7 @@
 #include "examples/registry.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_util.h"
+#include "tests/equivalence_util.h"
 #include "trainer/local_trainer.h"
 
 namespace tessera {
@@ -159,32 +160,9 @@ TEST(CollectiveFailureTest, KilledPeerFailsTheSurvivorInBoundedTime) {
 
 // Starts `n` trainers of one collective job with `flags` and expects each to exit 0 within 120 s.
 void RunTrainers(const std::string& dir, int n, const std::vector<std::string>& flags) {
-  auto eps = FreeEndpoints(n);
-  ASSERT_TRUE(eps.ok()) << eps.status();
-  ProcessGroup group;
-  std::vector<pid_t> pids;
-  for (int k = 0; k < n; ++k) {
-    std::vector<std::string> args = {RunfilePath("trainer/tessera_trainer"),
-                                     "--mode=collective",
-                                     "--job_id=coll",
-                                     absl::StrCat("--trainer_endpoints=", absl::StrJoin(*eps, ",")),
-                                     absl::StrCat("--trainers=", n),
-                                     absl::StrCat("--trainer_id=", k),
-                                     "--example=mlp_regression",
-                                     "--barrier_timeout_s=60",
-                                     "--log_every_steps=0",
-                                     absl::StrCat("--dump_params=", dir, "/params.", k)};
-    args.insert(args.end(), flags.begin(), flags.end());
-    auto pid = group.Start(args, absl::StrCat(dir, "/trainer.", k, ".log"));
-    ASSERT_TRUE(pid.ok()) << pid.status();
-    pids.push_back(*pid);
-  }
-  for (int k = 0; k < n; ++k) {
-    const std::string log = absl::StrCat(dir, "/trainer.", k, ".log");
-    auto status = group.Wait(pids[k], absl::Seconds(120));
-    ASSERT_TRUE(status.ok()) << status.status() << "\n" << ReadFileOrEmpty(log);
-    ASSERT_TRUE(ExitedWith(*status, 0)) << ReadFileOrEmpty(log);
-  }
+  std::vector<std::string> all = {"--example=mlp_regression", "--log_every_steps=0"};
+  all.insert(all.end(), flags.begin(), flags.end());
+  RunCollectiveTrainers(dir, n, all);
 }
 
 // The number after `key` in trainer 0's log (-1 if absent).
@@ -202,46 +180,14 @@ TEST(CollectiveTrainerTest, TwoCpuPlacesPerTrainerEqualSingleMachine) {
               {"--num_examples=960", "--num_test_examples=64", "--batch_size=50", "--epochs=2",
                "--seed=4", "--cpu_places=2"});
   if (HasFatalFailure()) return;
-  auto registry = NewStandardOpRegistry();
   examples::ExampleOptions eo;
   eo.name = "mlp_regression";
   eo.num_examples = 960;
   eo.num_test_examples = 64;
   eo.seed = 4;
-  auto model = examples::BuildExampleModel(*registry, eo);
-  ASSERT_TRUE(model.ok()) << model.status();
-  auto data = examples::LoadExampleData(eo);
-  ASSERT_TRUE(data.ok()) << data.status();
-  LocalTrainerOptions lo;
-  lo.batch_size = 50;
-  lo.epochs = 2;
-  lo.seed = 4;
-  lo.log_every_steps = 0;
-  std::ostringstream sink;
-  lo.log = &sink;
-  auto trainer = LocalTrainer::Create(registry.get(), *model, lo);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  ASSERT_TRUE((*trainer)->Train(data->train).ok());
-  for (int k = 0; k < 2; ++k) {
-    auto got = LoadVariables(absl::StrCat(dir, "/params.", k));
-    ASSERT_TRUE(got.ok()) << got.status();
-    int checked = 0;
-    for (const auto& v : model->main.blocks(0).vars()) {
-      if (!v.trainable()) continue;
-      const Tensor& want = (*trainer)->scope()->FindVar(v.name())->Get<Tensor>();
-      auto it = got->find(v.name());
-      ASSERT_NE(it, got->end()) << v.name();
-      ASSERT_EQ(it->second.shape(), want.shape()) << v.name();
-      double worst = 0;
-      for (int64_t i = 0; i < want.numel(); ++i) {
-        const double a = it->second.data<float>()[i], b = want.data<float>()[i];
-        worst = std::max(worst, std::fabs(a - b) / std::max(1e-2, std::fabs(b)));
-      }
-      EXPECT_LT(worst, 1e-5) << "trainer " << k << " " << v.name();
-      ++checked;
-    }
-    EXPECT_EQ(checked, 4);
-  }
+  const Params want = SingleMachine(eo, 50, 4, 2);
+  EXPECT_EQ(want.size(), 4u);
+  ExpectDumpsClose(dir, 2, want, 1e-5);
 }
 
 // fp16 halves the gradient bytes; top-k at 10% (with error feedback) sends a fifth of them

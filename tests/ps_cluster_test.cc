@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "pserver/sparse_table.h"
 #include "tests/cluster_util.h"
+#include "tests/equivalence_util.h"
 #include "trainer/local_trainer.h"
 
 namespace tessera {
@@ -25,31 +26,6 @@ struct Job {
   int trainers = 2;
   std::vector<std::string> flags;  // extra flags for every daemon
 };
-
-std::map<std::string, Tensor> SingleMachine(const examples::ExampleOptions& eo, int64_t batch,
-                                            uint64_t seed, int epochs) {
-  auto registry = NewStandardOpRegistry();
-  auto model = examples::BuildExampleModel(*registry, eo);
-  EXPECT_TRUE(model.ok()) << model.status();
-  auto data = examples::LoadExampleData(eo);
-  EXPECT_TRUE(data.ok()) << data.status();
-  LocalTrainerOptions lo;
-  lo.batch_size = batch;
-  lo.epochs = epochs;
-  lo.seed = seed;
-  lo.log_every_steps = 0;
-  std::ostringstream sink;
-  lo.log = &sink;
-  auto trainer = LocalTrainer::Create(registry.get(), *model, lo);
-  EXPECT_TRUE(trainer.ok()) << trainer.status();
-  EXPECT_TRUE((*trainer)->Train(data->train).ok());
-  std::map<std::string, Tensor> out;
-  for (const auto& v : model->main.blocks(0).vars()) {
-    if (v.trainable())
-      out[v.name()] = (*trainer)->scope()->FindVar(v.name())->Get<Tensor>().Clone();
-  }
-  return out;
-}
 
 // Runs the job to completion; returns trainer k's dumped parameters for every k.
 std::vector<std::map<std::string, Tensor>> RunJob(const Job& job, const std::string& dir) {
@@ -112,47 +88,44 @@ std::vector<std::map<std::string, Tensor>> RunJob(const Job& job, const std::str
   return params;
 }
 
-void ExpectClose(const std::map<std::string, Tensor>& got,
-                 const std::map<std::string, Tensor>& want, double rtol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, w] : want) {
-    auto it = got.find(name);
-    ASSERT_NE(it, got.end()) << name;
-    const Tensor& g = it->second;
-    ASSERT_EQ(g.shape(), w.shape()) << name;
-    double worst = 0;
-    for (int64_t i = 0; i < w.numel(); ++i) {
-      double a = g.data<float>()[i], b = w.data<float>()[i];
-      worst = std::max(worst, std::fabs(a - b) / std::max(1e-2, std::fabs(b)));
-    }
-    EXPECT_LT(worst, rtol) << name;
-  }
+// mlp_regression or ctr data with 64 test examples.
+examples::ExampleOptions Example(const std::string& name, int64_t examples, uint64_t seed) {
+  examples::ExampleOptions eo;
+  eo.name = name;
+  eo.num_examples = examples;
+  eo.num_test_examples = 64;
+  eo.seed = seed;
+  if (name == "ctr") eo.vocab_per_slot = 2000;
+  return eo;
+}
+
+// A sync job of `job`'s shape training `eo` with `batch` for `epochs` (and `extra` flags) ends
+// with every trainer's parameters within `rtol` of single-machine training; returns the
+// job's directory.
+std::string ExpectSyncEqualsSingleMachine(Job job, const std::string& name,
+                                          const examples::ExampleOptions& eo, int64_t batch,
+                                          int epochs, const std::vector<std::string>& extra,
+                                          double rtol) {
+  std::string dir = MakeTempDir(name);
+  job.example = eo.name;
+  job.flags = ExampleFlags(eo, batch, epochs);
+  job.flags.insert(job.flags.end(), extra.begin(), extra.end());
+  auto params = RunJob(job, dir);
+  EXPECT_EQ(params.size(), static_cast<size_t>(job.trainers));
+  auto want = SingleMachine(eo, batch, eo.seed, epochs);
+  for (const auto& p : params) ExpectParamsClose(p, want, rtol);
+  return dir;
 }
 
 class SyncTwoByTwo : public ::testing::TestWithParam<bool> {};
 
 // With and without the memory optimization pass on the trainer program.
 TEST_P(SyncTwoByTwo, EqualsSingleMachine) {
-  std::string dir = MakeTempDir("sync2x2");
-  Job job;
-  job.flags = {"--num_examples=1024",
-               "--num_test_examples=64",
-               "--batch_size=64",
-               "--epochs=2",
-               "--seed=3",
-               "--min_block_size=400",
-               "--split_method=round_robin",
-               GetParam() ? "--memory_optimize" : "--nomemory_optimize"};
-  auto params = RunJob(job, dir);
-  ASSERT_EQ(params.size(), 2u);
-  examples::ExampleOptions eo;
-  eo.name = "mlp_regression";
-  eo.num_examples = 1024;
-  eo.num_test_examples = 64;
-  eo.seed = 3;
-  auto want = SingleMachine(eo, 64, 3, 2);
-  ExpectClose(params[0], want, 1e-5);
-  ExpectClose(params[1], want, 1e-5);
+  std::string dir = ExpectSyncEqualsSingleMachine(
+      Job{}, "sync2x2", Example("mlp_regression", 1024, 3), 64, 2,
+      {"--min_block_size=400", "--split_method=round_robin",
+       GetParam() ? "--memory_optimize" : "--nomemory_optimize"},
+      1e-5);
   if (GetParam()) {
     EXPECT_NE(ReadFileOrEmpty(dir + "/trainer.0.log").find("memory_optimize: reused"),
               std::string::npos);
@@ -166,81 +139,27 @@ INSTANTIATE_TEST_SUITE_P(MemoryOptimize, SyncTwoByTwo, ::testing::Bool());
 // (and a last one of 34) give places of 17 and 16 examples (9 and 8 in the last batch), so the
 // weighting matters.
 TEST(PsClusterTest, SyncTwoByTwoWithTwoCpuPlacesEqualsSingleMachine) {
-  std::string dir = MakeTempDir("sync2x2_places");
-  Job job;
-  job.flags = {"--num_examples=1024",
-               "--num_test_examples=64",
-               "--batch_size=66",
-               "--epochs=2",
-               "--seed=3",
-               "--min_block_size=400",
-               "--split_method=round_robin",
-               "--cpu_places=2"};
-  auto params = RunJob(job, dir);
-  ASSERT_EQ(params.size(), 2u);
+  std::string dir = ExpectSyncEqualsSingleMachine(
+      Job{}, "sync2x2_places", Example("mlp_regression", 1024, 3), 66, 2,
+      {"--min_block_size=400", "--split_method=round_robin", "--cpu_places=2"}, 1e-5);
   EXPECT_NE(ReadFileOrEmpty(dir + "/trainer.0.log").find(", 2 cpu places"), std::string::npos)
       << ReadFileOrEmpty(dir + "/trainer.0.log");
-  examples::ExampleOptions eo;
-  eo.name = "mlp_regression";
-  eo.num_examples = 1024;
-  eo.num_test_examples = 64;
-  eo.seed = 3;
-  auto want = SingleMachine(eo, 66, 3, 2);
-  ExpectClose(params[0], want, 1e-5);
-  ExpectClose(params[1], want, 1e-5);
 }
 
 // The same with the CTR model's local embedding tables: every place's sparse (SelectedRows)
 // gradients are concatenated before they are split by pserver and sent.
 TEST(PsClusterTest, SyncCtrWithLocalTablesOnTwoCpuPlacesEqualsSingleMachine) {
-  std::string dir = MakeTempDir("sync_ctr_places");
-  Job job;
-  job.example = "ctr";
-  job.flags = {"--num_examples=576",
-               "--num_test_examples=64",
-               "--batch_size=96",
-               "--epochs=1",
-               "--seed=5",
-               "--vocab_per_slot=2000",
-               "--split_method=hash_name",
-               "--nodistributed_tables",
-               "--cpu_places=2"};
-  auto params = RunJob(job, dir);
-  ASSERT_EQ(params.size(), 2u);
-  examples::ExampleOptions eo;
-  eo.name = "ctr";
-  eo.num_examples = 576;
-  eo.num_test_examples = 64;
-  eo.seed = 5;
-  eo.vocab_per_slot = 2000;
-  auto want = SingleMachine(eo, 96, 5, 1);
-  for (const auto& p : params) ExpectClose(p, want, 1e-4);
+  ExpectSyncEqualsSingleMachine(
+      Job{}, "sync_ctr_places", Example("ctr", 576, 5), 96, 1,
+      {"--split_method=hash_name", "--nodistributed_tables", "--cpu_places=2"}, 1e-4);
 }
 
 TEST(PsClusterTest, SyncThreeByThreeCtrWithSparseTablesEqualsSingleMachine) {
-  std::string dir = MakeTempDir("sync3x3");
   Job job;
-  job.example = "ctr";
   job.pservers = 3;
   job.trainers = 3;
-  job.flags = {"--num_examples=576",
-               "--num_test_examples=64",
-               "--batch_size=96",
-               "--epochs=1",
-               "--seed=5",
-               "--vocab_per_slot=2000",
-               "--split_method=hash_name",
-               "--nodistributed_tables"};
-  auto params = RunJob(job, dir);
-  ASSERT_EQ(params.size(), 3u);
-  examples::ExampleOptions eo;
-  eo.name = "ctr";
-  eo.num_examples = 576;
-  eo.num_test_examples = 64;
-  eo.seed = 5;
-  eo.vocab_per_slot = 2000;
-  auto want = SingleMachine(eo, 96, 5, 1);
-  for (const auto& p : params) ExpectClose(p, want, 1e-4);
+  ExpectSyncEqualsSingleMachine(job, "sync3x3", Example("ctr", 576, 5), 96, 1,
+                                {"--split_method=hash_name", "--nodistributed_tables"}, 1e-4);
 }
 
 TEST(PsClusterTest, CtrWithDistributedTablesLearns) {
@@ -287,46 +206,12 @@ class CollectiveTest : public ::testing::TestWithParam<int> {};
 TEST_P(CollectiveTest, EqualsSingleMachine) {
   const int n = GetParam();
   std::string dir = MakeTempDir("collective");
-  auto eps = FreeEndpoints(n);
-  ASSERT_TRUE(eps.ok());
-  ProcessGroup group;
-  std::vector<pid_t> pids;
-  for (int k = 0; k < n; ++k) {
-    std::vector<std::string> args = {RunfilePath("trainer/tessera_trainer"),
-                                     "--mode=collective",
-                                     "--job_id=coll",
-                                     absl::StrCat("--trainer_endpoints=", absl::StrJoin(*eps, ",")),
-                                     absl::StrCat("--trainers=", n),
-                                     absl::StrCat("--trainer_id=", k),
-                                     "--example=mlp_regression",
-                                     "--num_examples=960",
-                                     "--num_test_examples=64",
-                                     "--batch_size=48",
-                                     "--epochs=2",
-                                     "--seed=4",
-                                     "--barrier_timeout_s=60",
-                                     absl::StrCat("--dump_params=", dir, "/params.", k)};
-    auto pid = group.Start(args, absl::StrCat(dir, "/trainer.", k, ".log"));
-    ASSERT_TRUE(pid.ok());
-    pids.push_back(*pid);
-  }
-  for (int k = 0; k < n; ++k) {
-    auto status = group.Wait(pids[k], absl::Seconds(120));
-    ASSERT_TRUE(status.ok()) << status.status();
-    ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
-        << ReadFileOrEmpty(absl::StrCat(dir, "/trainer.", k, ".log"));
-  }
-  examples::ExampleOptions eo;
-  eo.name = "mlp_regression";
-  eo.num_examples = 960;
-  eo.num_test_examples = 64;
-  eo.seed = 4;
-  auto want = SingleMachine(eo, 48, 4, 2);
-  for (int k = 0; k < n; ++k) {
-    auto got = LoadVariables(absl::StrCat(dir, "/params.", k));
-    ASSERT_TRUE(got.ok()) << got.status();
-    ExpectClose(*got, want, 1e-5);
-  }
+  const examples::ExampleOptions eo = Example("mlp_regression", 960, 4);
+  std::vector<std::string> flags = ExampleFlags(eo, 48, 2);
+  flags.push_back("--example=mlp_regression");
+  RunCollectiveTrainers(dir, n, flags);
+  if (HasFatalFailure()) return;
+  ExpectDumpsClose(dir, n, SingleMachine(eo, 48, 4, 2), 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(TwoAndThreeTrainers, CollectiveTest, ::testing::Values(2, 3));

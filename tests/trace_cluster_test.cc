@@ -58,6 +58,33 @@ std::vector<Span> ReadTrace(const std::string& path) {
 
 bool ExitedWith(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
 
+// Starts a pserver at `endpoint` and trainer 0 (tracing to `trace` with --trace_steps=
+// `trace_steps`), both with `common` flags, in `group`; waits (at most 60 s) until the trainer
+// logged step 20. Their pids go to *pserver and *trainer.
+void StartTracedJobPastStep20(ProcessGroup* group, const std::string& dir,
+                              const std::string& endpoint, const std::vector<std::string>& common,
+                              const std::string& trace, const std::string& trace_steps,
+                              pid_t* pserver, pid_t* trainer) {
+  std::vector<std::string> ps_argv = {RunfilePath("pserver/tessera_pserver"),
+                                      "--current_endpoint=" + endpoint};
+  ps_argv.insert(ps_argv.end(), common.begin(), common.end());
+  auto ps = group->Start(ps_argv, dir + "/pserver.log");
+  ASSERT_TRUE(ps.ok());
+  *pserver = *ps;
+  std::vector<std::string> tr = {RunfilePath("trainer/tessera_trainer"), "--trainer_id=0",
+                                 "--trace=" + trace, "--trace_steps=" + trace_steps};
+  tr.insert(tr.end(), common.begin(), common.end());
+  auto t = group->Start(tr, dir + "/trainer.log");
+  ASSERT_TRUE(t.ok());
+  *trainer = *t;
+  absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (ReadFileOrEmpty(dir + "/trainer.log").find("step 20 ") == std::string::npos) {
+    ASSERT_LT(absl::Now(), deadline) << ReadFileOrEmpty(dir + "/trainer.log");
+    ASSERT_TRUE(group->Running(*trainer)) << ReadFileOrEmpty(dir + "/trainer.log");
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
 TEST(TraceClusterTest, TrainerWritesNestedStepTimeline) {
   std::string dir = MakeTempDir("trace");
   auto eps = FreeEndpoints(2);
@@ -141,26 +168,13 @@ TEST(TraceClusterTest, FailedRunKeepsTheStepsItRecorded) {
       "--num_examples=256",      "--batch_size=32",    "--epochs=100000",
       "--log_every_steps=10",    "--rpc_deadline_s=2", "--barrier_timeout_s=20"};
   ProcessGroup group;
-  std::vector<std::string> ps_argv = {RunfilePath("pserver/tessera_pserver"),
-                                      "--current_endpoint=" + (*eps)[0]};
-  ps_argv.insert(ps_argv.end(), common.begin(), common.end());
-  auto ps = group.Start(ps_argv, dir + "/pserver.log");
-  ASSERT_TRUE(ps.ok());
   std::string trace = dir + "/trace.json";
-  std::vector<std::string> tr = {RunfilePath("trainer/tessera_trainer"), "--trainer_id=0",
-                                 "--trace=" + trace, "--trace_steps=1000000"};
-  tr.insert(tr.end(), common.begin(), common.end());
-  auto trainer = group.Start(tr, dir + "/trainer.log");
-  ASSERT_TRUE(trainer.ok());
+  pid_t ps = -1, trainer = -1;
   // Let it train a few steps, then kill the pserver.
-  absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (ReadFileOrEmpty(dir + "/trainer.log").find("step 20 ") == std::string::npos) {
-    ASSERT_LT(absl::Now(), deadline) << ReadFileOrEmpty(dir + "/trainer.log");
-    ASSERT_TRUE(group.Running(*trainer)) << ReadFileOrEmpty(dir + "/trainer.log");
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  group.Kill(*ps, SIGKILL);
-  auto status = group.Wait(*trainer, absl::Seconds(60));
+  StartTracedJobPastStep20(&group, dir, (*eps)[0], common, trace, "1000000", &ps, &trainer);
+  if (HasFatalFailure()) return;
+  group.Kill(ps, SIGKILL);
+  auto status = group.Wait(trainer, absl::Seconds(60));
   ASSERT_TRUE(status.ok()) << ReadFileOrEmpty(dir + "/trainer.log");
   EXPECT_FALSE(ExitedWith(*status, 0)) << ReadFileOrEmpty(dir + "/trainer.log");
 
@@ -186,23 +200,11 @@ TEST(TraceClusterTest, TraceIsWrittenWhenItsLastStepEndsEvenIfTheTrainerIsKilled
                                      "--batch_size=32",          "--epochs=100000",
                                      "--log_every_steps=10"};
   ProcessGroup group;
-  std::vector<std::string> ps_argv = {RunfilePath("pserver/tessera_pserver"),
-                                      "--current_endpoint=" + (*eps)[0]};
-  ps_argv.insert(ps_argv.end(), common.begin(), common.end());
-  ASSERT_TRUE(group.Start(ps_argv, dir + "/pserver.log").ok());
   std::string trace = dir + "/trace.json";
-  std::vector<std::string> tr = {RunfilePath("trainer/tessera_trainer"), "--trainer_id=0",
-                                 "--trace=" + trace, "--trace_steps=10"};
-  tr.insert(tr.end(), common.begin(), common.end());
-  auto trainer = group.Start(tr, dir + "/trainer.log");
-  ASSERT_TRUE(trainer.ok());
-  absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (ReadFileOrEmpty(dir + "/trainer.log").find("step 20 ") == std::string::npos) {
-    ASSERT_LT(absl::Now(), deadline) << ReadFileOrEmpty(dir + "/trainer.log");
-    ASSERT_TRUE(group.Running(*trainer)) << ReadFileOrEmpty(dir + "/trainer.log");
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  group.Kill(*trainer, SIGKILL);  // no chance to write at exit
+  pid_t ps = -1, trainer = -1;
+  StartTracedJobPastStep20(&group, dir, (*eps)[0], common, trace, "10", &ps, &trainer);
+  if (HasFatalFailure()) return;
+  group.Kill(trainer, SIGKILL);  // no chance to write at exit
   std::set<int64_t> steps;
   for (const Span& s : ReadTrace(trace)) {
     if (s.name == "step" && !s.incomplete) steps.insert(s.step);

@@ -4,12 +4,12 @@
 
 #include <cmath>
 #include <map>
-#include <sstream>
 
 #include "common/op_desc.h"
 #include "common/ops/ops.h"
 #include "examples/registry.h"
 #include "gtest/gtest.h"
+#include "tests/equivalence_util.h"
 #include "trainer/local_trainer.h"
 
 namespace tessera {
@@ -165,55 +165,19 @@ TEST(CpuPlaceReducerTest, WeightedSumOfDenseAndSparse) {
   EXPECT_FLOAT_EQ(cat.Get<Tensor>().data<float>()[4], 10.0f);
 }
 
-using Params = std::map<std::string, Tensor>;
-
-struct TrainRun {
-  Params params;
-  std::vector<EpochStats> epochs;
-};
+using TrainRun = LocalRun;
 
 TrainRun Train(const examples::ExampleOptions& eo, int64_t batch, int places, int epochs,
                absl::Status* create_status = nullptr) {
-  auto registry = NewStandardOpRegistry();
-  auto model = examples::BuildExampleModel(*registry, eo);
-  EXPECT_TRUE(model.ok()) << model.status();
-  auto data = examples::LoadExampleData(eo);
-  EXPECT_TRUE(data.ok()) << data.status();
   LocalTrainerOptions lo;
   lo.batch_size = batch;
   lo.epochs = epochs;
   lo.seed = 9;
   lo.log_every_steps = 3;
   lo.cpu_places = places;
-  std::ostringstream sink;
-  lo.log = &sink;
-  auto trainer = LocalTrainer::Create(registry.get(), *model, lo);
-  if (create_status != nullptr) *create_status = trainer.status();
-  if (!trainer.ok()) return {};
-  TrainRun run;
-  auto stats = (*trainer)->Train(data->train);
-  EXPECT_TRUE(stats.ok()) << stats.status();
-  if (stats.ok()) run.epochs = *stats;
-  for (const auto& v : model->main.blocks(0).vars()) {
-    if (v.trainable()) {
-      run.params[v.name()] = (*trainer)->scope()->FindVar(v.name())->Get<Tensor>().Clone();
-    }
-  }
+  TrainRun run = TrainLocally(eo, lo);
+  if (create_status != nullptr) *create_status = run.create_status;
   return run;
-}
-
-void ExpectClose(const Params& got, const Params& want, double rtol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (const auto& [name, w] : want) {
-    const Tensor& g = got.at(name);
-    ASSERT_EQ(g.shape(), w.shape()) << what << " " << name;
-    double worst = 0;
-    for (int64_t i = 0; i < w.numel(); ++i) {
-      double a = g.data<float>()[i], b = w.data<float>()[i];
-      worst = std::max(worst, std::fabs(a - b) / std::max(1e-2, std::fabs(b)));
-    }
-    EXPECT_LT(worst, rtol) << what << " " << name;
-  }
 }
 
 TEST(LocalTrainerPlacesTest, OneTwoAndThreePlacesTrainTheSameMlp) {
@@ -226,7 +190,7 @@ TEST(LocalTrainerPlacesTest, OneTwoAndThreePlacesTrainTheSameMlp) {
   ASSERT_FALSE(one.params.empty());
   for (int k : {2, 3}) {
     const TrainRun run = Train(eo, 16, k, 2);
-    ExpectClose(run.params, one.params, 1e-5, absl::StrCat(k, " places"));
+    ExpectParamsClose(run.params, one.params, 1e-5, absl::StrCat(k, " places"));
     ASSERT_EQ(run.epochs.size(), one.epochs.size());
     for (size_t e = 0; e < one.epochs.size(); ++e) {
       EXPECT_EQ(run.epochs[e].samples, one.epochs[e].samples);
@@ -255,7 +219,7 @@ TEST(LocalTrainerPlacesTest, BatchesSmallerThanThePlacesStillTrain) {
   const TrainRun one = Train(eo, 2, 1, 1);
   const TrainRun three = Train(eo, 2, 3, 1);
   // Steps of 1-2 examples at the example's learning rate amplify float rounding more.
-  ExpectClose(three.params, one.params, 1e-4, "batch 2 on 3 places");
+  ExpectParamsClose(three.params, one.params, 1e-4, "batch 2 on 3 places");
   ASSERT_EQ(three.epochs.size(), 1u);
   EXPECT_EQ(three.epochs[0].samples, 41);
 }
@@ -270,7 +234,7 @@ TEST(LocalTrainerPlacesTest, CtrSparseGradientsOnTwoPlaces) {
   const TrainRun one = Train(eo, 32, 1, 1);
   const TrainRun two = Train(eo, 32, 2, 1);
   ASSERT_FALSE(one.params.empty());
-  ExpectClose(two.params, one.params, 1e-4, "ctr on 2 places");
+  ExpectParamsClose(two.params, one.params, 1e-4, "ctr on 2 places");
 }
 
 TEST(LocalTrainerPlacesTest, RejectsZeroPlaces) {

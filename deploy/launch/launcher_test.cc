@@ -67,6 +67,17 @@ case "$*" in *--trainer_id=0*) touch $D/trainer0.done;; esac
 exit 0
 )";
 
+// kTrainer, except that trainer 1 fails (exit 4) on its first run only (a counter file $D/runs).
+std::string Trainer1FailsOnce() {
+  return absl::StrCat(R"(case "$*" in *--trainer_id=1*)
+  n=$(cat $D/runs 2>/dev/null || echo 0); echo $((n+1)) > $D/runs
+  echo "run $n: $*"
+  if [ "$n" = 0 ]; then exit 4; fi;;
+esac
+)",
+                      kTrainer);
+}
+
 // The pids the launcher printed ("<name> pid N"), by name; a restarted process appears twice.
 std::vector<std::pair<std::string, pid_t>> PrintedPids(const std::string& out) {
   std::vector<std::pair<std::string, pid_t>> pids;
@@ -158,14 +169,7 @@ exec sleep 60
 TEST_F(LauncherTest, RestartFailedRerunsTheProcessWithTheSameFlags) {
   o_.restart_failed = 2;
   // trainer 1 fails on its first run only (a counter file); the others behave normally.
-  o_.trainer_bin = Script(dir_, "trainer",
-                          absl::StrCat(R"(case "$*" in *--trainer_id=1*)
-  n=$(cat $D/runs 2>/dev/null || echo 0); echo $((n+1)) > $D/runs
-  echo "run $n: $*"
-  if [ "$n" = 0 ]; then exit 4; fi;;
-esac
-)",
-                                       kTrainer));
+  o_.trainer_bin = Script(dir_, "trainer", Trainer1FailsOnce());
   ASSERT_EQ(Run(), 0) << out_;
   EXPECT_THAT(out_, HasSubstr("exited with status 4; restarting it (1 of 2"));
   EXPECT_EQ(Read(dir_ + "/runs"), "2\n");
@@ -439,14 +443,7 @@ TEST_F(LauncherTest, RestartWithCheckpointDirRestartsTheJobFromTheNewestCheckpoi
   }  // ckpt-10 has no manifest: incomplete, not picked
   const std::string want = ckpts + "/" + io::CheckpointDirName(5);
   o_.extra_args.push_back("--checkpoint_dir=" + ckpts);
-  o_.trainer_bin = Script(dir_, "trainer",
-                          absl::StrCat(R"(case "$*" in *--trainer_id=1*)
-  n=$(cat $D/runs 2>/dev/null || echo 0); echo $((n+1)) > $D/runs
-  echo "run $n: $*"
-  if [ "$n" = 0 ]; then exit 4; fi;;
-esac
-)",
-                                       kTrainer));
+  o_.trainer_bin = Script(dir_, "trainer", Trainer1FailsOnce());
   ASSERT_EQ(Run(), 0) << out_;
   EXPECT_THAT(out_, HasSubstr("restarting the job (1 of 1) from " + want));
   EXPECT_THAT(Read(o_.log_dir + "/trainer.1.log"), HasSubstr("--init_from=" + want));
