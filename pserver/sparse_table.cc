@@ -1,6 +1,7 @@
 #include "pserver/sparse_table.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -181,13 +182,76 @@ class FdCloser {
 
 }  // namespace
 
+// Row chunks of all shards, carved in order from large anonymous mappings ("regions") that
+// the table owns until it is destroyed (chunks are never returned: freed rows go to a shard's
+// free list). The first region is 2 MiB of ordinary pages, so a small table pins little memory;
+// later regions double up to 64 MiB, are 2 MiB aligned and madvise(MADV_HUGEPAGE)d: with THP in
+// "madvise" mode the kernel then faults them 2 MiB at a time (fewer, cheaper faults per byte
+// than 4 KiB pages for the fresh rows, and fewer TLB misses on lookups). Untouched parts of a
+// region are not resident, so RSS grows with the chunks handed out (plus < 2 MiB).
+class SparseTable::ChunkArena {
+ public:
+  explicit ChunkArena(size_t chunk_bytes) : chunk_bytes_((chunk_bytes + 63) & ~size_t{63}) {}
+  ~ChunkArena() {
+    for (const auto& r : regions_) munmap(r.first, r.second);
+  }
+  ChunkArena(const ChunkArena&) = delete;
+  ChunkArena& operator=(const ChunkArena&) = delete;
+
+  // A new chunk (64-byte aligned, zero-filled by the kernel), or nullptr when out of memory.
+  char* Allocate() {
+    absl::MutexLock lock(&mu_);
+    if (left_ < chunk_bytes_ && !NewRegion()) return nullptr;
+    char* p = next_;
+    next_ += chunk_bytes_;
+    left_ -= chunk_bytes_;
+    return p;
+  }
+
+ private:
+  static constexpr size_t kHugePage = size_t{2} << 20;
+  static constexpr size_t kMaxRegion = size_t{64} << 20;
+
+  bool NewRegion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    size_t bytes = regions_.empty() ? kHugePage : std::min(regions_.back().second * 2, kMaxRegion);
+    bytes = std::max(bytes, chunk_bytes_);
+    bytes = (bytes + kHugePage - 1) & ~(kHugePage - 1);
+    const bool huge = !regions_.empty();
+    const size_t map_bytes = huge ? bytes + kHugePage : bytes;
+    void* m = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return false;
+    char* base = static_cast<char*>(m);
+    if (huge) {  // keep the 2 MiB aligned part
+      const uintptr_t at = reinterpret_cast<uintptr_t>(base);
+      char* aligned = base + (((at + kHugePage - 1) & ~(kHugePage - 1)) - at);
+      const size_t head = static_cast<size_t>(aligned - base);
+      if (head > 0) munmap(base, head);
+      if (map_bytes - head > bytes) munmap(aligned + bytes, map_bytes - head - bytes);
+      base = aligned;
+#ifdef MADV_HUGEPAGE
+      madvise(base, bytes, MADV_HUGEPAGE);  // advice only: failure leaves 4 KiB pages
+#endif
+    }
+    regions_.emplace_back(base, bytes);
+    next_ = base;
+    left_ = bytes;
+    return true;
+  }
+
+  const size_t chunk_bytes_;
+  absl::Mutex mu_;
+  std::vector<std::pair<char*, size_t>> regions_ ABSL_GUARDED_BY(mu_);
+  char* next_ ABSL_GUARDED_BY(mu_) = nullptr;
+  size_t left_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 struct alignas(64) SparseTable::Shard {
   mutable absl::Mutex mu;
   std::unique_ptr<Bucket[]> buckets ABSL_GUARDED_BY(mu);
-  uint64_t capacity ABSL_GUARDED_BY(mu) = 0;  // buckets, a power of two
-  uint64_t size ABSL_GUARDED_BY(mu) = 0;      // live rows
-  std::vector<std::unique_ptr<char[]>> chunks ABSL_GUARDED_BY(mu);
-  uint32_t used_slots ABSL_GUARDED_BY(mu) = 0;  // slots [0, used_slots) were handed out
+  uint64_t capacity ABSL_GUARDED_BY(mu) = 0;      // buckets, a power of two
+  uint64_t size ABSL_GUARDED_BY(mu) = 0;          // live rows
+  std::vector<char*> chunks ABSL_GUARDED_BY(mu);  // owned by the table's ChunkArena
+  uint32_t used_slots ABSL_GUARDED_BY(mu) = 0;    // slots [0, used_slots) were handed out
   uint32_t free_head ABSL_GUARDED_BY(mu) = kNoSlot;
   absl::flat_hash_map<int64_t, Pending> pending ABSL_GUARDED_BY(mu);
   int64_t created ABSL_GUARDED_BY(mu) = 0;
@@ -305,6 +369,7 @@ SparseTable::SparseTable(const SparseTableOptions& options, Opt opt)
       chunk_shift_(ChunkShift(stride_)),
       shard_mask_(options.num_shards - 1),
       created_(options.clock ? options.clock() : absl::Now()),
+      arena_(new ChunkArena(stride_ << chunk_shift_)),
       shards_(new Shard[options.num_shards]) {
   for (int s = 0; s < options.num_shards; ++s) {
     Shard& shard = shards_[s];
@@ -319,7 +384,7 @@ SparseTable::~SparseTable() = default;
 
 char* SparseTable::SlotPtr(const Shard& shard, uint32_t slot) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const uint32_t mask = (uint32_t{1} << chunk_shift_) - 1;
-  return shard.chunks[slot >> chunk_shift_].get() + static_cast<size_t>(slot & mask) * stride_;
+  return shard.chunks[slot >> chunk_shift_] + static_cast<size_t>(slot & mask) * stride_;
 }
 
 void SparseTable::InitValues(int64_t id, float* values) const {
@@ -448,7 +513,9 @@ uint32_t SparseTable::CreateRow(Shard& shard, int64_t id, uint64_t hash, uint32_
   } else {
     if (static_cast<uint64_t>(shard.used_slots) == static_cast<uint64_t>(shard.chunks.size())
                                                        << chunk_shift_) {
-      shard.chunks.emplace_back(new char[stride_ << chunk_shift_]);
+      char* chunk = arena_->Allocate();
+      if (chunk == nullptr) return kNoSlot;  // out of memory: reported as a full shard
+      shard.chunks.push_back(chunk);
     }
     slot = shard.used_slots++;
   }
@@ -541,7 +608,15 @@ uint32_t SparseTable::SeenStamp() const {
   return static_cast<uint32_t>(step_.load(std::memory_order_relaxed));
 }
 
-absl::Status SparseTable::ShardFull(int shard_index) const {
+absl::Status SparseTable::ShardFull(int shard_index) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // Called with the shard's lock held, after CreateRow failed: the shard hit its row limit, or
+  // no memory could be mapped for a new chunk.
+  const Shard& shard = shards_[shard_index];
+  if (shard.size < kMaxRowsPerShard) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "sparse table shard ", shard_index, ": out of memory for new rows (mmap failed) after ",
+        shard.size, " rows in this shard"));
+  }
   return absl::ResourceExhaustedError(absl::StrCat("sparse table shard ", shard_index, " is full (",
                                                    kMaxRowsPerShard,
                                                    " rows); use more shards or pservers"));

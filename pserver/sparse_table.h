@@ -24,8 +24,10 @@
 // Memory layout. The table is split into `num_shards` shards by id hash, each with its own
 // mutex, open-addressing hash map (linear probing, 8-byte buckets: slot index + 32 hash bits,
 // load factor <= 3/4, backward-shift deletion) and an arena of fixed-size chunks (a power of two
-// slots, at most 64 KiB) of row slots (growth never moves a row, nothing is allocated per row). A
-// slot holds, contiguously:
+// slots, at most 64 KiB) of row slots (growth never moves a row, nothing is allocated per row).
+// The chunks of all shards are carved from the table's own large anonymous mappings: 2 MiB of
+// ordinary pages first, then regions doubling to 64 MiB with madvise(MADV_HUGEPAGE), so fresh
+// rows fault 2 MiB at a time where the kernel's THP mode allows it. A slot holds, contiguously:
 //   int64 id | uint32 last seen (step or seconds) | uint32 change epoch | float values[dim] |
 //   float state[k * dim]   (k = 0 sgd, 1 adagrad, 2 adam)
 // Evicted slots go to a free list and are reused (arenas and maps never shrink). For dim 16
@@ -209,6 +211,7 @@ class SparseTable {
  private:
   struct Shard;
   struct Partition;
+  class ChunkArena;
   enum class Opt { kSgd, kAdagrad, kAdam };
 
   explicit SparseTable(const SparseTableOptions& options, Opt opt);
@@ -243,6 +246,8 @@ class SparseTable {
   const int chunk_shift_;  // slots per chunk = 1 << chunk_shift_
   const int shard_mask_;
   const absl::Time created_;
+  // Owns the memory of every shard's row chunks (shards keep plain pointers into it).
+  std::unique_ptr<ChunkArena> arena_;
   std::unique_ptr<Shard[]> shards_;
 
   std::atomic<int64_t> step_{0};

@@ -1,7 +1,13 @@
 #include "common/ops/dist_ops.h"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "common/executor.h"
 #include "common/ops/ops.h"
+#include "common/ops/selected_rows_util.h"
+#include "common/ops/sharding.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -34,6 +40,72 @@ TEST(DistOpsTest, SplitSelectedRowsRebasesRowsPerSection) {
   s = exec.RunOp(op, &scope);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("height 10"), std::string::npos) << s;
+}
+
+// split_by_shard merges repeated ids without sorting: each shard's rows come in order of first
+// appearance, and each id's rows are summed in their order of appearance, bit for bit the sums
+// MergeRows makes (sync training compares against a single machine bit for bit).
+TEST(DistOpsTest, SplitByShardMergesDuplicatesInOrderOfFirstAppearance) {
+  auto registry = NewStandardOpRegistry();
+  Executor exec(registry.get());
+  for (int shards : {1, 3}) {
+    Scope scope;
+    SelectedRows* x = scope.Var("g")->GetMutable<SelectedRows>();
+    x->height = 1000;
+    // Many repeats (3 of id 7, 2 of id -5 and 2 of 40000000000) and values whose sum depends on
+    // the order of addition.
+    x->rows = {7, 40000000000, 7, -5, 3, 7, -5, 999, 40000000000};
+    const int n = static_cast<int>(x->rows.size());
+    x->value.Resize(FLOAT32, {n, 2});
+    const float v[] = {1e8f, 1.0f, 1.0f, 0.1f, 2.5f, -1e8f, 0.3f, 7.0f, 0.7f};
+    for (int i = 0; i < n; ++i) {
+      x->value.data<float>()[2 * i] = v[i];
+      x->value.data<float>()[2 * i + 1] = static_cast<float>(i);
+    }
+    SelectedRows want = MergeRows(*x);  // sorted by id
+    std::vector<std::string> outs;
+    for (int k = 0; k < shards; ++k) outs.push_back("out" + std::to_string(k));
+    OpDesc op = MakeOp("split_by_shard", {{"X", {"g"}}}, {{"Out", outs}});
+    absl::Status s = exec.RunOp(op, &scope);
+    ASSERT_TRUE(s.ok()) << s;
+    const std::vector<int64_t> first_appearance = {7, 40000000000, -5, 3, 999};
+    size_t total = 0;
+    for (int k = 0; k < shards; ++k) {
+      const SelectedRows& out = scope.FindVar(outs[k])->Get<SelectedRows>();
+      EXPECT_EQ(out.height, 1000);
+      std::vector<int64_t> expect_rows;
+      for (int64_t id : first_appearance) {
+        if (ShardOf(id, shards, ShardMethod::kHash) == k) expect_rows.push_back(id);
+      }
+      EXPECT_EQ(out.rows, expect_rows) << "shard " << k << " of " << shards;
+      ASSERT_EQ(out.value.dim(0), static_cast<int64_t>(out.rows.size()));
+      for (size_t r = 0; r < out.rows.size(); ++r) {
+        const size_t w = static_cast<size_t>(
+            std::find(want.rows.begin(), want.rows.end(), out.rows[r]) - want.rows.begin());
+        ASSERT_LT(w, want.rows.size());
+        for (int j = 0; j < 2; ++j) {
+          EXPECT_EQ(out.value.data<float>()[2 * r + j], want.value.data<float>()[2 * w + j])
+              << "id " << out.rows[r] << " column " << j;
+        }
+      }
+      total += out.rows.size();
+    }
+    EXPECT_EQ(total, first_appearance.size());
+  }
+  // id 7: (1e8 + 1) + -1e8 in float32 is 0 (1e8 + 1 rounds to 1e8), not 1.
+  Scope scope;
+  SelectedRows* x = scope.Var("g")->GetMutable<SelectedRows>();
+  x->height = 10;
+  x->rows = {7, 7, 7};
+  x->value.Resize(FLOAT32, {3, 1});
+  x->value.data<float>()[0] = 1e8f;
+  x->value.data<float>()[1] = 1.0f;
+  x->value.data<float>()[2] = -1e8f;
+  OpDesc op = MakeOp("split_by_shard", {{"X", {"g"}}}, {{"Out", {"out"}}});
+  ASSERT_TRUE(exec.RunOp(op, &scope).ok());
+  const SelectedRows& out = scope.FindVar("out")->Get<SelectedRows>();
+  ASSERT_EQ(out.rows, (std::vector<int64_t>{7}));
+  EXPECT_EQ(out.value.data<float>()[0], 0.0f);
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 // every push is applied before the clock stops), 1 trainer. The pserver (GrpcServer +
 // ParameterServer) runs in a child process, as a deployment runs it.
 // Baseline measured in the same run: the same lookups + updates on an in-process table (no
-// RPC), after the child is gone. Prints steps/s of both and the ratio.
+// RPC), after the child is gone. Prints steps/s of both and the ratio, and the trainer thread's
+// time per op per step (prefetch includes waiting for the pserver).
 //
 //   bazel run -c opt //tests/bench:sparse_rpc -- [--steps=4000]
 #include <poll.h>
@@ -22,13 +23,13 @@
 #include "absl/strings/numbers.h"
 #include "common/data/synthetic.h"
 #include "common/executor.h"
-#include "common/malloc_tuning.h"
-#include "common/status.h"
 #include "common/layers/layers.h"
 #include "common/layers/optimizer.h"
+#include "common/malloc_tuning.h"
 #include "common/ops/ops.h"
 #include "common/rpc/grpc/grpc_client.h"
 #include "common/rpc/grpc/grpc_server.h"
+#include "common/status.h"
 #include "deploy/launch/launcher.h"
 #include "pserver/parameter_server.h"
 #include "trainer/communicator.h"
@@ -135,8 +136,8 @@ int Run(int steps_to_run) {
   SetAttr(&prefetch, "table", "table");
   SetAttr(&prefetch, "epmap", std::vector<std::string>{ep});
   SetAttr(&prefetch, "dim", int64_t{kDim});
-  OpDesc grad = MakeOp("lookup_sparse_grad", {{"Ids", {"ids"}}, {"Out@GRAD", {"rows"}}},
-                       {{"W@GRAD", {"g"}}});
+  OpDesc grad =
+      MakeOp("lookup_sparse_grad", {{"Ids", {"ids"}}, {"Out@GRAD", {"rows"}}}, {{"W@GRAD", {"g"}}});
   OpDesc split = MakeOp("split_by_shard", {{"X", {"g"}}}, {{"Out", {"table@GRAD.shard0"}}});
   OpDesc send = MakeOp("send", {{"X", {"table@GRAD.shard0"}}}, {});
   SetAttr(&send, "epmap", std::vector<std::string>{ep});
@@ -144,13 +145,18 @@ int Run(int steps_to_run) {
 
   Tensor* id_tensor = scope.Var("ids")->GetMutable<Tensor>();
   id_tensor->Resize(INT64, {kIds, 1});
+  // Wall time of each op on the trainer thread (the step's critical path), summed over steps.
+  double op_seconds[4] = {0, 0, 0, 0};
   auto step = [&](int s) -> absl::Status {
     std::memcpy(id_tensor->data<int64_t>(), stream.data() + static_cast<size_t>(s) * kIds,
                 kIds * sizeof(int64_t));
-    TS_RETURN_IF_ERROR(trainer.RunOp(prefetch, &scope));
-    TS_RETURN_IF_ERROR(trainer.RunOp(grad, &scope));
-    TS_RETURN_IF_ERROR(trainer.RunOp(split, &scope));
-    return trainer.RunOp(send, &scope);
+    const OpDesc* ops_in_order[4] = {&prefetch, &grad, &split, &send};
+    for (int k = 0; k < 4; ++k) {
+      const double t0 = Now();
+      TS_RETURN_IF_ERROR(trainer.RunOp(*ops_in_order[k], &scope));
+      op_seconds[k] += Now() - t0;
+    }
+    return absl::OkStatus();
   };
   for (int i = 0; i < kWarmup; ++i) {  // warm up (connections, first rows)
     absl::Status s = step(i);
@@ -159,6 +165,7 @@ int Run(int steps_to_run) {
       return 1;
     }
   }
+  for (double& t : op_seconds) t = 0;
   double start = Now();
   for (int i = kWarmup; i < kWarmup + steps_to_run; ++i) {
     if (!step(i).ok()) return 1;
@@ -193,6 +200,11 @@ int Run(int steps_to_run) {
   double local_rate = steps_to_run / (Now() - start);
   std::printf("prefetch+push over gRPC: %.0f steps/s (%d ids/step, dim %d, 1 trainer, 1 pserver)\n",
               rpc_rate, kIds, kDim);
+  std::printf(
+      "trainer thread per step: prefetch %.0f us, lookup_sparse_grad %.0f us, "
+      "split_by_shard %.0f us, send %.0f us\n",
+      1e6 * op_seconds[0] / steps_to_run, 1e6 * op_seconds[1] / steps_to_run,
+      1e6 * op_seconds[2] / steps_to_run, 1e6 * op_seconds[3] / steps_to_run);
   std::printf("in-process table lookup+update (baseline): %.0f steps/s\n", local_rate);
   std::printf("ratio rpc/in-process: %.2f (pushes: %lld gradients in %lld messages)\n",
               rpc_rate / local_rate, static_cast<long long>(cs.pushed),
@@ -210,8 +222,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--steps=", 0) != 0 || !absl::SimpleAtoi(a.substr(8), &steps) || steps < 1) {
-      std::fprintf(stderr, "sparse_rpc: bad argument '%s' (usage: --steps=N, N >= 1)\n",
-                   a.c_str());
+      std::fprintf(stderr, "sparse_rpc: bad argument '%s' (usage: --steps=N, N >= 1)\n", a.c_str());
       return 2;
     }
   }
