@@ -42,9 +42,9 @@ trap 'exit 130' INT TERM
 
 # Library sources each target needs (repo-relative), beside the generated protobuf code.
 declare -A SRCS
-SRCS[codec]="common/rpc/grpc/codec.cc common/tensor.cc"
+SRCS[codec]="common/rpc/grpc/codec.cc common/tensor.cc common/device/place.cc"
 SRCS[criteo]="common/data/criteo.cc"
-SRCS[program]="common/tensor.cc common/program_io.cc common/executor.cc common/op_registry.cc
+SRCS[program]="common/tensor.cc common/device/place.cc common/program_io.cc common/executor.cc common/op_registry.cc
   common/op_desc.cc common/scope.cc common/ops/ops.cc common/ops/basic_ops.cc common/ops/math_ops.cc
   common/ops/activation_ops.cc common/ops/loss_ops.cc common/ops/tensor_ops.cc
   common/ops/random_ops.cc common/ops/embedding_ops.cc common/ops/optimizer_ops.cc
