@@ -130,7 +130,9 @@ TEST_F(LaunchClusterTest, KilledTrainerTakesTheJobDown) {
 // Async with --async_drop_silent_trainers: a killed trainer does not take the job down; the
 // pserver drops it after --barrier_timeout_s of silence and the job ends when trainer 0 is done.
 TEST_F(LaunchClusterTest, AsyncJobGoesOnWithoutAKilledTrainer) {
-  Start({"--pservers=1", "--trainers=2", "--example=mlp_regression", "--epochs=400",
+  // Every trainer gets the same flags here: enough epochs (~12 s) that trainer 1 is surely
+  // still training when it is killed, and trainer 0 ends on its own.
+  Start({"--pservers=1", "--trainers=2", "--example=mlp_regression", "--epochs=10000",
          "--num_examples=256", "--num_test_examples=0", "--sync_mode=false",
          "--async_drop_silent_trainers=true", "--barrier_timeout_s=2"});
   WaitUntilTraining(3);

@@ -121,11 +121,11 @@ class SyncTwoByTwo : public ::testing::TestWithParam<bool> {};
 
 // With and without the memory optimization pass on the trainer program.
 TEST_P(SyncTwoByTwo, EqualsSingleMachine) {
-  std::string dir = ExpectSyncEqualsSingleMachine(
-      Job{}, "sync2x2", Example("mlp_regression", 1024, 3), 64, 2,
-      {"--min_block_size=400", "--split_method=round_robin",
-       GetParam() ? "--memory_optimize" : "--nomemory_optimize"},
-      1e-5);
+  std::string dir =
+      ExpectSyncEqualsSingleMachine(Job{}, "sync2x2", Example("mlp_regression", 1024, 3), 64, 2,
+                                    {"--min_block_size=400", "--split_method=round_robin",
+                                     GetParam() ? "--memory_optimize" : "--nomemory_optimize"},
+                                    1e-5);
   if (GetParam()) {
     EXPECT_NE(ReadFileOrEmpty(dir + "/trainer.0.log").find("memory_optimize: reused"),
               std::string::npos);
@@ -373,10 +373,11 @@ TEST_P(AsyncTrainerLossTest, SilentTrainerFailsOrIsDropped) {
   pid_t ps = *group.Start(ps_args, dir + "/pserver.0.log");
   std::vector<pid_t> tr;
   for (int k = 0; k < 2; ++k) {
-    // Trainer 0 trains long enough to outlive trainer 1 by more than the timeout.
+    // Trainer 0 outlives trainer 1 by more than the timeout (~10 s of training); without the
+    // option it trains until the pserver's failure reaches it.
     std::vector<std::string> args = {RunfilePath("trainer/tessera_trainer"),
                                      absl::StrCat("--trainer_id=", k),
-                                     k == 0 ? "--epochs=400" : "--epochs=100000"};
+                                     k == 0 && drop ? "--epochs=1500" : "--epochs=100000"};
     args.insert(args.end(), common.begin(), common.end());
     tr.push_back(*group.Start(args, absl::StrCat(dir, "/trainer.", k, ".log")));
   }
