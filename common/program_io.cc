@@ -10,8 +10,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/printable.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -34,16 +34,10 @@ absl::Status OsError(absl::string_view what, const std::string& path) {
   return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
-bool HasControlChar(absl::string_view s) {
-  return std::any_of(s.begin(), s.end(),
-                     [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
-}
-
 absl::Status ControlCharError(absl::string_view source, int block, absl::string_view where,
                               absl::string_view what, absl::string_view value) {
-  return absl::InvalidArgumentError(absl::StrCat(source, ": block ", block, where, ": ", what,
-                                                 " \"", absl::CHexEscape(value.substr(0, 80)),
-                                                 "\" contains a control character"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(source, ": block ", block, where, ": ", CheckPrintable(what, value).message()));
 }
 }  // namespace
 

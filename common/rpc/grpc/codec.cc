@@ -4,8 +4,8 @@
 #include <cstring>
 #include <limits>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/printable.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -99,15 +99,6 @@ RequestHeader ToHeader(const RequestMeta& meta) {
 
 RequestMeta FromHeader(const RequestHeader& header) {
   return RequestMeta{header.job_id(), header.trainer_id(), header.step()};
-}
-
-absl::Status CheckPrintable(absl::string_view what, absl::string_view value) {
-  if (std::none_of(value.begin(), value.end(),
-                   [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(what, " \"", absl::CHexEscape(value.substr(0, 80)),
-                                                 "\" contains a control character"));
 }
 
 grpc::ByteBuffer EncodeVariable(const RequestMeta& meta, const std::string& name,

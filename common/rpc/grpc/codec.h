@@ -63,11 +63,6 @@ absl::Status ParseProto(const grpc::ByteBuffer& buffer, google::protobuf::Messag
 RequestHeader ToHeader(const RequestMeta& meta);
 RequestMeta FromHeader(const RequestHeader& header);
 
-// INVALID_ARGUMENT naming `what` (its value escaped) when `value` holds a control character.
-// Every string a request carries is echoed in errors and logs; a newline there would split or
-// forge lines, and no program declares such a name.
-absl::Status CheckPrintable(absl::string_view what, absl::string_view value);
-
 }  // namespace tessera
 
 #endif  // TESSERA_COMMON_RPC_GRPC_CODEC_H_

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/printable.h"
 #include "common/rpc/grpc/codec.h"
 #include "common/rpc/grpc/credentials.h"
 #include "common/rpc/grpc/grpc_util.h"
