@@ -1,5 +1,7 @@
 #include "pserver/parameter_server.h"
 
+#include <cstring>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -159,23 +161,36 @@ float ParameterServer::LearningRate(const std::string& var) const {
 
 absl::Status ParameterServer::ApplyTable(Table& t, const std::vector<const SelectedRows*>& grads,
                                          int64_t step) {
-  size_t num_ids = 0, num_values = 0;
-  for (const SelectedRows* g : grads) {
-    num_ids += g->rows.size();
-    num_values += static_cast<size_t>(g->value.numel());
-  }
-  std::vector<int64_t> ids;
-  ids.reserve(num_ids);
-  std::vector<float> values(num_values);
   const float scale = 1.0f / static_cast<float>(num_trainers_);
-  float* out = values.data();
-  for (const SelectedRows* g : grads) {
-    ids.insert(ids.end(), g->rows.begin(), g->rows.end());
-    const float* v = g->value.data<float>();
-    for (int64_t i = 0, n = g->value.numel(); i < n; ++i) out[i] = v[i] * scale;
-    out += g->value.numel();
+  // One gradient (async) is applied where it was received; several (sync: one per trainer)
+  // are concatenated first, so that duplicates across trainers are summed in trainer order.
+  absl::Span<const int64_t> ids;
+  const float* values = nullptr;
+  std::vector<int64_t> all_ids;
+  std::vector<float> all_values;
+  if (grads.size() == 1) {
+    ids = grads[0]->rows;
+    values = grads[0]->value.numel() > 0 ? grads[0]->value.data<float>() : nullptr;
+  } else {
+    size_t num_ids = 0, num_values = 0;
+    for (const SelectedRows* g : grads) {
+      num_ids += g->rows.size();
+      num_values += static_cast<size_t>(g->value.numel());
+    }
+    all_ids.reserve(num_ids);
+    all_values.resize(num_values);
+    float* out = all_values.data();
+    for (const SelectedRows* g : grads) {
+      all_ids.insert(all_ids.end(), g->rows.begin(), g->rows.end());
+      if (g->value.numel() > 0) {
+        std::memcpy(out, g->value.data<float>(), g->value.nbytes());
+        out += g->value.numel();
+      }
+    }
+    ids = all_ids;
+    values = all_values.data();
   }
-  absl::Status s = t.table->ApplyGradients(ids, values.data(), LearningRate(t.lr), step);
+  absl::Status s = t.table->ApplyGradients(ids, values, LearningRate(t.lr), step, scale);
   if (s.ok() && options_.table_evict_after_steps > 0) t.table->EvictStale();
   if (!s.ok()) {
     return absl::InternalError(

@@ -1,7 +1,6 @@
 #include "pserver/sparse_table.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/ops/counter_rng.h"
+#include "pserver/chunk_arena.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the export format is written in host byte order, which must be little-endian");
@@ -107,6 +107,15 @@ int StartShardBits() {
   return static_cast<int>(state >> 40);
 }
 
+// out = in[0, n) * scale. Not inlined, so that the products are rounded to float before the
+// caller sums them (no fused multiply-add across the two).
+__attribute__((noinline)) void ScaleInto(const float* in, size_t n, float scale,
+                                         std::vector<float>* out) {
+  out->resize(n);
+  float* o = out->data();
+  for (size_t i = 0; i < n; ++i) o[i] = in[i] * scale;
+}
+
 inline uint64_t HashId(int64_t id) {
   return counter_rng_internal::Mix64(static_cast<uint64_t>(id) + counter_rng_internal::kGolden);
 }
@@ -181,69 +190,6 @@ class FdCloser {
 };
 
 }  // namespace
-
-// Row chunks of all shards, carved in order from large anonymous mappings ("regions") that
-// the table owns until it is destroyed (chunks are never returned: freed rows go to a shard's
-// free list). The first region is 2 MiB of ordinary pages, so a small table pins little memory;
-// later regions double up to 64 MiB, are 2 MiB aligned and madvise(MADV_HUGEPAGE)d: with THP in
-// "madvise" mode the kernel then faults them 2 MiB at a time (fewer, cheaper faults per byte
-// than 4 KiB pages for the fresh rows, and fewer TLB misses on lookups). Untouched parts of a
-// region are not resident, so RSS grows with the chunks handed out (plus < 2 MiB).
-class SparseTable::ChunkArena {
- public:
-  explicit ChunkArena(size_t chunk_bytes) : chunk_bytes_((chunk_bytes + 63) & ~size_t{63}) {}
-  ~ChunkArena() {
-    for (const auto& r : regions_) munmap(r.first, r.second);
-  }
-  ChunkArena(const ChunkArena&) = delete;
-  ChunkArena& operator=(const ChunkArena&) = delete;
-
-  // A new chunk (64-byte aligned, zero-filled by the kernel), or nullptr when out of memory.
-  char* Allocate() {
-    absl::MutexLock lock(&mu_);
-    if (left_ < chunk_bytes_ && !NewRegion()) return nullptr;
-    char* p = next_;
-    next_ += chunk_bytes_;
-    left_ -= chunk_bytes_;
-    return p;
-  }
-
- private:
-  static constexpr size_t kHugePage = size_t{2} << 20;
-  static constexpr size_t kMaxRegion = size_t{64} << 20;
-
-  bool NewRegion() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    size_t bytes = regions_.empty() ? kHugePage : std::min(regions_.back().second * 2, kMaxRegion);
-    bytes = std::max(bytes, chunk_bytes_);
-    bytes = (bytes + kHugePage - 1) & ~(kHugePage - 1);
-    const bool huge = !regions_.empty();
-    const size_t map_bytes = huge ? bytes + kHugePage : bytes;
-    void* m = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) return false;
-    char* base = static_cast<char*>(m);
-    if (huge) {  // keep the 2 MiB aligned part
-      const uintptr_t at = reinterpret_cast<uintptr_t>(base);
-      char* aligned = base + (((at + kHugePage - 1) & ~(kHugePage - 1)) - at);
-      const size_t head = static_cast<size_t>(aligned - base);
-      if (head > 0) munmap(base, head);
-      if (map_bytes - head > bytes) munmap(aligned + bytes, map_bytes - head - bytes);
-      base = aligned;
-#ifdef MADV_HUGEPAGE
-      madvise(base, bytes, MADV_HUGEPAGE);  // advice only: failure leaves 4 KiB pages
-#endif
-    }
-    regions_.emplace_back(base, bytes);
-    next_ = base;
-    left_ = bytes;
-    return true;
-  }
-
-  const size_t chunk_bytes_;
-  absl::Mutex mu_;
-  std::vector<std::pair<char*, size_t>> regions_ ABSL_GUARDED_BY(mu_);
-  char* next_ ABSL_GUARDED_BY(mu_) = nullptr;
-  size_t left_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 struct alignas(64) SparseTable::Shard {
   mutable absl::Mutex mu;
@@ -369,7 +315,7 @@ SparseTable::SparseTable(const SparseTableOptions& options, Opt opt)
       chunk_shift_(ChunkShift(stride_)),
       shard_mask_(options.num_shards - 1),
       created_(options.clock ? options.clock() : absl::Now()),
-      arena_(new ChunkArena(stride_ << chunk_shift_)),
+      arena_(new ChunkArena(ChunkArenaOptions{stride_ << chunk_shift_, options.prefault})),
       shards_(new Shard[options.num_shards]) {
   for (int s = 0; s < options.num_shards; ++s) {
     Shard& shard = shards_[s];
@@ -643,13 +589,8 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
   const uint32_t seen = SeenStamp();
   const int64_t threshold = options_.admission_threshold;
   const size_t row_bytes = sizeof(float) * dim_;
-  const int first_shard = StartShard();
-  for (int i = 0; i <= shard_mask_; ++i) {
-    const int s = (first_shard + i) & shard_mask_;
+  absl::Status status = ForEachShard(part, [&](int s, Shard& shard) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const uint32_t b = part.begin[s], e = part.begin[s + 1];
-    if (b == e) continue;
-    Shard& shard = shards_[s];
-    absl::MutexLock lock(&shard.mu);
     const uint32_t epoch = epoch_.load(std::memory_order_relaxed);
     for (uint32_t k = b; k < e; ++k) {
       Prefetch(shard, part, k, e);
@@ -678,7 +619,9 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
       reinterpret_cast<RowHeader*>(p)->seen = seen;
       std::memcpy(dst, p + kRowHeaderBytes, row_bytes);
     }
-  }
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
   // Repeated ids: copies of their first occurrence.
   for (uint32_t pos : part.order) {
     const float* src = out + static_cast<size_t>(pos) * dim_;
@@ -690,7 +633,7 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
 }
 
 absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const float* grads,
-                                         float lr, int64_t step) {
+                                         float lr, int64_t step, float scale) {
   if (opt_ == Opt::kAdam && step < 1) {
     return absl::InvalidArgumentError(absl::StrCat("SparseTable::ApplyGradients step is ", step,
                                                    "; adam needs the 1-based step (>= 1)"));
@@ -715,33 +658,35 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
   PartitionIds(ids, &part);
   const uint32_t seen = SeenStamp();
   const bool admission = options_.admission_threshold > 1;
+  if (scale != 1.0f) {
+    // Scaled rows, rounded before any sum: the same bits as gradients scaled by the caller.
+    thread_local std::vector<float> scaled;
+    ScaleInto(grads, ids.size() * static_cast<size_t>(dim_), scale, &scaled);
+    grads = scaled.data();
+  }
+  // The gradient of each distinct id (indexed like part.order): duplicates summed in their
+  // order of appearance (as MergeRows does), all before any lock.
   thread_local std::vector<float> sums;
-  thread_local std::vector<const float*> shard_grads;
-  const int first_shard = StartShard();
-  for (int i = 0; i <= shard_mask_; ++i) {
-    const int s = (first_shard + i) & shard_mask_;
-    const uint32_t b = part.begin[s], e = part.begin[s + 1];
-    if (b == e) continue;
-    // The gradient of each distinct id: duplicates summed in their order of appearance (as
-    // MergeRows does), before taking the lock.
-    sums.resize(static_cast<size_t>(e - b) * dim_);
-    shard_grads.resize(e - b);
-    for (uint32_t k = b; k < e; ++k) {
-      const uint32_t pos = part.order[k];
-      const float* g = grads + static_cast<size_t>(pos) * dim_;
-      if (part.next[pos] != Partition::kEnd) {
-        float* sum = sums.data() + static_cast<size_t>(k - b) * dim_;
-        ArrayMap acc(sum, dim_);
-        acc = ConstArrayMap(g, dim_);
-        for (uint32_t j = part.next[pos]; j != Partition::kEnd; j = part.next[j]) {
-          acc += ConstArrayMap(grads + static_cast<size_t>(j) * dim_, dim_);
-        }
-        g = sum;
+  thread_local std::vector<const float*> row_grads;
+  const size_t distinct = part.order.size();
+  sums.resize(distinct * dim_);
+  row_grads.resize(distinct);
+  for (size_t k = 0; k < distinct; ++k) {
+    const uint32_t pos = part.order[k];
+    const float* g = grads + static_cast<size_t>(pos) * dim_;
+    if (part.next[pos] != Partition::kEnd) {
+      float* sum = sums.data() + k * dim_;
+      ArrayMap acc(sum, dim_);
+      acc = ConstArrayMap(g, dim_);
+      for (uint32_t j = part.next[pos]; j != Partition::kEnd; j = part.next[j]) {
+        acc += ConstArrayMap(grads + static_cast<size_t>(j) * dim_, dim_);
       }
-      shard_grads[k - b] = g;
+      g = sum;
     }
-    Shard& shard = shards_[s];
-    absl::MutexLock lock(&shard.mu);
+    row_grads[k] = g;
+  }
+  return ForEachShard(part, [&](int s, Shard& shard) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const uint32_t b = part.begin[s], e = part.begin[s + 1];
     const uint32_t epoch = epoch_.load(std::memory_order_relaxed);
     for (uint32_t k = b; k < e; ++k) {
       Prefetch(shard, part, k, e);
@@ -760,8 +705,34 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
       RowHeader* h = reinterpret_cast<RowHeader*>(p);
       h->seen = seen;
       h->epoch = epoch;
-      ApplyOptimizer(p, shard_grads[k - b], lr, lr_t);
+      ApplyOptimizer(p, row_grads[k], lr, lr_t);
     }
+    return absl::OkStatus();
+  });
+}
+
+template <typename Fn>
+absl::Status SparseTable::ForEachShard(const Partition& part, Fn&& fn) {
+  thread_local std::vector<int> busy;
+  busy.clear();
+  const int first_shard = StartShard();
+  for (int i = 0; i <= shard_mask_; ++i) {
+    const int s = (first_shard + i) & shard_mask_;
+    if (part.begin[s] == part.begin[s + 1]) continue;
+    Shard& shard = shards_[s];
+    if (!shard.mu.TryLock()) {
+      busy.push_back(s);
+      continue;
+    }
+    absl::Status status = fn(s, shard);
+    shard.mu.Unlock();
+    if (!status.ok()) return status;
+  }
+  for (int s : busy) {
+    Shard& shard = shards_[s];
+    absl::MutexLock lock(&shard.mu);
+    absl::Status status = fn(s, shard);
+    if (!status.ok()) return status;
   }
   return absl::OkStatus();
 }

@@ -69,6 +69,8 @@
 
 namespace tessera {
 
+class ChunkArena;
+
 // How a row's values start (mirrors the uniform_random / gaussian_random / fill_constant ops).
 struct SparseTableInitializer {
   enum Kind { kUniform, kGaussian, kConstant };
@@ -98,6 +100,10 @@ struct SparseTableOptions {
   int64_t evict_after_seconds = 0;  // 0 = off; at most 2^31 - 1
   // Time source for evict_after_seconds; null means absl::Now.
   std::function<absl::Time()> clock;
+
+  // Fault row memory in ahead of use on a background thread once the table outgrows its first
+  // 2 MiB (see pserver/chunk_arena.h): new rows then rarely wait for the kernel to zero pages.
+  bool prefault = true;
 };
 
 struct SparseTableStats {
@@ -161,12 +167,13 @@ class SparseTable {
   // (2^31 rows); InvalidArgument if out is null for a non-empty batch.
   absl::Status Lookup(absl::Span<const int64_t> ids, float* out);
 
-  // Applies grads (ids.size() x dim, row i for ids[i]) with learning rate `lr` at optimizer
-  // step `step` (1-based; Adam needs step >= 1): duplicate ids are summed first, then each
-  // distinct id is updated once. Missing rows are created first, unless admission is on (then
-  // their gradients are dropped and counted). Advances the step clock to `step`.
+  // Applies grads (ids.size() x dim, row i for ids[i]) times `scale` with learning rate `lr`
+  // at optimizer step `step` (1-based; Adam needs step >= 1): each row is scaled, duplicate
+  // ids are summed, then each distinct id is updated once. Missing rows are created first,
+  // unless admission is on (then their gradients are dropped and counted). Advances the step
+  // clock to `step`.
   absl::Status ApplyGradients(absl::Span<const int64_t> ids, const float* grads, float lr,
-                              int64_t step);
+                              int64_t step, float scale = 1.0f);
 
   // Advances the step clock (used by evict_after_steps) to `step` if it is larger.
   void AdvanceStep(int64_t step);
@@ -211,7 +218,6 @@ class SparseTable {
  private:
   struct Shard;
   struct Partition;
-  class ChunkArena;
   enum class Opt { kSgd, kAdagrad, kAdam };
 
   explicit SparseTable(const SparseTableOptions& options, Opt opt);
@@ -223,6 +229,13 @@ class SparseTable {
   void PartitionIds(absl::Span<const int64_t> ids, Partition* p) const;
   // Prefetches the bucket and row of first occurrences a few places after order[k].
   void Prefetch(const Shard& shard, const Partition& part, uint32_t k, uint32_t end) const;
+  // Runs fn(shard index, shard) -> absl::Status with the shard's lock held for every shard
+  // that holds ids of `part`, from a per-call first shard on. A shard whose lock another batch
+  // holds is visited after the others rather than waited for, so that concurrent batches (a
+  // trainer's lookup and another's update) do not queue behind each other shard after shard.
+  // Stops at the first error.
+  template <typename Fn>
+  absl::Status ForEachShard(const Partition& part, Fn&& fn);
   // Slot of `id` in `shard`, or kNoSlot.
   uint32_t FindSlot(const Shard& shard, int64_t id, uint64_t hash) const;
   // A new row for `id` (not present) with initial values and zero state; kNoSlot if full.

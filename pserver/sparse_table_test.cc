@@ -173,6 +173,33 @@ TEST(SparseTableTest, BatchOfOneRepeatedIdMergesGradientsBeforeTheOptimizer) {
   EXPECT_NE(Row(*table, 42), InitRow(o, 42));
 }
 
+TEST(SparseTableTest, ScaledGradientsEqualGradientsScaledBeforehand) {
+  // What the pserver passes for 1/N of N trainers' gradients, duplicate ids included: each row
+  // is scaled before duplicates are summed, bit for bit as if the caller had scaled them.
+  const std::vector<int64_t> ids = {5, -3, 5, kMin64, 5, kE18, -3};
+  const std::vector<float> g = RandomFloats(ids.size() * 4, 11);
+  std::vector<float> scaled(g.size());
+  for (size_t i = 0; i < g.size(); ++i) scaled[i] = g[i] * (1.0f / 3.0f);
+  for (const char* opt : {"sgd", "adagrad", "adam"}) {
+    auto a = MakeTable(Opts(4, opt));
+    auto b = MakeTable(Opts(4, opt));
+    for (int step = 1; step <= 3; ++step) {
+      ASSERT_TRUE(a->ApplyGradients(ids, g.data(), 0.1f, step, 1.0f / 3.0f).ok());
+      ASSERT_TRUE(b->ApplyGradients(ids, scaled.data(), 0.1f, step).ok());
+    }
+    for (int64_t id : ids) {
+      EXPECT_EQ(Row(*a, id), Row(*b, id)) << opt << " id " << id;
+      EXPECT_EQ(State(*a, id), State(*b, id)) << opt << " id " << id;
+    }
+    // And scaling matters: unscaled gradients give other rows.
+    auto c = MakeTable(Opts(4, opt));
+    ASSERT_TRUE(c->ApplyGradients(ids, g.data(), 0.1f, 1).ok());
+    auto d = MakeTable(Opts(4, opt));
+    ASSERT_TRUE(d->ApplyGradients(ids, g.data(), 0.1f, 1, 1.0f / 3.0f).ok());
+    EXPECT_NE(Row(*c, 5), Row(*d, 5)) << opt;
+  }
+}
+
 TEST(SparseTableTest, EmptyBatchesAreNoOps) {
   auto table = MakeTable(Opts(4, "adam"));
   EXPECT_TRUE(table->Lookup({}, nullptr).ok());

@@ -8,16 +8,24 @@
 // RPC), after the child is gone. Prints steps/s of both and the ratio, and the trainer thread's
 // time per op per step (prefetch includes waiting for the pserver).
 //
-//   bazel run -c opt //tests/bench:sparse_rpc -- [--steps=4000]
+// With --pin the pserver process runs on CPU 1 and the trainer process (all its threads) on CPU 0
+// (on other machines each would have its own cores); without it they share every CPU.
+//
+//   bazel run -c opt //tests/bench:sparse_rpc -- [--steps=4000] [--pin]
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -46,7 +54,40 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-int Run(int steps_to_run) {
+// Binds the calling process (its threads started from now on) to one CPU.
+bool PinToCpu(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) == 0) return true;
+  std::fprintf(stderr, "sparse_rpc: cannot bind to CPU %d: %s\n", cpu, std::strerror(errno));
+  return false;
+}
+
+// CPU seconds (user + system, all threads) of this process, or of child `pid` from /proc.
+double CpuSeconds(pid_t pid) {
+  if (pid == 0) {
+    rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+           1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  }
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  size_t close = line.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(line.substr(close + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+int Run(int steps_to_run, bool pin) {
   // The id stream is generated before the clocks start (a trainer reads ids from its data; the
   // sampler is not what is measured), and both runs replay the same stream on a fresh table.
   constexpr int kWarmup = 50;
@@ -87,6 +128,7 @@ int Run(int steps_to_run) {
   if (child < 0) return 1;
   if (child == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (pin && !PinToCpu(1)) _exit(1);
     if (getppid() != parent) _exit(1);
     close(ready[0]);
     Scope ps_scope;
@@ -103,6 +145,7 @@ int Run(int steps_to_run) {
     for (;;) pause();
   }
   close(ready[1]);
+  if (pin && !PinToCpu(0)) return 1;
   struct Reaper {
     pid_t pid;
     ~Reaper() {
@@ -167,11 +210,14 @@ int Run(int steps_to_run) {
   }
   for (double& t : op_seconds) t = 0;
   double start = Now();
+  const double trainer_cpu0 = CpuSeconds(0), pserver_cpu0 = CpuSeconds(child);
   for (int i = kWarmup; i < kWarmup + steps_to_run; ++i) {
     if (!step(i).ok()) return 1;
   }
   if (!communicator.Flush().ok()) return 1;
   double rpc_rate = steps_to_run / (Now() - start);
+  const double trainer_cpu = CpuSeconds(0) - trainer_cpu0;
+  const double pserver_cpu = CpuSeconds(child) - pserver_cpu0;
   CommunicatorStats cs = communicator.stats();
   kill(reaper.pid, SIGKILL);
   waitpid(reaper.pid, nullptr, 0);
@@ -205,6 +251,8 @@ int Run(int steps_to_run) {
       "split_by_shard %.0f us, send %.0f us\n",
       1e6 * op_seconds[0] / steps_to_run, 1e6 * op_seconds[1] / steps_to_run,
       1e6 * op_seconds[2] / steps_to_run, 1e6 * op_seconds[3] / steps_to_run);
+  std::printf("CPU per step: trainer process %.0f us, pserver process %.0f us\n",
+              1e6 * trainer_cpu / steps_to_run, 1e6 * pserver_cpu / steps_to_run);
   std::printf("in-process table lookup+update (baseline): %.0f steps/s\n", local_rate);
   std::printf("ratio rpc/in-process: %.2f (pushes: %lld gradients in %lld messages)\n",
               rpc_rate / local_rate, static_cast<long long>(cs.pushed),
@@ -219,12 +267,24 @@ int main(int argc, char** argv) {
   // Both halves of the cluster live in this process: tune malloc as both daemons do.
   tessera::TuneMallocForLargeBuffers();
   int steps = 4000;
+  bool pin = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--steps=", 0) != 0 || !absl::SimpleAtoi(a.substr(8), &steps) || steps < 1) {
-      std::fprintf(stderr, "sparse_rpc: bad argument '%s' (usage: --steps=N, N >= 1)\n", a.c_str());
+    if (a == "--pin") {
+      pin = true;
+    } else if (a.rfind("--steps=", 0) != 0 || !absl::SimpleAtoi(a.substr(8), &steps) || steps < 1) {
+      std::fprintf(stderr, "sparse_rpc: bad argument '%s' (usage: [--steps=N, N >= 1] [--pin])\n",
+                   a.c_str());
       return 2;
     }
   }
-  return tessera::Run(steps);
+  if (pin) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0 || !CPU_ISSET(0, &set) ||
+        !CPU_ISSET(1, &set)) {
+      std::fprintf(stderr, "sparse_rpc: --pin needs CPUs 0 and 1\n");
+      return 2;
+    }
+  }
+  return tessera::Run(steps, pin);
 }
