@@ -589,7 +589,9 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
   const uint32_t seen = SeenStamp();
   const int64_t threshold = options_.admission_threshold;
   const size_t row_bytes = sizeof(float) * dim_;
-  absl::Status status = ForEachShard(part, [&](int s, Shard& shard) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  for (ShardWalk walk(this, part); walk.Next();) {
+    const int s = walk.shard();
+    Shard& shard = shards_[s];
     const uint32_t b = part.begin[s], e = part.begin[s + 1];
     const uint32_t epoch = epoch_.load(std::memory_order_relaxed);
     for (uint32_t k = b; k < e; ++k) {
@@ -619,9 +621,7 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
       reinterpret_cast<RowHeader*>(p)->seen = seen;
       std::memcpy(dst, p + kRowHeaderBytes, row_bytes);
     }
-    return absl::OkStatus();
-  });
-  if (!status.ok()) return status;
+  }
   // Repeated ids: copies of their first occurrence.
   for (uint32_t pos : part.order) {
     const float* src = out + static_cast<size_t>(pos) * dim_;
@@ -685,7 +685,9 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
     }
     row_grads[k] = g;
   }
-  return ForEachShard(part, [&](int s, Shard& shard) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  for (ShardWalk walk(this, part); walk.Next();) {
+    const int s = walk.shard();
+    Shard& shard = shards_[s];
     const uint32_t b = part.begin[s], e = part.begin[s + 1];
     const uint32_t epoch = epoch_.load(std::memory_order_relaxed);
     for (uint32_t k = b; k < e; ++k) {
@@ -707,34 +709,42 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
       h->epoch = epoch;
       ApplyOptimizer(p, row_grads[k], lr, lr_t);
     }
-    return absl::OkStatus();
-  });
-}
-
-template <typename Fn>
-absl::Status SparseTable::ForEachShard(const Partition& part, Fn&& fn) {
-  thread_local std::vector<int> busy;
-  busy.clear();
-  const int first_shard = StartShard();
-  for (int i = 0; i <= shard_mask_; ++i) {
-    const int s = (first_shard + i) & shard_mask_;
-    if (part.begin[s] == part.begin[s + 1]) continue;
-    Shard& shard = shards_[s];
-    if (!shard.mu.TryLock()) {
-      busy.push_back(s);
-      continue;
-    }
-    absl::Status status = fn(s, shard);
-    shard.mu.Unlock();
-    if (!status.ok()) return status;
-  }
-  for (int s : busy) {
-    Shard& shard = shards_[s];
-    absl::MutexLock lock(&shard.mu);
-    absl::Status status = fn(s, shard);
-    if (!status.ok()) return status;
   }
   return absl::OkStatus();
+}
+
+SparseTable::ShardWalk::ShardWalk(SparseTable* table, const Partition& part)
+    : table_(table), part_(part), first_(table->StartShard()) {
+  thread_local std::vector<int> busy;
+  busy.clear();
+  busy_ = &busy;
+}
+
+SparseTable::ShardWalk::~ShardWalk() { Release(); }
+
+void SparseTable::ShardWalk::Release() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (shard_ >= 0) table_->shards_[shard_].mu.Unlock();
+  shard_ = -1;
+}
+
+bool SparseTable::ShardWalk::Next() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  Release();
+  const int num_shards = table_->shard_mask_ + 1;
+  while (i_ < num_shards) {
+    const int s = (first_ + i_++) & table_->shard_mask_;
+    if (part_.begin[s] == part_.begin[s + 1]) continue;
+    if (table_->shards_[s].mu.TryLock()) {
+      shard_ = s;
+      return true;
+    }
+    busy_->push_back(s);  // another batch holds it: come back after the others
+  }
+  if (next_busy_ < busy_->size()) {
+    shard_ = (*busy_)[next_busy_++];
+    table_->shards_[shard_].mu.Lock();
+    return true;
+  }
+  return false;
 }
 
 int64_t SparseTable::EvictStale() {

@@ -229,13 +229,32 @@ class SparseTable {
   void PartitionIds(absl::Span<const int64_t> ids, Partition* p) const;
   // Prefetches the bucket and row of first occurrences a few places after order[k].
   void Prefetch(const Shard& shard, const Partition& part, uint32_t k, uint32_t end) const;
-  // Runs fn(shard index, shard) -> absl::Status with the shard's lock held for every shard
-  // that holds ids of `part`, from a per-call first shard on. A shard whose lock another batch
-  // holds is visited after the others rather than waited for, so that concurrent batches (a
-  // trainer's lookup and another's update) do not queue behind each other shard after shard.
-  // Stops at the first error.
-  template <typename Fn>
-  absl::Status ForEachShard(const Partition& part, Fn&& fn);
+  // Visits the shards that hold ids of a partition, each once, with its lock held:
+  //   for (ShardWalk walk(this, part); walk.Next();) { ... shards_[walk.shard()] ... }
+  // From a per-call first shard on; a shard whose lock another batch holds is visited after
+  // the others rather than waited for, so that concurrent batches (a trainer's lookup and
+  // another's update) do not queue behind each other shard after shard. Next() and the
+  // destructor release the shard visited last. One walk per thread at a time.
+  class ShardWalk {
+   public:
+    ShardWalk(SparseTable* table, const Partition& part);
+    ~ShardWalk();
+    ShardWalk(const ShardWalk&) = delete;
+    ShardWalk& operator=(const ShardWalk&) = delete;
+    // Locks the next shard; false when every shard was visited.
+    bool Next();
+    int shard() const { return shard_; }
+
+   private:
+    void Release();
+    SparseTable* const table_;
+    const Partition& part_;
+    const int first_;
+    int i_ = 0;
+    int shard_ = -1;
+    std::vector<int>* busy_;  // thread-local
+    size_t next_busy_ = 0;
+  };
   // Slot of `id` in `shard`, or kNoSlot.
   uint32_t FindSlot(const Shard& shard, int64_t id, uint64_t hash) const;
   // A new row for `id` (not present) with initial values and zero state; kNoSlot if full.
