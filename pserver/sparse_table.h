@@ -27,7 +27,9 @@
 // slots, at most 64 KiB) of row slots (growth never moves a row, nothing is allocated per row).
 // The chunks of all shards are carved from the table's own large anonymous mappings: 2 MiB of
 // ordinary pages first, then regions doubling to 64 MiB with madvise(MADV_HUGEPAGE), so fresh
-// rows fault 2 MiB at a time where the kernel's THP mode allows it. A slot holds, contiguously:
+// rows fault 2 MiB at a time where the kernel's THP mode allows it, and (options.prefault) a
+// background thread faults memory in ahead of the rows (pserver/chunk_arena.h). A slot holds,
+// contiguously:
 //   int64 id | uint32 last seen (step or seconds) | uint32 change epoch | float values[dim] |
 //   float state[k * dim]   (k = 0 sgd, 1 adagrad, 2 adam)
 // Evicted slots go to a free list and are reused (arenas and maps never shrink). For dim 16
@@ -48,7 +50,8 @@
 //    of options.clock. At most one of the two may be set.
 //
 // Thread safety: every method is thread-safe. Lookups and updates of ids in different shards
-// run in parallel; a batch locks each shard it touches once. Export copies one shard at a time
+// run in parallel; a batch locks each shard it touches once, and visits a shard that another
+// batch holds after its other shards rather than waiting for it. Export copies one shard at a time
 // under its lock (rows are consistent per shard, not across shards).
 #ifndef TESSERA_PSERVER_SPARSE_TABLE_H_
 #define TESSERA_PSERVER_SPARSE_TABLE_H_
