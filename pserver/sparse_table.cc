@@ -109,11 +109,8 @@ int StartShardBits() {
 
 // out = in[0, n) * scale. Not inlined, so that the products are rounded to float before the
 // caller sums them (no fused multiply-add across the two).
-__attribute__((noinline)) void ScaleInto(const float* in, size_t n, float scale,
-                                         std::vector<float>* out) {
-  out->resize(n);
-  float* o = out->data();
-  for (size_t i = 0; i < n; ++i) o[i] = in[i] * scale;
+__attribute__((noinline)) void ScaleInto(const float* in, size_t n, float scale, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = in[i] * scale;
 }
 
 inline uint64_t HashId(int64_t id) {
@@ -658,10 +655,19 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
   PartitionIds(ids, &part);
   const uint32_t seen = SeenStamp();
   const bool admission = options_.admission_threshold > 1;
+  // Per-thread scratch, kept between batches; a thread that once saw a huge batch gives the
+  // memory back at its next ordinary one (as PartitionIds does).
+  constexpr size_t kKeepFloats = size_t{1} << 24;
+  auto fit = [](auto& v, size_t n) {
+    if (n <= kKeepFloats && v.capacity() > kKeepFloats) v = {};
+    v.resize(n);
+  };
   if (scale != 1.0f) {
     // Scaled rows, rounded before any sum: the same bits as gradients scaled by the caller.
     thread_local std::vector<float> scaled;
-    ScaleInto(grads, ids.size() * static_cast<size_t>(dim_), scale, &scaled);
+    const size_t n = ids.size() * static_cast<size_t>(dim_);
+    fit(scaled, n);
+    ScaleInto(grads, n, scale, scaled.data());
     grads = scaled.data();
   }
   // The gradient of each distinct id (indexed like part.order): duplicates summed in their
@@ -669,8 +675,8 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
   thread_local std::vector<float> sums;
   thread_local std::vector<const float*> row_grads;
   const size_t distinct = part.order.size();
-  sums.resize(distinct * dim_);
-  row_grads.resize(distinct);
+  fit(sums, distinct * dim_);
+  fit(row_grads, distinct);
   for (size_t k = 0; k < distinct; ++k) {
     const uint32_t pos = part.order[k];
     const float* g = grads + static_cast<size_t>(pos) * dim_;
