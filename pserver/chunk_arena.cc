@@ -1,5 +1,6 @@
 #include "pserver/chunk_arena.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <system_error>
 
 namespace tessera {
 
@@ -108,12 +110,21 @@ void ChunkArena::MaybePrefault() {
     map_spare_ = true;
     wake = true;
   }
-  if (wake && !thread_.joinable()) thread_ = std::thread([this] { PrefaultLoop(); });
+  if (wake && !thread_.joinable()) {
+    try {
+      thread_ = std::thread([this] { PrefaultLoop(); });
+    } catch (const std::system_error&) {  // no thread to be had: fault on demand, as without
+      populate_works_ = false;
+      work_.clear();
+      map_spare_ = false;
+    }
+  }
 }
 
 void ChunkArena::PrefaultLoop() {
   // Background work: yields the CPU to everything else (per-thread nice on Linux).
   setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+  pthread_setname_np(pthread_self(), "table-prefault");
   while (true) {
     bool map;
     size_t map_bytes = 0;
