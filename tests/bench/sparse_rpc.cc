@@ -12,6 +12,7 @@
 // (on other machines each would have its own cores); without it they share every CPU.
 //
 //   bazel run -c opt //tests/bench:sparse_rpc -- [--steps=4000] [--pin]
+#include <dirent.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -28,6 +29,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "common/data/synthetic.h"
 #include "common/executor.h"
@@ -85,6 +87,28 @@ double CpuSeconds(pid_t pid) {
     if (i == 15) stime = std::stod(field);
   }
   return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// Context switches (voluntary + involuntary) of the live threads of process `pid`.
+int64_t ContextSwitches(pid_t pid) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  int64_t total = 0;
+  DIR* dir = opendir(tasks.c_str());
+  if (dir == nullptr) return 0;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(tasks + "/" + e->d_name + "/status");
+    std::string line;
+    while (std::getline(f, line)) {
+      int64_t n = 0;
+      if (line.find("ctxt_switches:") != std::string::npos &&
+          absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(line.find(':') + 1)), &n)) {
+        total += n;
+      }
+    }
+  }
+  closedir(dir);
+  return total;
 }
 
 int Run(int steps_to_run, bool pin) {
@@ -211,6 +235,7 @@ int Run(int steps_to_run, bool pin) {
   for (double& t : op_seconds) t = 0;
   double start = Now();
   const double trainer_cpu0 = CpuSeconds(0), pserver_cpu0 = CpuSeconds(child);
+  const int64_t trainer_cs0 = ContextSwitches(getpid()), pserver_cs0 = ContextSwitches(child);
   for (int i = kWarmup; i < kWarmup + steps_to_run; ++i) {
     if (!step(i).ok()) return 1;
   }
@@ -218,6 +243,8 @@ int Run(int steps_to_run, bool pin) {
   double rpc_rate = steps_to_run / (Now() - start);
   const double trainer_cpu = CpuSeconds(0) - trainer_cpu0;
   const double pserver_cpu = CpuSeconds(child) - pserver_cpu0;
+  const int64_t trainer_cs = ContextSwitches(getpid()) - trainer_cs0;
+  const int64_t pserver_cs = ContextSwitches(child) - pserver_cs0;
   CommunicatorStats cs = communicator.stats();
   kill(reaper.pid, SIGKILL);
   waitpid(reaper.pid, nullptr, 0);
@@ -251,8 +278,12 @@ int Run(int steps_to_run, bool pin) {
       "split_by_shard %.0f us, send %.0f us\n",
       1e6 * op_seconds[0] / steps_to_run, 1e6 * op_seconds[1] / steps_to_run,
       1e6 * op_seconds[2] / steps_to_run, 1e6 * op_seconds[3] / steps_to_run);
-  std::printf("CPU per step: trainer process %.0f us, pserver process %.0f us\n",
-              1e6 * trainer_cpu / steps_to_run, 1e6 * pserver_cpu / steps_to_run);
+  std::printf(
+      "per step: CPU trainer process %.0f us, pserver process %.0f us; context switches "
+      "trainer %.1f, pserver %.1f\n",
+      1e6 * trainer_cpu / steps_to_run, 1e6 * pserver_cpu / steps_to_run,
+      static_cast<double>(trainer_cs) / steps_to_run,
+      static_cast<double>(pserver_cs) / steps_to_run);
   std::printf("in-process table lookup+update (baseline): %.0f steps/s\n", local_rate);
   std::printf("ratio rpc/in-process: %.2f (pushes: %lld gradients in %lld messages)\n",
               rpc_rate / local_rate, static_cast<long long>(cs.pushed),
