@@ -17,7 +17,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,14 +65,8 @@ bool PinToCpu(int cpu) {
   return false;
 }
 
-// CPU seconds (user + system, all threads) of this process, or of child `pid` from /proc.
+// CPU seconds (user + system, all threads) of process `pid`, from /proc/<pid>/stat.
 double CpuSeconds(pid_t pid) {
-  if (pid == 0) {
-    rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
-           1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-  }
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
   std::getline(f, line);
@@ -234,14 +227,14 @@ int Run(int steps_to_run, bool pin) {
   }
   for (double& t : op_seconds) t = 0;
   double start = Now();
-  const double trainer_cpu0 = CpuSeconds(0), pserver_cpu0 = CpuSeconds(child);
+  const double trainer_cpu0 = CpuSeconds(getpid()), pserver_cpu0 = CpuSeconds(child);
   const int64_t trainer_cs0 = ContextSwitches(getpid()), pserver_cs0 = ContextSwitches(child);
   for (int i = kWarmup; i < kWarmup + steps_to_run; ++i) {
     if (!step(i).ok()) return 1;
   }
   if (!communicator.Flush().ok()) return 1;
   double rpc_rate = steps_to_run / (Now() - start);
-  const double trainer_cpu = CpuSeconds(0) - trainer_cpu0;
+  const double trainer_cpu = CpuSeconds(getpid()) - trainer_cpu0;
   const double pserver_cpu = CpuSeconds(child) - pserver_cpu0;
   const int64_t trainer_cs = ContextSwitches(getpid()) - trainer_cs0;
   const int64_t pserver_cs = ContextSwitches(child) - pserver_cs0;
