@@ -50,11 +50,13 @@ absl::StatusOr<ExampleData> LoadExampleData(const ExampleOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("unknown example '", options.name, "'"));
   }
   if (!options.train_data.empty()) {
-    auto train = data::ReadCriteoFile(options.train_data);
+    auto train = data::ReadCriteoFile(options.train_data, data::kCriteoNumDense,
+                                      data::kCriteoNumSparse, options.max_line_bytes);
     if (!train.ok()) return train.status();
     d.train = std::move(*train);
     if (!options.test_data.empty()) {
-      auto test = data::ReadCriteoFile(options.test_data);
+      auto test = data::ReadCriteoFile(options.test_data, data::kCriteoNumDense,
+                                       data::kCriteoNumSparse, options.max_line_bytes);
       if (!test.ok()) return test.status();
       d.test = std::move(*test);
     }

@@ -24,6 +24,7 @@ struct ExampleOptions {
   int64_t num_test_examples = 5000;
   std::string train_data;          // Criteo-format file instead of synthetic data (ctr)
   std::string test_data;
+  int64_t max_line_bytes = int64_t{1} << 20;  // longest line of a data file
 };
 
 // Names the daemons accept.

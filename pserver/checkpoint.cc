@@ -184,13 +184,9 @@ std::map<std::string, DenseSlice> DenseSlices(const ProgramDesc& program,
   return out;
 }
 
-std::string PserverFilePrefix(int index, int num) {
-  return absl::StrCat("pserver-", index, "-of-", num);
-}
-
 absl::Status SavePserverShard(io::FileSystem* fs, const std::string& dir,
                               const PserverShardToSave& shard) {
-  const std::string prefix = PserverFilePrefix(shard.index, shard.num_pservers);
+  const std::string prefix = io::PserverFilePrefix(shard.index, shard.num_pservers);
   io::ManifestWriter writer(fs, dir);
   TensorMap map;
   for (const auto& [name, t] : shard.dense) TensorToProto(t, &(*map.mutable_tensors())[name]);
@@ -252,7 +248,7 @@ absl::StatusOr<PserverRestored> RestorePserverShard(io::FileSystem* fs, const st
   std::vector<SavedShard> saved(static_cast<size_t>(num));
   for (int i = 0; i < num; ++i) {
     SavedShard& s = saved[i];
-    s.prefix = PserverFilePrefix(i, static_cast<int>(num));
+    s.prefix = io::PserverFilePrefix(i, static_cast<int>(num));
     const io::ManifestEntry* e = top.Find(s.prefix + ".MANIFEST");
     if (e == nullptr) {
       return absl::DataLossError(

@@ -51,9 +51,6 @@ struct DenseSlice {
 std::map<std::string, DenseSlice> DenseSlices(const ProgramDesc& pserver_program,
                                               const std::vector<VarBlock>& param_blocks);
 
-// "pserver-<index>-of-<num>".
-std::string PserverFilePrefix(int index, int num);
-
 struct PserverTableRef {
   std::string name;
   int shard = 0;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/io/checkpoint_io.h"
 #include "common/op_desc.h"
 #include "common/status.h"
 #include "pserver/checkpoint.h"
@@ -139,6 +140,7 @@ absl::Status ParameterServer::InitTables() {
     o.adam_epsilon = GetFloatAttr(op, "epsilon", 1e-8);
     o.admission_threshold = options_.table_admission_threshold;
     o.evict_after_steps = options_.table_evict_after_steps;
+    o.max_rows = options_.table_max_rows;
     auto table = SparseTable::Create(o);
     if (!table.ok()) {
       return absl::InvalidArgumentError(
@@ -422,8 +424,22 @@ void ParameterServer::HandlePrefetch(const RequestMeta& meta, const std::string&
   done(std::move(rows));
 }
 
-void ParameterServer::HandleCheckpoint(const RequestMeta& meta, const std::string& dir,
+void ParameterServer::HandleCheckpoint(const RequestMeta& meta, const std::string& name,
                                        DoneCallback done) {
+  // Least authority: a peer chooses only the step; the directory is this pserver's own.
+  if (options_.checkpoint_dir.empty()) {
+    done(absl::FailedPreconditionError(absl::StrCat(
+        "pserver ", options_.endpoint, " refuses checkpoint ", name,
+        ": it has no --checkpoint_dir (give the pservers the trainers' --checkpoint_dir)")));
+    return;
+  }
+  if (io::CheckpointStep(name) < 0) {
+    done(absl::InvalidArgumentError(
+        absl::StrCat("pserver ", options_.endpoint, " refuses checkpoint '", name,
+                     "': not a ckpt-<step> name under its --checkpoint_dir")));
+    return;
+  }
+  const std::string dir = io::JoinPath(options_.checkpoint_dir, name);
   // Saving blocks (file I/O, waiting for an optimization): off the RPC threads.
   checkpoint_pool_->Schedule([this, dir, done = std::move(done)] {
     absl::Status s = SaveCheckpoint(dir);
@@ -744,8 +760,10 @@ ParameterServerStats ParameterServer::stats() const {
     out = stats_;
   }
   for (const auto& t : tables_) {
-    int64_t rows = t.table->Size();
+    SparseTableStats st = t.table->Stats();
+    const int64_t rows = st.rows;
     out.table_rows += rows;
+    out.table_refused_rows += st.refused_rows;
     out.table_shard_rows[{t.name, t.shard}] = rows;
   }
   return out;

@@ -53,6 +53,9 @@ struct ParameterServerOptions {
   // Distributed tables (every sparse_table op of the program): lifecycle options, off at 0.
   int64_t table_admission_threshold = 0;
   int64_t table_evict_after_steps = 0;
+  // Row budget of each table shard on this pserver (0 = none): new ids beyond it are refused
+  // with RESOURCE_EXHAUSTED and counted; held rows are never dropped for it.
+  int64_t table_max_rows = 0;
   // Checkpoints (pserver/checkpoint.h): this pserver's index among num_pservers, the
   // transpiler's parameter blocks of all pservers (the slice metadata saved with a checkpoint),
   // how table ids are sharded, and the file system (null: the local one).
@@ -61,6 +64,9 @@ struct ParameterServerOptions {
   std::vector<VarBlock> param_blocks;
   std::string table_shard_method = "hash";
   io::FileSystem* fs = nullptr;
+  // Where a remote Checkpoint request may write: it names a "ckpt-<step>" directory, which is
+  // taken under this root (never a path of the peer's choosing). "" refuses every request.
+  std::string checkpoint_dir;
   // Observability (optional): told how long each sync send/fetch barrier request waited, from
   // its arrival to its release (or failure). Runs on any thread, possibly under the server's
   // lock: it must be quick and must not call the server.
@@ -81,6 +87,7 @@ struct ParameterServerStats {
   int64_t prefetches = 0;
   std::vector<int> trainers_dropped;  // async_drop_silent_trainers: silent trainers let go
   int64_t table_rows = 0;             // rows held by this pserver's table shards
+  int64_t table_refused_rows = 0;     // new ids refused for the row budget
   std::map<std::pair<std::string, int>, int64_t> table_shard_rows;  // (table, shard) -> rows
 };
 
@@ -121,6 +128,7 @@ class ParameterServer : public RequestHandler {
   void HandlePrefetch(const RequestMeta& meta, const std::string& table, std::vector<int64_t> ids,
                       PrefetchDone done) override;
   void HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) override;
+  // `dir` is a "ckpt-<step>" name; the shard goes to <options.checkpoint_dir>/<dir>.
   void HandleCheckpoint(const RequestMeta& meta, const std::string& dir,
                         DoneCallback done) override;
 

@@ -22,7 +22,7 @@
 
 namespace tessera {
 
-absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
+absl::Status RunPserver(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase) {
   auto registry = NewStandardOpRegistry();
   TS_ASSIGN_OR_RETURN(DistributeTranspiler t, TranspileFor(config, *registry, config.trainer_id));
   TS_ASSIGN_OR_RETURN(ProgramDesc program, t.GetPserverProgram(config.current_endpoint));
@@ -61,12 +61,14 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
   po.async_drop_silent_trainers = config.async_drop_silent_trainers;
   po.table_admission_threshold = config.table_admission_threshold;
   po.table_evict_after_steps = config.table_evict_after_steps;
+  po.table_max_rows = config.table_max_rows;
   po.num_pservers = static_cast<int>(config.pservers.size());
   for (int i = 0; i < po.num_pservers; ++i) {
     if (config.pservers[i] == config.current_endpoint) po.pserver_index = i;
   }
   po.param_blocks = t.param_blocks();
   po.table_shard_method = config.table_shard_method;
+  po.checkpoint_dir = config.checkpoint_dir;
   TS_ASSIGN_OR_RETURN(auto ps, ParameterServer::Create(program, &scope, registry.get(), po));
   if (!config.init_from.empty()) {  // restore before serving anything
     TS_ASSIGN_OR_RETURN(std::string ckpt,
@@ -115,10 +117,13 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
     Counter* applied = counter("tessera_pserver_grads_applied_total", "Gradients optimized.");
     Gauge* rows = *metrics.GetGauge("tessera_pserver_table_rows",
                                     "Rows held by this pserver's table shards.", labels);
+    Counter* refused_ids = counter("tessera_pserver_table_refused_ids_total",
+                               "New table ids refused for the row budget (--table_max_rows).");
     Counter* unauthenticated =
         counter("tessera_rpc_unauthenticated_total",
                 "Requests refused for a missing or wrong job token (UNAUTHENTICATED).");
-    exporter = std::thread([&, steps, sends, gets, prefetches, applied, rows, unauthenticated] {
+    exporter = std::thread([&, steps, sends, gets, prefetches, applied, rows, refused_ids,
+                            unauthenticated] {
       ParameterServerStats last;
       int64_t last_unauthenticated = 0;
       while (exporting) {
@@ -132,6 +137,7 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
         prefetches->Increment(static_cast<double>(now.prefetches - last.prefetches));
         applied->Increment(static_cast<double>(now.grads_applied - last.grads_applied));
         rows->Set(static_cast<double>(now.table_rows));
+        refused_ids->Increment(static_cast<double>(now.table_refused_rows - last.table_refused_rows));
         for (const auto& [shard, n] : now.table_shard_rows) {
           auto gauge =
               metrics.GetGauge("tessera_pserver_table_shard_rows", "Rows held by each table shard.",
@@ -145,6 +151,9 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
       }
     });
   }
+
+  // Serving, with everything local in place; from here on the pserver depends on its trainers.
+  phase->Started();
 
   // One stats line per --stats_interval_s: rates over the interval.
   absl::Notification stop_stats;
@@ -202,7 +211,7 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log) {
   log << "pserver " << config.current_endpoint << ": steps=" << stats.steps
       << " sends=" << stats.sends << " grads_applied=" << stats.grads_applied
       << " gets=" << stats.gets << " prefetches=" << stats.prefetches
-      << " table_rows=" << stats.table_rows
+      << " table_rows=" << stats.table_rows << " table_refused_ids=" << stats.table_refused_rows
       << " unauthenticated=" << server.unauthenticated_requests();
   for (const auto& [trainer, n] : stats.grads_received) {
     log << " grads_from_trainer_" << trainer << "=" << n;

@@ -8,11 +8,12 @@
 
 #include "absl/status/status.h"
 #include "common/config/cluster_config.h"
+#include "common/config/daemon_flags.h"
 
 namespace tessera {
 
 // Progress goes to `log`. Returns OK when training completed; the error otherwise.
-absl::Status RunPserver(const ClusterConfig& config, std::ostream& log);
+absl::Status RunPserver(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase);
 
 }  // namespace tessera
 

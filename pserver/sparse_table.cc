@@ -200,6 +200,9 @@ struct alignas(64) SparseTable::Shard {
   int64_t created ABSL_GUARDED_BY(mu) = 0;
   int64_t evicted ABSL_GUARDED_BY(mu) = 0;
   int64_t dropped ABSL_GUARDED_BY(mu) = 0;
+  int64_t refused ABSL_GUARDED_BY(mu) = 0;
+  // Why the last CreateRow of this shard returned kNoSlot (read by ShardFull).
+  enum class Failure { kNone, kFull, kBudget, kMemory } failure ABSL_GUARDED_BY(mu) = Failure::kNone;
 };
 
 // A batch of ids with duplicates linked to their first occurrence, first occurrences grouped
@@ -280,6 +283,7 @@ absl::StatusOr<std::unique_ptr<SparseTable>> SparseTable::Create(const SparseTab
     return bad(absl::StrCat("evict_after_steps ", o.evict_after_steps, " and evict_after_seconds ",
                             o.evict_after_seconds, " must be in [0, ", kMaxAge, "] (0 = off)"));
   }
+  if (o.max_rows < 0) return bad(absl::StrCat("max_rows is ", o.max_rows, "; it must be >= 0"));
   if (o.evict_after_steps > 0 && o.evict_after_seconds > 0) {
     return bad(absl::StrCat("evict_after_steps (", o.evict_after_steps,
                             ") and evict_after_seconds (", o.evict_after_seconds,
@@ -311,6 +315,8 @@ SparseTable::SparseTable(const SparseTableOptions& options, Opt opt)
       stride_(SlotStride(dim_, state_width_)),
       chunk_shift_(ChunkShift(stride_)),
       shard_mask_(options.num_shards - 1),
+      pending_cap_(static_cast<size_t>(
+          std::max<int64_t>(1, options.max_rows / std::max(1, options.num_shards)))),
       created_(options.clock ? options.clock() : absl::Now()),
       arena_(new ChunkArena(ChunkArenaOptions{stride_ << chunk_shift_, options.prefault})),
       shards_(new Shard[options.num_shards]) {
@@ -432,7 +438,17 @@ uint32_t SparseTable::FindSlot(const Shard& shard, int64_t id,
 uint32_t SparseTable::CreateRow(Shard& shard, int64_t id, uint64_t hash, uint32_t seen,
                                 uint32_t epoch,
                                 bool initialize) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  if (shard.size >= kMaxRowsPerShard) return kNoSlot;
+  if (shard.size >= kMaxRowsPerShard) {
+    shard.failure = Shard::Failure::kFull;
+    return kNoSlot;
+  }
+  if (options_.max_rows > 0 &&
+      budget_used_.fetch_add(1, std::memory_order_relaxed) >= options_.max_rows) {
+    budget_used_.fetch_sub(1, std::memory_order_relaxed);
+    shard.failure = Shard::Failure::kBudget;
+    ++shard.refused;
+    return kNoSlot;
+  }
   // Grow the map first so that the load factor stays <= 3/4.
   if ((shard.size + 1) * 4 > shard.capacity * 3) {
     const uint64_t cap = shard.capacity * 2;
@@ -457,7 +473,11 @@ uint32_t SparseTable::CreateRow(Shard& shard, int64_t id, uint64_t hash, uint32_
     if (static_cast<uint64_t>(shard.used_slots) == static_cast<uint64_t>(shard.chunks.size())
                                                        << chunk_shift_) {
       char* chunk = arena_->Allocate();
-      if (chunk == nullptr) return kNoSlot;  // out of memory: reported as a full shard
+      if (chunk == nullptr) {  // out of memory for new rows
+        if (options_.max_rows > 0) budget_used_.fetch_sub(1, std::memory_order_relaxed);
+        shard.failure = Shard::Failure::kMemory;
+        return kNoSlot;
+      }
       shard.chunks.push_back(chunk);
     }
     slot = shard.used_slots++;
@@ -506,6 +526,7 @@ void SparseTable::RemoveRow(Shard& shard, uint32_t slot) const ABSL_NO_THREAD_SA
   shard.free_head = slot;
   --shard.size;
   ++shard.evicted;
+  if (options_.max_rows > 0) budget_used_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void SparseTable::ApplyOptimizer(char* slot, const float* grad, float lr, float lr_t) const {
@@ -555,7 +576,13 @@ absl::Status SparseTable::ShardFull(int shard_index) const ABSL_NO_THREAD_SAFETY
   // Called with the shard's lock held, after CreateRow failed: the shard hit its row limit, or
   // no memory could be mapped for a new chunk.
   const Shard& shard = shards_[shard_index];
-  if (shard.size < kMaxRowsPerShard) {
+  if (shard.failure == Shard::Failure::kBudget) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "sparse table holds its budget of ", options_.max_rows,
+        " rows (--table_max_rows): a new id was refused and no row was dropped (raise the budget, "
+        "add pservers, or use --table_admission_threshold / --table_evict_after_steps)"));
+  }
+  if (shard.failure == Shard::Failure::kMemory) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "sparse table shard ", shard_index, ": out of memory for new rows (mmap failed) after ",
         shard.size, " rows in this shard"));
@@ -601,6 +628,12 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
       if (slot == kNoSlot) {
         if (threshold > 1) {
           // Every occurrence counts; all occurrences of this batch get the initial value.
+          if (options_.max_rows > 0 && shard.pending.size() >= pending_cap_ &&
+              shard.pending.find(id) == shard.pending.end()) {
+            ++shard.refused;  // the waiting room is full: not counted, not stored
+            InitValues(id, dst);
+            continue;
+          }
           Pending& pending = shard.pending[id];
           pending.seen = seen;
           pending.count = static_cast<uint32_t>(
@@ -1052,6 +1085,7 @@ SparseTableStats SparseTable::Stats() const {
     st.created_rows += shard.created;
     st.evicted_rows += shard.evicted;
     st.dropped_gradients += shard.dropped;
+    st.refused_rows += shard.refused;
     st.memory_bytes +=
         static_cast<int64_t>(shard.chunks.size()) * chunk_bytes +
         static_cast<int64_t>(shard.chunks.capacity() * sizeof(void*)) +

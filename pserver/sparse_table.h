@@ -104,6 +104,13 @@ struct SparseTableOptions {
   // Time source for evict_after_seconds; null means absl::Now.
   std::function<absl::Time()> clock;
 
+  // Row budget: at most max_rows rows (0 = no budget). A new id beyond it is refused: Lookup,
+  // ApplyGradients and Import fail with ResourceExhausted saying so, and it is counted
+  // (Stats().refused_rows). Rows already held are never dropped to make room. With admission
+  // on, the ids waiting for admission are bounded too (max_rows / num_shards per shard, at
+  // least 1); an id beyond that is not counted (it gets initial values, and counts as refused).
+  int64_t max_rows = 0;
+
   // Fault row memory in ahead of use on a background thread once the table outgrows its first
   // 2 MiB (see pserver/chunk_arena.h): new rows then rarely wait for the kernel to zero pages.
   bool prefault = true;
@@ -115,6 +122,7 @@ struct SparseTableStats {
   int64_t created_rows = 0;       // rows ever created (Lookup, ApplyGradients, Import)
   int64_t evicted_rows = 0;       // rows removed by EvictStale
   int64_t dropped_gradients = 0;  // gradient rows (occurrences) dropped: id not admitted
+  int64_t refused_rows = 0;       // new ids refused for the row budget (max_rows)
   int64_t memory_bytes = 0;       // as MemoryBytes()
 };
 
@@ -167,7 +175,8 @@ class SparseTable {
 
   // Writes the values of the rows of `ids` to out[i * dim, (i + 1) * dim), creating missing
   // rows (subject to admission) and marking rows seen. ResourceExhausted if a shard is full
-  // (2^31 rows); InvalidArgument if out is null for a non-empty batch.
+  // (2^31 rows) or a new id meets the row budget (rows of the batch before it stay created);
+  // InvalidArgument if out is null for a non-empty batch.
   absl::Status Lookup(absl::Span<const int64_t> ids, float* out);
 
   // Applies grads (ids.size() x dim, row i for ids[i]) times `scale` with learning rate `lr`
@@ -280,12 +289,15 @@ class SparseTable {
   const size_t stride_;    // bytes per slot, a multiple of 8
   const int chunk_shift_;  // slots per chunk = 1 << chunk_shift_
   const int shard_mask_;
+  const size_t pending_cap_;  // ids waiting for admission per shard, when max_rows is set
   const absl::Time created_;
   // Owns the memory of every shard's row chunks (shards keep plain pointers into it).
   std::unique_ptr<ChunkArena> arena_;
   std::unique_ptr<Shard[]> shards_;
 
   std::atomic<int64_t> step_{0};
+  // Rows held, counted against options_.max_rows (kept only when it is set).
+  mutable std::atomic<int64_t> budget_used_{0};
   // Export epochs: a row records the epoch of its last change; an export advances epoch_, and
   // after success rows with epoch > last_export_epoch_ (guarded by export_mu_) are "changed".
   // Imported rows get epoch 1, which never counts as changed; epoch 0 marks free slots.

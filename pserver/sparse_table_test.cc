@@ -97,6 +97,14 @@ TEST(Crc32cTest, KnownVectorAndExtension) {
   EXPECT_EQ(sparse_table_format::Crc32c(nullptr, 0), 0u);
 }
 
+TEST(SparseTableTest, NegativeRowBudgetIsRefused) {
+  SparseTableOptions o = Opts(2);
+  o.max_rows = -1;
+  auto t = SparseTable::Create(o);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("max_rows is -1"), std::string::npos) << t.status();
+}
+
 TEST(SparseTableTest, RejectsBadOptionsNamingTheValue) {
   auto expect_bad = [](SparseTableOptions o, const std::string& needle) {
     absl::StatusOr<std::unique_ptr<SparseTable>> t = SparseTable::Create(o);
@@ -526,6 +534,83 @@ TEST(SparseTableTest, AdmissionCreatesRowsOnlyAtTheKthSighting) {
     EXPECT_EQ(std::vector<float>(out4.begin() + 4 * i, out4.begin() + 4 * i + 4), InitRow(o, 9));
   }
   EXPECT_EQ(table->Size(), 2);
+}
+
+TEST(SparseTableTest, RowBudgetRefusesNewIdsAndKeepsEveryHeldRow) {
+  SparseTableOptions o = Opts(4, "adagrad");
+  o.max_rows = 100;
+  o.num_shards = 4;
+  auto table = MakeTable(o);
+  std::vector<int64_t> first(100);
+  for (int64_t i = 0; i < 100; ++i) first[i] = i * 7919 - 300;
+  std::vector<float> out(4 * 100);
+  ASSERT_TRUE(table->Lookup(first, out.data()).ok());
+  EXPECT_EQ(table->Size(), 100);
+  const std::vector<float> before = Row(*table, first[5]);
+
+  // A batch with one new id: refused by name of the budget; no held row is dropped.
+  std::vector<int64_t> mixed = {first[5], 123456789, first[6]};
+  absl::Status s = table->Lookup(mixed, out.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("budget of 100 rows"), std::string::npos) << s;
+  EXPECT_EQ(table->Size(), 100);
+  EXPECT_FALSE(table->PeekRow(123456789, out.data()));
+  EXPECT_EQ(Row(*table, first[5]), before);
+  // Gradients for new ids are refused the same way; held rows still train.
+  const std::vector<float> g(4, 1.0f);
+  const std::vector<int64_t> fresh = {-42};
+  s = table->ApplyGradients(fresh, g.data(), 0.1f, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  const std::vector<int64_t> held = {first[5]};
+  ASSERT_TRUE(table->ApplyGradients(held, g.data(), 0.1f, 1).ok());
+  EXPECT_NE(Row(*table, first[5]), before);
+  EXPECT_EQ(table->Stats().refused_rows, 2);
+
+  // A flood of fresh ids never grows the table past its budget.
+  for (int round = 0; round < 50; ++round) {
+    std::vector<int64_t> ids(1000);
+    for (int i = 0; i < 1000; ++i) ids[i] = int64_t{1} << 40 | (round * 1000 + i);
+    std::vector<float> rows(4 * ids.size());
+    EXPECT_FALSE(table->Lookup(ids, rows.data()).ok());
+  }
+  EXPECT_EQ(table->Size(), 100);
+  EXPECT_GE(table->Stats().refused_rows, 50);
+}
+
+TEST(SparseTableTest, RowBudgetFreedByEvictionAndBoundingAdmissionCounts) {
+  SparseTableOptions o = Opts(2);
+  o.max_rows = 8;
+  o.num_shards = 2;
+  o.evict_after_steps = 1;
+  auto table = MakeTable(o);
+  std::vector<int64_t> ids = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<float> out(2 * 8);
+  ASSERT_TRUE(table->Lookup(ids, out.data()).ok());
+  const std::vector<int64_t> nine = {9};
+  EXPECT_FALSE(table->Lookup(nine, out.data()).ok());
+  table->AdvanceStep(1);
+  EXPECT_EQ(table->EvictStale(), 8);  // room again
+  EXPECT_TRUE(table->Lookup(nine, out.data()).ok());
+  EXPECT_EQ(table->Size(), 1);
+
+  // With admission on, at most max_rows / num_shards ids wait per shard; others get initial
+  // values and are not remembered.
+  SparseTableOptions a = Opts(2);
+  a.max_rows = 8;
+  a.num_shards = 2;
+  a.admission_threshold = 3;
+  auto admitting = MakeTable(a);
+  std::vector<int64_t> many(1000);
+  for (int i = 0; i < 1000; ++i) many[i] = 1000 + i;
+  std::vector<float> rows(2 * many.size());
+  ASSERT_TRUE(admitting->Lookup(many, rows.data()).ok());
+  for (int i = 0; i < 1000; ++i) {
+    EXPECT_EQ(std::vector<float>(rows.begin() + 2 * i, rows.begin() + 2 * i + 2),
+              InitRow(a, many[i]));
+  }
+  EXPECT_LE(admitting->Stats().pending_ids, 8);
+  EXPECT_GE(admitting->Stats().refused_rows, 992);
+  EXPECT_EQ(admitting->Size(), 0);
 }
 
 TEST(SparseTableTest, EvictsRowsUnseenForTSteps) {

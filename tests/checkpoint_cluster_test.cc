@@ -140,7 +140,7 @@ TEST(CheckpointClusterTest, KillPserverRestartFromLastCheckpoint) {
                                                "--checkpoint_every=10"};
   {
     Cluster c;
-    ASSERT_NO_FATAL_FAILURE(StartPservers(&c, root + "/a", {}));
+    ASSERT_NO_FATAL_FAILURE(StartPservers(&c, root + "/a", ckpt_flags));
     ASSERT_NO_FATAL_FAILURE(StartTrainers(&c, root + "/a", ckpt_flags));
     const absl::Time deadline = absl::Now() + absl::Seconds(120);
     int64_t step = -1;
@@ -188,7 +188,9 @@ TEST(CheckpointClusterTest, KillPserverRestartFromLastCheckpoint) {
   // Restart the whole job from the checkpoint directory.
   Cluster c;
   const std::vector<std::string> restore = {"--init_from=" + ckpts};
-  ASSERT_NO_FATAL_FAILURE(StartPservers(&c, root + "/b", restore));
+  std::vector<std::string> pserver_flags = restore;  // pservers write only under their own dir
+  pserver_flags.push_back("--checkpoint_dir=" + ckpts);
+  ASSERT_NO_FATAL_FAILURE(StartPservers(&c, root + "/b", pserver_flags));
   // Before any trainer runs, every variable the pservers saved is served back bit for bit.
   GrpcClientOptions co;
   co.deadline = absl::Seconds(10);

@@ -75,7 +75,7 @@ Result RunJob(int pservers, int first, int last, const std::string& init_from,
     for (int p = 0; p < pservers; ++p) {
       absl::Status s = job->servers[p]->SaveCheckpoint(*dir);
       EXPECT_TRUE(s.ok()) << s;
-      manifests.push_back(PserverFilePrefix(p, pservers) + ".MANIFEST");
+      manifests.push_back(io::PserverFilePrefix(p, pservers) + ".MANIFEST");
     }
     io::TrainerCheckpointState st;
     st.step = last;
@@ -198,7 +198,7 @@ TEST(CheckpointReshardTest, AdmissionCountsAndLastSeenSurviveResharding) {
     shard.step = 7;
     shard.tables.push_back({"emb", p, table->get(), 0});
     ASSERT_TRUE(SavePserverShard(fs, *dir, shard).ok());
-    manifests.push_back(PserverFilePrefix(p, 2) + ".MANIFEST");
+    manifests.push_back(io::PserverFilePrefix(p, 2) + ".MANIFEST");
   }
   io::TrainerCheckpointState st;
   st.step = 7;

@@ -9,10 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -22,13 +24,19 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/collective/tcp_store.h"
+#include "common/io/checkpoint_io.h"
+#include "common/io/file_system.h"
 #include "common/config/cluster_config.h"
 #include "common/op_desc.h"
 #include "common/ops/ops.h"
 #include "common/rpc/grpc/credentials.h"
+#include "common/rpc/grpc/codec.h"
 #include "common/rpc/grpc/grpc_client.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_util.h"
 #include "transpiler/cluster_programs.h"
@@ -392,6 +400,232 @@ TEST(SecurityTest, WrongOrMissingTokenIsRefusedCountedAndChangesNothing) {
 }
 
 // ------------------------------------------------------------------------------------------
+// (c2) Crafted byte ranges. A GetVariable{offset: 2^63-1, length: 16} used to overflow the
+// range check and crash a TLS pserver (a plaintext one dropped the connection). Every crafted
+// range is refused with INVALID_ARGUMENT naming it, and the pserver serves on, unchanged.
+
+// One raw GetVariable (what a hand-written peer sends): the gRPC status it gets.
+grpc::Status RawGet(const std::string& endpoint, const RpcSecurity& security,
+                    const std::string& name, int64_t offset, int64_t length) {
+  GetRequest req;
+  req.mutable_header()->set_job_id("sec");
+  req.set_name(name);
+  req.set_offset(offset);
+  req.set_length(length);
+  grpc::GenericStub stub(grpc::CreateChannel(endpoint, MakeChannelCredentials(security)));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  if (!security.job_token.empty()) ctx.AddMetadata(kJobTokenMetadataKey, security.job_token);
+  grpc::ByteBuffer request = SerializeProto(req), response;
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&ctx, "/tessera.PServer/GetVariable", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  if (!done.WaitForNotificationWithTimeout(absl::Seconds(20))) {
+    ctx.TryCancel();
+    done.WaitForNotification();
+  }
+  return status;
+}
+
+TEST(SecurityTest, CraftedByteRangesAreRefusedOverTlsAndPlaintext) {
+  const Pki& pki = TestPki();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  for (bool tls : {true, false}) {
+    SCOPED_TRACE(tls ? "TLS" : "plaintext");
+    const std::string dir = MakeTempDir(tls ? "sec_range_tls" : "sec_range_plain");
+    ProcessGroup group;
+    Pserver ps = StartPserver(&group, dir, tls ? TlsFlags(pki) : std::vector<std::string>{});
+    ASSERT_GT(ps.pid, 0);
+    Params p = ParamsOf(JobFlags(ps.endpoint));
+    ASSERT_FALSE(p.params.empty());
+    const RpcSecurity security =
+        tls ? Security(pki.cert, pki.key, pki.ca, kToken) : RpcSecurity();
+    auto good = Client(ps.endpoint, security, /*wait_for_ready=*/true);
+    Variable before;
+    absl::Status s = good->GetVariable(Meta(), p.params[0], &before);
+    ASSERT_TRUE(s.ok()) << s << "\n" << ReadAllOf(ps.log);
+    const int64_t total = static_cast<int64_t>(before.Get<Tensor>().nbytes());
+
+    struct Range {
+      int64_t offset, length;
+    };
+    for (Range r : {Range{kMax, 16}, Range{kMax, 0}, Range{16, kMax}, Range{kMax, kMax},
+                    Range{kMin, 16}, Range{-1, 0}, Range{0, -1}, Range{total + 1, 0},
+                    Range{total - 4, 8}}) {
+      grpc::Status st = RawGet(ps.endpoint, security, p.params[0], r.offset, r.length);
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+          << r.offset << " +" << r.length << ": " << st.error_message();
+      EXPECT_NE(st.error_message().find(absl::StrCat("byte range [", r.offset)),
+                std::string::npos)
+          << st.error_message();
+      ASSERT_TRUE(group.Running(ps.pid)) << "pserver died on [" << r.offset << ", +" << r.length
+                                         << ")\n"
+                                         << ReadAllOf(ps.log);
+    }
+    // A range inside is served, and the pserver's parameters are what they were.
+    grpc::Status inside = RawGet(ps.endpoint, security, p.params[0], 0, 4);
+    EXPECT_TRUE(inside.ok()) << inside.error_message();
+    Variable after;
+    s = good->GetVariable(Meta(), p.params[0], &after);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(Bytes(before), Bytes(after));
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// (c3) Least authority without a token: a Checkpoint request names only "ckpt-<step>", and the
+// pserver writes it under its own --checkpoint_dir, or nowhere when it has none.
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  auto list = io::PosixFileSystem::Default()->ListDir(dir);
+  if (list.ok()) names = *list;
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(SecurityTest, UnauthenticatedCheckpointWritesOnlyUnderCheckpointDir) {
+  const std::string dir = MakeTempDir("sec_ckpt");
+  const std::string victim = dir + "/victim", own = dir + "/own";
+  io::FileSystem* fs = io::PosixFileSystem::Default();
+  ASSERT_TRUE(fs->CreateDirs(victim + "/" + io::CheckpointDirName(1)).ok());
+  ASSERT_TRUE(fs->CreateDirs(own + "/" + io::CheckpointDirName(1)).ok());
+  ASSERT_TRUE(io::WriteFileAtomic(fs, victim + "/precious", "keep me").ok());
+
+  for (bool has_dir : {false, true}) {
+    SCOPED_TRACE(has_dir ? "with --checkpoint_dir" : "without --checkpoint_dir");
+    ProcessGroup group;
+    Pserver ps = StartPserver(&group, dir,
+                              has_dir ? std::vector<std::string>{"--checkpoint_dir=" + own}
+                                      : std::vector<std::string>{});
+    ASSERT_GT(ps.pid, 0);
+    auto peer = Client(ps.endpoint, RpcSecurity(), /*wait_for_ready=*/true);  // no token
+    // A path of the peer's choosing is refused whatever it looks like.
+    for (const std::string& target :
+         {victim, victim + "/" + io::CheckpointDirName(1), std::string("ckpt-1/../../victim"),
+          std::string("../victim"), std::string("ckpt-")}) {
+      absl::Status s = peer->Checkpoint(Meta(), target);
+      ASSERT_FALSE(s.ok()) << target;
+      EXPECT_TRUE(absl::IsInvalidArgument(s) || absl::IsFailedPrecondition(s)) << s;
+      EXPECT_NE(s.message().find(has_dir ? "not a ckpt-<step> name" : "no --checkpoint_dir"),
+                std::string::npos)
+          << s;
+    }
+    absl::Status s = peer->Checkpoint(Meta(), io::CheckpointDirName(1));
+    if (has_dir) {
+      // The one thing a peer may do: save this pserver's shard into its own directory.
+      EXPECT_TRUE(s.ok()) << s << "\n" << ReadAllOf(ps.log);
+      EXPECT_FALSE(ListDir(own + "/" + io::CheckpointDirName(1)).empty());
+    } else {
+      EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+      EXPECT_NE(s.message().find("no --checkpoint_dir"), std::string::npos) << s;
+    }
+    EXPECT_TRUE(group.Running(ps.pid)) << ReadAllOf(ps.log);
+  }
+  // Nothing was written outside the pserver's own directory.
+  EXPECT_EQ(ListDir(victim), (std::vector<std::string>{io::CheckpointDirName(1), "precious"}));
+  EXPECT_TRUE(ListDir(victim + "/" + io::CheckpointDirName(1)).empty());
+  EXPECT_EQ(*fs->ReadFile(victim + "/precious"), "keep me");
+}
+
+// ------------------------------------------------------------------------------------------
+// (c4) A Prefetch flood of fresh ids (what any peer may send without a token) meets the row
+// budget: new ids are refused and counted, held rows stay, and the pserver's memory stops
+// growing.
+
+TEST(SecurityTest, RowBudgetHoldsUnderAPrefetchFlood) {
+  constexpr int64_t kBudget = 20000;
+  const std::string dir = MakeTempDir("sec_flood");
+  ProcessGroup group;
+  auto eps = FreeEndpoints(2);
+  ASSERT_TRUE(eps.ok());
+  const std::string endpoint = (*eps)[0];
+  const int metrics_port = PortOf((*eps)[1]);
+  std::vector<std::string> job = {"--pservers=" + endpoint, "--trainers=1", "--example=ctr",
+                                  "--job_id=sec", "--barrier_timeout_s=120",
+                                  "--vocab_per_slot=1000", "--num_examples=512"};
+  std::vector<std::string> args = {RunfilePath("pserver/tessera_pserver"),
+                                   "--current_endpoint=" + endpoint,
+                                   absl::StrCat("--metrics_port=", metrics_port),
+                                   absl::StrCat("--table_max_rows=", kBudget)};
+  args.insert(args.end(), job.begin(), job.end());
+  const std::string log = dir + "/pserver.log";
+  auto pid = group.Start(args, log);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+
+  // The tables this pserver holds, from the same transpilation the daemon does.
+  ClusterConfig config;
+  for (const auto& f : job) {
+    auto eq = f.find('=');
+    ASSERT_TRUE(SetFromString(f.substr(2, eq - 2), f.substr(eq + 1), &config).ok()) << f;
+  }
+  auto registry = NewStandardOpRegistry();
+  auto t = TranspileFor(config, *registry, 0);
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto program = t->GetPserverProgram(endpoint);
+  ASSERT_TRUE(program.ok()) << program.status();
+  std::string table;
+  for (const auto& op : program->blocks(0).ops()) {
+    if (op.type() == "sparse_table") table = GetStringAttr(op, "table", "");
+  }
+  ASSERT_FALSE(table.empty()) << "the ctr model has no distributed table";
+
+  auto peer = Client(endpoint, RpcSecurity(), /*wait_for_ready=*/true);  // no token
+  std::vector<int64_t> warm(1000);
+  for (int i = 0; i < 1000; ++i) warm[i] = i;
+  Tensor rows;
+  absl::Status s = peer->Prefetch(Meta(), table, warm, &rows);
+  ASSERT_TRUE(s.ok()) << s << "\n" << ReadAllOf(log);
+  const Tensor held = rows;
+  auto rss_before = ResidentKiB(*pid);
+  ASSERT_TRUE(rss_before.ok());
+
+  // 200 requests of 10,000 fresh random ids: 2,000,000 rows without a budget.
+  uint64_t x = 88172645463325252ull;
+  int refused = 0;
+  for (int r = 0; r < 200; ++r) {
+    std::vector<int64_t> ids(10000);
+    for (auto& id : ids) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      id = static_cast<int64_t>(x);
+    }
+    s = peer->Prefetch(Meta(), table, ids, &rows);
+    if (!s.ok()) {
+      ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+      EXPECT_NE(s.message().find(absl::StrCat("budget of ", kBudget, " rows")), std::string::npos)
+          << s;
+      ++refused;
+    }
+  }
+  EXPECT_GE(refused, 190);
+  ASSERT_TRUE(group.Running(*pid)) << ReadAllOf(log);
+  auto rss_after = ResidentKiB(*pid);
+  ASSERT_TRUE(rss_after.ok());
+  // 2,000,000 rows would take well over 100 MiB; the budget's 20,000 about 2 MiB.
+  EXPECT_LT(*rss_after - *rss_before, 48 * 1024)
+      << "RSS grew from " << *rss_before << " to " << *rss_after << " KiB";
+
+  // The rows held before the flood are served unchanged, and the refusals are counted.
+  s = peer->Prefetch(Meta(), table, warm, &rows);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(std::memcmp(rows.raw_data(), held.raw_data(), held.nbytes()), 0);
+  absl::Time deadline = absl::Now() + absl::Seconds(15);
+  std::string scrape;
+  while (absl::Now() < deadline) {
+    scrape = HttpGet(metrics_port, "/metrics");
+    if (Sample(scrape, "tessera_pserver_table_refused_ids_total") >= refused) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_GE(Sample(scrape, "tessera_pserver_table_refused_ids_total"), refused) << scrape;
+  EXPECT_EQ(Sample(scrape, "tessera_pserver_table_rows"), kBudget) << scrape;
+}
+
+// ------------------------------------------------------------------------------------------
 // (d) Incomplete or conflicting security flags: one clear line, before anything starts.
 
 struct RunResult {
@@ -454,20 +688,60 @@ TEST(SecurityTest, MismatchedFlagsGiveOneClearError) {
       << r.output;
   EXPECT_EQ(r.output.find(kToken), std::string::npos);
 
-  // Unreadable files: the message names the setting and the file.
+  // Unreadable files: the message names the setting and the file; a start-time failure, 2.
   const std::string missing = pki.dir + "/no-such.key";
   r = RunDaemon("pserver/tessera_pserver",
                 with({"--tls_cert=" + pki.cert, "--tls_key=" + missing, "--tls_ca=" + pki.ca}));
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--tls_key file '" + missing + "'"), std::string::npos) << r.output;
   EXPECT_TRUE(one_line(r.output)) << r.output;
 
   r = RunDaemon("trainer/tessera_trainer",
                 {"--pservers=" + (*eps)[0], "--trainers=1", "--example=mlp_regression",
                  "--job_token_file=" + missing});
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--job_token_file file '" + missing + "'"), std::string::npos)
       << r.output;
+
+  // A binary token (gRPC aborted on it in a metadata value): refused at start by position,
+  // its bytes never printed.
+  const std::string binary_token = pki.dir + "/binary_token";
+  const std::string secret = std::string("s3cr") + '\x01' + "t\xff-bytes";
+  WriteFile(binary_token, secret + "\n");
+  for (const char* daemon : {"trainer/tessera_trainer", "pserver/tessera_pserver"}) {
+    std::vector<std::string> flags = with({"--job_token_file=" + binary_token});
+    r = RunDaemon(daemon, flags);
+    EXPECT_EQ(r.exit_code, 2) << daemon << ": " << r.output;
+    EXPECT_NE(r.output.find("--job_token_file '" + binary_token +
+                            "': byte 5 of the token is not printable ASCII"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("s3cr"), std::string::npos) << r.output;
+    EXPECT_TRUE(one_line(r.output)) << r.output;
+  }
+  r = RunDaemon("pserver/tessera_pserver", with({std::string("--job_token=a\tb")}));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--job_token: byte 2"), std::string::npos) << r.output;
+
+  // Unreadable training data and a port in use: start-time failures too.
+  r = RunDaemon("trainer/tessera_trainer",
+                {"--pservers=" + (*eps)[0], "--trainers=1", "--example=ctr",
+                 "--train_data=" + pki.dir + "/no-such-data.txt"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(pki.dir + "/no-such-data.txt"), std::string::npos) << r.output;
+  {
+    ProcessGroup group;
+    Pserver first = StartPserver(&group, MakeTempDir("sec_port"), {});
+    ASSERT_GT(first.pid, 0);
+    auto ready = Client(first.endpoint, RpcSecurity(), /*wait_for_ready=*/true);
+    Variable v;
+    (void)ready->GetVariable(Meta(), "no-such-variable", &v);  // returns once it serves
+    std::vector<std::string> second = JobFlags(first.endpoint);
+    second.push_back("--current_endpoint=" + first.endpoint);
+    r = RunDaemon("pserver/tessera_pserver", second);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("cannot listen on " + first.endpoint), std::string::npos) << r.output;
+  }
 
   // A file that is not a certificate: the pserver cannot start, and says so.
   r = RunDaemon("pserver/tessera_pserver", with({"--tls_cert=" + pki.dir + "/token",

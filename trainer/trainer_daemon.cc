@@ -14,7 +14,6 @@
 #include "common/rpc/grpc/grpc_client.h"
 #include "common/rpc/rpc_metrics.h"
 #include "common/status.h"
-#include "pserver/checkpoint.h"
 #include "trainer/collective_ops.h"
 #include "trainer/communicator.h"
 #include "trainer/device_setup.h"
@@ -25,7 +24,7 @@
 
 namespace tessera {
 
-absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
+absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase) {
   // Metrics (served with --metrics_port) and the --trace timeline come first: the RPC clients
   // and the timed op kernels below report into them.
   MetricsRegistry metrics;
@@ -188,12 +187,14 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
     StatusGroup group(num_ps);
     RequestMeta meta = rpc.Meta();
     for (const auto& ep : config.pservers) {
-      rpc.clients->Get(ep)->CheckpointAsync(meta, dir, group.Callback());
+      // Pservers write under their own --checkpoint_dir: the request names only ckpt-<step>.
+      rpc.clients->Get(ep)->CheckpointAsync(meta, io::CheckpointDirName(p.global_step),
+                                            group.Callback());
     }
     TS_RETURN_IF_ERROR(group.Wait());
     std::vector<std::string> manifests;
     for (int i = 0; i < num_ps; ++i) {
-      manifests.push_back(PserverFilePrefix(i, num_ps) + ".MANIFEST");
+      manifests.push_back(io::PserverFilePrefix(i, num_ps) + ".MANIFEST");
     }
     io::TrainerCheckpointState st;
     st.step = p.global_step;
@@ -294,6 +295,8 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log) {
     log << "trainer " << config.trainer_id << ": ops on " << devices.places[0].DebugString()
         << " (CPU kernels for the rest)" << std::endl;
   }
+  // Everything local is in place; from here on the trainer depends on its peers.
+  phase->Started();
   // Create() runs the startup program, which pulls the initial parameters from the pservers.
   TS_ASSIGN_OR_RETURN(auto trainer,
                       LocalTrainer::Create(devices.executor_registry(&timed_registry), dist, lo));

@@ -9,10 +9,11 @@
 
 #include "absl/status/status.h"
 #include "common/config/cluster_config.h"
+#include "common/config/daemon_flags.h"
 
 namespace tessera {
 
-absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log);
+absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase);
 
 }  // namespace tessera
 

@@ -15,6 +15,7 @@ examples::ExampleOptions ExampleOptionsFor(const ClusterConfig& config) {
   o.num_examples = config.num_examples;
   o.num_test_examples = config.num_test_examples;
   o.train_data = config.train_data;
+  o.max_line_bytes = config.max_line_bytes;
   o.test_data = config.test_data;
   return o;
 }

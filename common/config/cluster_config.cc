@@ -1,6 +1,9 @@
 #include "common/config/cluster_config.h"
 
+#include <cstdlib>
+#include <limits>
 #include <map>
+#include <type_traits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -13,183 +16,238 @@ namespace tessera {
 namespace {
 
 using Setter = std::function<absl::Status(const std::string&, ClusterConfig*)>;
+using Getter = std::function<std::string(const ClusterConfig&)>;
+
+// How a setting is applied from its string form, and read back (for --help's defaults).
+struct Field {
+  Field(Setter s, Getter g) : set(std::move(s)), get(std::move(g)) {}
+  Setter set;
+  Getter get;
+};
+
+template <typename T>
+Getter Get(T ClusterConfig::*field) {
+  return [field](const ClusterConfig& c) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      return c.*field;
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      return absl::StrJoin(c.*field, ",");
+    } else if constexpr (std::is_same_v<T, bool>) {
+      return std::string(c.*field ? "true" : "false");
+    } else {
+      return absl::StrCat(c.*field);
+    }
+  };
+}
 
 absl::Status Bad(const std::string& flag, const std::string& value, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("--", flag, "='", value, "': ", why));
 }
 
-Setter Str(std::string ClusterConfig::*field) {
-  return [field](const std::string& v, ClusterConfig* c) {
-    c->*field = v;
-    return absl::OkStatus();
-  };
+Field Str(std::string ClusterConfig::*field) {
+  return Field(
+      [field](const std::string& v, ClusterConfig* c) {
+        c->*field = v;
+        return absl::OkStatus();
+      },
+      Get(field));
 }
 
-Setter List(std::vector<std::string> ClusterConfig::*field) {
-  return [field](const std::string& v, ClusterConfig* c) {
-    c->*field = absl::StrSplit(v, ',', absl::SkipWhitespace());
-    for (auto& s : c->*field) s = std::string(absl::StripAsciiWhitespace(s));
-    return absl::OkStatus();
-  };
+Field List(std::vector<std::string> ClusterConfig::*field) {
+  return Field(
+      [field](const std::string& v, ClusterConfig* c) {
+        c->*field = absl::StrSplit(v, ',', absl::SkipWhitespace());
+        for (auto& s : c->*field) s = std::string(absl::StripAsciiWhitespace(s));
+        return absl::OkStatus();
+      },
+      Get(field));
+}
+
+// An integer in [min, max]; max defaults to the field type's largest value, so that an int
+// field never keeps only the low bits of what was given (4294967297 trainers would become 1).
+template <typename T>
+constexpr int64_t LargestInt64Of() {
+  return static_cast<uint64_t>(std::numeric_limits<T>::max()) >
+                 static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+             ? std::numeric_limits<int64_t>::max()
+             : static_cast<int64_t>(std::numeric_limits<T>::max());
 }
 
 template <typename T>
-Setter Int(T ClusterConfig::*field, const std::string& flag, int64_t min) {
-  return [field, flag, min](const std::string& v, ClusterConfig* c) {
-    int64_t x;
-    if (!absl::SimpleAtoi(v, &x)) return Bad(flag, v, "not an integer");
-    if (x < min) return Bad(flag, v, absl::StrCat("must be >= ", min));
-    c->*field = static_cast<T>(x);
-    return absl::OkStatus();
-  };
+Field Int(T ClusterConfig::*field, const std::string& flag, int64_t min,
+          int64_t max = LargestInt64Of<T>()) {
+  return Field(
+      [field, flag, min, max](const std::string& v, ClusterConfig* c) {
+        int64_t x;
+        if (!absl::SimpleAtoi(v, &x)) return Bad(flag, v, "not an integer");
+        if (x < min) return Bad(flag, v, absl::StrCat("must be >= ", min));
+        if (x > max) return Bad(flag, v, absl::StrCat("must be <= ", max));
+        c->*field = static_cast<T>(x);
+        return absl::OkStatus();
+      },
+      Get(field));
 }
 
 template <typename T>
-Setter Real(T ClusterConfig::*field, const std::string& flag, double min) {
-  return [field, flag, min](const std::string& v, ClusterConfig* c) {
-    double x;
-    if (!absl::SimpleAtod(v, &x)) return Bad(flag, v, "not a number");
-    if (!(x >= min)) return Bad(flag, v, absl::StrCat("must be >= ", min));
-    c->*field = static_cast<T>(x);
-    return absl::OkStatus();
-  };
+Field Real(T ClusterConfig::*field, const std::string& flag, double min) {
+  return Field(
+      [field, flag, min](const std::string& v, ClusterConfig* c) {
+        double x;
+        if (!absl::SimpleAtod(v, &x)) return Bad(flag, v, "not a number");
+        if (!(x >= min)) return Bad(flag, v, absl::StrCat("must be >= ", min));
+        c->*field = static_cast<T>(x);
+        return absl::OkStatus();
+      },
+      Get(field));
 }
 
-Setter Bool(bool ClusterConfig::*field, const std::string& flag) {
-  return [field, flag](const std::string& v, ClusterConfig* c) {
-    bool x;
-    if (!absl::SimpleAtob(v, &x)) return Bad(flag, v, "not a boolean (true/false/1/0)");
-    c->*field = x;
-    return absl::OkStatus();
-  };
+Field Bool(bool ClusterConfig::*field, const std::string& flag) {
+  return Field(
+      [field, flag](const std::string& v, ClusterConfig* c) {
+        bool x;
+        if (!absl::SimpleAtob(v, &x)) return Bad(flag, v, "not a boolean (true/false/1/0)");
+        c->*field = x;
+        return absl::OkStatus();
+      },
+      Get(field));
 }
 
 struct Setting {
   SettingInfo info;
-  Setter set;
+  Field field;
 };
 
 const std::vector<Setting>& Table() {
   static const auto* table = new std::vector<Setting>{
-      {{"role", {"TESSERA_ROLE", "PADDLE_TRAINING_ROLE"}},
-       [](const std::string& v, ClusterConfig* c) {
-         c->role = absl::AsciiStrToLower(v);  // PADDLE_TRAINING_ROLE says PSERVER / TRAINER
-         return absl::OkStatus();
-       }},
-      {{"pservers", {"TESSERA_PSERVERS", "PADDLE_PSERVERS_IP_PORT_LIST"}},
+      {{"role", {"TESSERA_ROLE", "PADDLE_TRAINING_ROLE"}, "pserver or trainer (each binary defaults to its own role)"},
+       Field(
+           [](const std::string& v, ClusterConfig* c) {
+             c->role = absl::AsciiStrToLower(v);  // PADDLE_TRAINING_ROLE says PSERVER / TRAINER
+             return absl::OkStatus();
+           },
+           Get(&ClusterConfig::role))},
+      {{"pservers", {"TESSERA_PSERVERS", "PADDLE_PSERVERS_IP_PORT_LIST"}, "the pserver endpoints, host:port,host:port (the same list, in the same order, for every process)"},
        List(&ClusterConfig::pservers)},
-      {{"trainers", {"TESSERA_TRAINERS", "PADDLE_TRAINERS_NUM"}},
+      {{"trainers", {"TESSERA_TRAINERS", "PADDLE_TRAINERS_NUM"}, "number of trainer processes in the job"},
        Int(&ClusterConfig::trainers, "trainers", 1)},
-      {{"trainer_id", {"TESSERA_TRAINER_ID", "PADDLE_TRAINER_ID"}},
+      {{"trainer_id", {"TESSERA_TRAINER_ID", "PADDLE_TRAINER_ID"}, "this trainer's index, 0 .. trainers-1"},
        Int(&ClusterConfig::trainer_id, "trainer_id", 0)},
-      {{"current_endpoint", {"TESSERA_CURRENT_ENDPOINT", "PADDLE_CURRENT_ENDPOINT"}},
+      {{"current_endpoint", {"TESSERA_CURRENT_ENDPOINT", "PADDLE_CURRENT_ENDPOINT"}, "this pserver's own host:port (one of --pservers); it listens only there"},
        Str(&ClusterConfig::current_endpoint)},
-      {{"trainer_endpoints", {"TESSERA_TRAINER_ENDPOINTS", "PADDLE_TRAINER_ENDPOINTS"}},
+      {{"trainer_endpoints", {"TESSERA_TRAINER_ENDPOINTS", "PADDLE_TRAINER_ENDPOINTS"}, "collective mode: host:port of every trainer; trainer 0 hosts the rendezvous"},
        List(&ClusterConfig::trainer_endpoints)},
-      {{"mode", {"TESSERA_MODE"}}, Str(&ClusterConfig::mode)},
-      {{"job_id", {"TESSERA_JOB_ID"}}, Str(&ClusterConfig::job_id)},
-      {{"sync_mode", {"TESSERA_SYNC_MODE"}}, Bool(&ClusterConfig::sync_mode, "sync_mode")},
-      {{"split_method", {"TESSERA_SPLIT_METHOD"}}, Str(&ClusterConfig::split_method)},
-      {{"slice_var_up", {"TESSERA_SLICE_VAR_UP"}},
+      {{"mode", {"TESSERA_MODE"}, "pserver (parameter servers) or collective (all-reduce among trainers, no pservers)"}, Str(&ClusterConfig::mode)},
+      {{"job_id", {"TESSERA_JOB_ID"}, "name of the job; requests of another job are refused"}, Str(&ClusterConfig::job_id)},
+      {{"sync_mode", {"TESSERA_SYNC_MODE"}, "true: barriered sync steps (== one machine); false: async updates as they arrive"}, Bool(&ClusterConfig::sync_mode, "sync_mode")},
+      {{"split_method", {"TESSERA_SPLIT_METHOD"}, "how parameter blocks are placed on pservers: round_robin or hash_name"}, Str(&ClusterConfig::split_method)},
+      {{"slice_var_up", {"TESSERA_SLICE_VAR_UP"}, "slice large parameters into blocks spread over the pservers"},
        Bool(&ClusterConfig::slice_var_up, "slice_var_up")},
-      {{"min_block_size", {"TESSERA_MIN_BLOCK_SIZE"}},
+      {{"min_block_size", {"TESSERA_MIN_BLOCK_SIZE"}, "smallest slice, in elements, when slicing parameters"},
        Int(&ClusterConfig::min_block_size, "min_block_size", 1)},
-      {{"example", {"TESSERA_EXAMPLE"}}, Str(&ClusterConfig::example)},
-      {{"program", {"TESSERA_PROGRAM"}}, Str(&ClusterConfig::program)},
-      {{"startup_program", {"TESSERA_STARTUP_PROGRAM"}}, Str(&ClusterConfig::startup_program)},
-      {{"train_data", {"TESSERA_TRAIN_DATA"}}, Str(&ClusterConfig::train_data)},
-      {{"test_data", {"TESSERA_TEST_DATA"}}, Str(&ClusterConfig::test_data)},
-      {{"num_examples", {"TESSERA_NUM_EXAMPLES"}},
+      {{"example", {"TESSERA_EXAMPLE"}, "the built-in model: ctr or mlp_regression"}, Str(&ClusterConfig::example)},
+      {{"program", {"TESSERA_PROGRAM"}, "a text-proto main program to run instead of the example's (needs --startup_program)"}, Str(&ClusterConfig::program)},
+      {{"startup_program", {"TESSERA_STARTUP_PROGRAM"}, "the text-proto startup program that goes with --program"}, Str(&ClusterConfig::startup_program)},
+      {{"train_data", {"TESSERA_TRAIN_DATA"}, "Criteo-format training file (\"\" = synthetic data)"}, Str(&ClusterConfig::train_data)},
+      {{"test_data", {"TESSERA_TEST_DATA"}, "Criteo-format held-out file (with --train_data)"}, Str(&ClusterConfig::test_data)},
+      {{"max_line_bytes", {"TESSERA_MAX_LINE_BYTES"}, "longest line a data file may have; a longer one stops the trainer naming file:line"},
+       Int(&ClusterConfig::max_line_bytes, "max_line_bytes", 1)},
+      {{"num_examples", {"TESSERA_NUM_EXAMPLES"}, "synthetic training examples"},
        Int(&ClusterConfig::num_examples, "num_examples", 1)},
-      {{"num_test_examples", {"TESSERA_NUM_TEST_EXAMPLES"}},
+      {{"num_test_examples", {"TESSERA_NUM_TEST_EXAMPLES"}, "synthetic held-out examples"},
        Int(&ClusterConfig::num_test_examples, "num_test_examples", 0)},
-      {{"vocab_per_slot", {"TESSERA_VOCAB_PER_SLOT"}},
+      {{"vocab_per_slot", {"TESSERA_VOCAB_PER_SLOT"}, "synthetic CTR data: distinct ids per slot (and local table rows)"},
        Int(&ClusterConfig::vocab_per_slot, "vocab_per_slot", 1)},
-      {{"distributed_tables", {"TESSERA_DISTRIBUTED_TABLES"}},
+      {{"distributed_tables", {"TESSERA_DISTRIBUTED_TABLES"}, "ctr: embedding tables live only on the pservers (any int64 id)"},
        Bool(&ClusterConfig::distributed_tables, "distributed_tables")},
-      {{"table_shard_method", {"TESSERA_TABLE_SHARD_METHOD"}},
+      {{"table_shard_method", {"TESSERA_TABLE_SHARD_METHOD"}, "distributed tables: ids go to pservers by hash or mod of the id"},
        Str(&ClusterConfig::table_shard_method)},
-      {{"table_admission_threshold", {"TESSERA_TABLE_ADMISSION_THRESHOLD"}},
+      {{"table_admission_threshold", {"TESSERA_TABLE_ADMISSION_THRESHOLD"}, "pserver: create a table row at the K-th sighting of its id (0 = at once)"},
        Int(&ClusterConfig::table_admission_threshold, "table_admission_threshold", 0)},
-      {{"table_evict_after_steps", {"TESSERA_TABLE_EVICT_AFTER_STEPS"}},
+      {{"table_evict_after_steps", {"TESSERA_TABLE_EVICT_AFTER_STEPS"}, "pserver: drop table rows unseen for T steps (0 = never)"},
        Int(&ClusterConfig::table_evict_after_steps, "table_evict_after_steps", 0)},
-      {{"table_export_dir", {"TESSERA_TABLE_EXPORT_DIR"}}, Str(&ClusterConfig::table_export_dir)},
-      {{"batch_size", {"TESSERA_BATCH_SIZE"}}, Int(&ClusterConfig::batch_size, "batch_size", 1)},
-      {{"epochs", {"TESSERA_EPOCHS"}}, Int(&ClusterConfig::epochs, "epochs", 0)},
-      {{"seed", {"TESSERA_SEED"}}, Int(&ClusterConfig::seed, "seed", 0)},
-      {{"learning_rate", {"TESSERA_LEARNING_RATE"}},
+      {{"table_max_rows", {"TESSERA_TABLE_MAX_ROWS"}, "pserver: row budget of each table shard; new ids beyond it are refused, held rows kept (0 = no limit)"},
+       Int(&ClusterConfig::table_max_rows, "table_max_rows", 0)},
+      {{"table_export_dir", {"TESSERA_TABLE_EXPORT_DIR"}, "pserver: export its table shards here at the end (\"\" = no export)"}, Str(&ClusterConfig::table_export_dir)},
+      {{"batch_size", {"TESSERA_BATCH_SIZE"}, "global batch size, split across the trainers"}, Int(&ClusterConfig::batch_size, "batch_size", 1)},
+      {{"epochs", {"TESSERA_EPOCHS"}, "passes over the training data"}, Int(&ClusterConfig::epochs, "epochs", 0)},
+      {{"seed", {"TESSERA_SEED"}, "data shuffling and synthetic data seed"}, Int(&ClusterConfig::seed, "seed", 0)},
+      {{"learning_rate", {"TESSERA_LEARNING_RATE"}, "optimizer learning rate (0 = the model's default)"},
        Real(&ClusterConfig::learning_rate, "learning_rate", 0.0)},
-      {{"log_every_steps", {"TESSERA_LOG_EVERY_STEPS"}},
+      {{"log_every_steps", {"TESSERA_LOG_EVERY_STEPS"}, "trainer 0 logs its loss every N steps (0 = never)"},
        Int(&ClusterConfig::log_every_steps, "log_every_steps", 0)},
-      {{"dump_params", {"TESSERA_DUMP_PARAMS"}}, Str(&ClusterConfig::dump_params)},
-      {{"memory_optimize", {"TESSERA_MEMORY_OPTIMIZE"}},
+      {{"dump_params", {"TESSERA_DUMP_PARAMS"}, "trainer: write the final parameters to this file (\"\" = no dump)"}, Str(&ClusterConfig::dump_params)},
+      {{"memory_optimize", {"TESSERA_MEMORY_OPTIMIZE"}, "trainer: reuse the buffers of temporaries (gradients kept)"},
        Bool(&ClusterConfig::memory_optimize, "memory_optimize")},
-      {{"rpc_deadline_s", {"TESSERA_RPC_DEADLINE_S"}},
+      {{"rpc_deadline_s", {"TESSERA_RPC_DEADLINE_S"}, "deadline of one RPC, in seconds"},
        Real(&ClusterConfig::rpc_deadline_s, "rpc_deadline_s", 0.001)},
-      {{"barrier_timeout_s", {"TESSERA_BARRIER_TIMEOUT_S"}},
+      {{"barrier_timeout_s", {"TESSERA_BARRIER_TIMEOUT_S"}, "seconds a sync barrier (or an async pserver) waits for a silent trainer before failing"},
        Real(&ClusterConfig::barrier_timeout_s, "barrier_timeout_s", 0.001)},
-      {{"chunk_bytes", {"TESSERA_CHUNK_BYTES"}},
+      {{"chunk_bytes", {"TESSERA_CHUNK_BYTES"}, "large tensors travel in chunks of this many bytes (0 = whole)"},
        Int(&ClusterConfig::chunk_bytes, "chunk_bytes", 0)},
-      {{"async_max_merge", {"TESSERA_ASYNC_MAX_MERGE"}},
+      {{"async_max_merge", {"TESSERA_ASYNC_MAX_MERGE"}, "async: gradients of a variable merged into one push at most"},
        Int(&ClusterConfig::async_max_merge, "async_max_merge", 1)},
-      {{"async_read_own_writes", {"TESSERA_ASYNC_READ_OWN_WRITES"}},
+      {{"async_read_own_writes", {"TESSERA_ASYNC_READ_OWN_WRITES"}, "async: a trainer's recv waits until its own pushes are applied"},
        Bool(&ClusterConfig::async_read_own_writes, "async_read_own_writes")},
-      {{"async_drop_silent_trainers", {"TESSERA_ASYNC_DROP_SILENT_TRAINERS"}},
+      {{"async_drop_silent_trainers", {"TESSERA_ASYNC_DROP_SILENT_TRAINERS"}, "async pserver: drop a trainer silent for --barrier_timeout_s and go on (false: fail)"},
        Bool(&ClusterConfig::async_drop_silent_trainers, "async_drop_silent_trainers")},
-      {{"metrics_port", {"TESSERA_METRICS_PORT"}},
-       Int(&ClusterConfig::metrics_port, "metrics_port", 0)},
+      {{"metrics_port", {"TESSERA_METRICS_PORT"}, "serve Prometheus /metrics on this port (0 = off)"},
+       Int(&ClusterConfig::metrics_port, "metrics_port", 0, 65535)},
       // Trainer: CPU places (threads) per trainer; deploy/launch --devices=cpu:K sets the env.
-      {{"cpu_places", {"TESSERA_CPU_PLACES"}}, Int(&ClusterConfig::cpu_places, "cpu_places", 1)},
+      {{"cpu_places", {"TESSERA_CPU_PLACES"}, "trainer: split each local batch across K CPU threads"}, Int(&ClusterConfig::cpu_places, "cpu_places", 1)},
       // Collective mode: all-reduce compression none | fp16 | topk | threshold.
-      {{"allreduce_compression", {"TESSERA_ALLREDUCE_COMPRESSION"}},
-       [](const std::string& v, ClusterConfig* c) {
-         if (v != "none" && v != "fp16" && v != "topk" && v != "threshold") {
-           return Bad("allreduce_compression", v, "must be none, fp16, topk or threshold");
-         }
-         c->allreduce_compression = v;
-         return absl::OkStatus();
-       }},
+      {{"allreduce_compression", {"TESSERA_ALLREDUCE_COMPRESSION"}, "collective mode: none, fp16, topk or threshold"},
+       Field(
+           [](const std::string& v, ClusterConfig* c) {
+             if (v != "none" && v != "fp16" && v != "topk" && v != "threshold") {
+               return Bad("allreduce_compression", v, "must be none, fp16, topk or threshold");
+             }
+             c->allreduce_compression = v;
+             return absl::OkStatus();
+           },
+           Get(&ClusterConfig::allreduce_compression))},
       // Collective mode, topk: fraction of the gradient entries each trainer sends, in (0, 1].
-      {{"allreduce_topk", {"TESSERA_ALLREDUCE_TOPK"}},
-       [](const std::string& v, ClusterConfig* c) {
-         double x;
-         if (!absl::SimpleAtod(v, &x)) return Bad("allreduce_topk", v, "not a number");
-         if (!(x > 0 && x <= 1)) return Bad("allreduce_topk", v, "must be in (0, 1]");
-         c->allreduce_topk = x;
-         return absl::OkStatus();
-       }},
+      {{"allreduce_topk", {"TESSERA_ALLREDUCE_TOPK"}, "collective topk: fraction of gradient entries each trainer sends, in (0, 1]"},
+       Field(
+           [](const std::string& v, ClusterConfig* c) {
+             double x;
+             if (!absl::SimpleAtod(v, &x)) return Bad("allreduce_topk", v, "not a number");
+             if (!(x > 0 && x <= 1)) return Bad("allreduce_topk", v, "must be in (0, 1]");
+             c->allreduce_topk = x;
+             return absl::OkStatus();
+           },
+           Get(&ClusterConfig::allreduce_topk))},
       // Collective mode, threshold: entries with |value| >= t are sent.
-      {{"allreduce_threshold", {"TESSERA_ALLREDUCE_THRESHOLD"}},
+      {{"allreduce_threshold", {"TESSERA_ALLREDUCE_THRESHOLD"}, "collective threshold: send gradient entries with |value| >= this"},
        Real(&ClusterConfig::allreduce_threshold, "allreduce_threshold", 0.0)},
       // Security (see common/rpc/grpc/credentials.h): mutual TLS on every gRPC channel when
       // all three PEM files are given, and a shared job token checked on every request.
-      {{"tls_cert", {"TESSERA_TLS_CERT"}}, Str(&ClusterConfig::tls_cert)},
-      {{"tls_key", {"TESSERA_TLS_KEY"}}, Str(&ClusterConfig::tls_key)},
-      {{"tls_ca", {"TESSERA_TLS_CA"}}, Str(&ClusterConfig::tls_ca)},
-      {{"job_token", {"TESSERA_JOB_TOKEN"}}, Str(&ClusterConfig::job_token)},
-      {{"job_token_file", {"TESSERA_JOB_TOKEN_FILE"}}, Str(&ClusterConfig::job_token_file)},
+      {{"tls_cert", {"TESSERA_TLS_CERT"}, "PEM certificate for mutual TLS (with --tls_key and --tls_ca; \"\" = plaintext)"}, Str(&ClusterConfig::tls_cert)},
+      {{"tls_key", {"TESSERA_TLS_KEY"}, "PEM private key of --tls_cert"}, Str(&ClusterConfig::tls_key)},
+      {{"tls_ca", {"TESSERA_TLS_CA"}, "PEM CA that signs every certificate of the job"}, Str(&ClusterConfig::tls_ca)},
+      {{"job_token", {"TESSERA_JOB_TOKEN"}, "secret every request must carry (\"\" = none; prefer --job_token_file)"}, Str(&ClusterConfig::job_token)},
+      {{"job_token_file", {"TESSERA_JOB_TOKEN_FILE"}, "file whose first line is the job token (printable ASCII)"}, Str(&ClusterConfig::job_token_file)},
       // Observability: the pserver's per-interval stats line (seconds; 0 = off); the trainer's
       // Chrome-trace timeline file (written at exit), how many steps it records, from which.
-      {{"stats_interval_s", {"TESSERA_STATS_INTERVAL_S"}},
+      {{"stats_interval_s", {"TESSERA_STATS_INTERVAL_S"}, "pserver: log a stats line every N seconds (0 = off)"},
        Real(&ClusterConfig::stats_interval_s, "stats_interval_s", 0.0)},
-      {{"trace", {"TESSERA_TRACE"}}, Str(&ClusterConfig::trace)},
-      {{"trace_steps", {"TESSERA_TRACE_STEPS"}},
+      {{"trace", {"TESSERA_TRACE"}, "trainer: write a Chrome-trace JSON timeline here at exit (\"\" = none)"}, Str(&ClusterConfig::trace)},
+      {{"trace_steps", {"TESSERA_TRACE_STEPS"}, "trainer: steps the trace records"},
        Int(&ClusterConfig::trace_steps, "trace_steps", 1)},
-      {{"trace_first_step", {"TESSERA_TRACE_FIRST_STEP"}},
+      {{"trace_first_step", {"TESSERA_TRACE_FIRST_STEP"}, "trainer: first traced step"},
        Int(&ClusterConfig::trace_first_step, "trace_first_step", 0)},
       // Checkpoints: where trainer 0 writes them, every how many steps (0 = at the end only),
       // how many complete ones to keep; a checkpoint (or checkpoint dir) both daemons restore.
-      {{"checkpoint_dir", {"TESSERA_CHECKPOINT_DIR"}}, Str(&ClusterConfig::checkpoint_dir)},
-      {{"checkpoint_every", {"TESSERA_CHECKPOINT_EVERY"}},
+      {{"checkpoint_dir", {"TESSERA_CHECKPOINT_DIR"}, "pservers and trainer 0: checkpoints go under this directory (\"\" = none; pservers refuse Checkpoint requests without it)"}, Str(&ClusterConfig::checkpoint_dir)},
+      {{"checkpoint_every", {"TESSERA_CHECKPOINT_EVERY"}, "trainer 0: steps between checkpoints (0 = only at the end)"},
        Int(&ClusterConfig::checkpoint_every, "checkpoint_every", 0)},
-      {{"checkpoint_keep", {"TESSERA_CHECKPOINT_KEEP"}},
+      {{"checkpoint_keep", {"TESSERA_CHECKPOINT_KEEP"}, "trainer 0: complete checkpoints kept"},
        Int(&ClusterConfig::checkpoint_keep, "checkpoint_keep", 1)},
-      {{"init_from", {"TESSERA_INIT_FROM"}}, Str(&ClusterConfig::init_from)},
+      {{"init_from", {"TESSERA_INIT_FROM"}, "restore this checkpoint (a ckpt-* directory or a checkpoint dir: its newest) at start"}, Str(&ClusterConfig::init_from)},
       // Trainer: where its ops run, cpu | gpu (GPU kernels need a --config=cuda build).
-      {{"device", {"TESSERA_DEVICE"}}, Str(&ClusterConfig::device)},
+      {{"device", {"TESSERA_DEVICE"}, "trainer: where ops run, cpu or gpu (gpu needs a --config=cuda build)"}, Str(&ClusterConfig::device)},
       // Trainer, --device=gpu: GPU ordinals as CUDA numbers them after CUDA_VISIBLE_DEVICES
       // ("" = 0); one per trainer process for now.
-      {{"devices", {"TESSERA_DEVICES"}}, Str(&ClusterConfig::devices)},
+      {{"devices", {"TESSERA_DEVICES"}, "trainer, --device=gpu: GPU ordinal (\"\" = 0)"}, Str(&ClusterConfig::devices)},
   };
   return *table;
 }
@@ -203,10 +261,22 @@ bool ValidEndpoint(const std::string& ep) {
 
 }  // namespace
 
+EnvLookup ProcessEnvironment() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
 const std::vector<SettingInfo>& AllSettings() {
   static const auto* infos = [] {
     auto* v = new std::vector<SettingInfo>;
-    for (const auto& s : Table()) v->push_back(s.info);
+    const ClusterConfig defaults;
+    for (const auto& s : Table()) {
+      v->push_back(s.info);
+      v->back().default_value = s.field.get(defaults);
+    }
     return v;
   }();
   return *infos;
@@ -215,7 +285,7 @@ const std::vector<SettingInfo>& AllSettings() {
 absl::Status SetFromString(const std::string& flag, const std::string& value,
                            ClusterConfig* config) {
   for (const auto& s : Table()) {
-    if (s.info.flag == flag) return s.set(value, config);
+    if (s.info.flag == flag) return s.field.set(value, config);
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown setting --", flag));
 }
@@ -227,7 +297,7 @@ absl::Status ApplyEnvironment(const std::set<std::string>& explicit_flags, const
     for (const auto& name : s.info.env) {
       std::optional<std::string> v = env(name);
       if (!v.has_value()) continue;
-      absl::Status st = s.set(*v, config);
+      absl::Status st = s.field.set(*v, config);
       if (!st.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("environment ", name, "='", *v, "': ", st.message()));

@@ -39,6 +39,7 @@ struct ClusterConfig {
   std::string startup_program;  // its startup program
   std::string train_data;       // Criteo-format file; "" = synthetic data
   std::string test_data;
+  int64_t max_line_bytes = int64_t{1} << 20;  // longest line a data file may have
   int64_t num_examples = 60000;  // synthetic training examples
   int64_t num_test_examples = 5000;
   int64_t vocab_per_slot = 10000;           // synthetic CTR vocabulary (distinct ids per slot)
@@ -46,6 +47,7 @@ struct ClusterConfig {
   std::string table_shard_method = "hash";  // distributed tables: "hash" or "mod" of the id
   int64_t table_admission_threshold = 0;    // create a row at its K-th sighting (0 = off)
   int64_t table_evict_after_steps = 0;      // drop rows unseen for T steps (0 = off)
+  int64_t table_max_rows = 0;  // pserver: rows per table shard; new ids beyond are refused (0 = no limit)
   std::string table_export_dir;             // pserver: export its table shards here at the end
   int64_t batch_size = 256;                 // global batch (split across trainers)
   int epochs = 1;
@@ -100,11 +102,15 @@ struct ClusterConfig {
 
 // Looks up an environment variable (nullopt when unset).
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+// The process environment (getenv), for main()s; everything below them takes an EnvLookup.
+EnvLookup ProcessEnvironment();
 
 // One configurable setting: its flag name, environment names, and how to apply a string value.
 struct SettingInfo {
   std::string flag;
   std::vector<std::string> env;  // in precedence order (TESSERA_* first)
+  std::string help;              // what it does, one line
+  std::string default_value;     // as a flag value ("" for an empty string or list)
 };
 // All settings, in a stable order (used by docs, tests and the deploy manifests' checks).
 const std::vector<SettingInfo>& AllSettings();

@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "common/config/daemon_flags.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -55,6 +56,59 @@ TEST(ClusterConfigTest, BadValuesNameTheSettingAndSource) {
   EXPECT_NE(s.message().find("--min_block_size='0'"), std::string::npos) << s;
   s = SetFromString("sync_mode", "maybe", &c);
   EXPECT_FALSE(s.ok());
+}
+
+TEST(ClusterConfigTest, IntegersOutsideTheirFieldAreRefusedNotTruncated) {
+  ClusterConfig c;
+  // 2^32 + 1 fits an int64 but not the int field: it used to become 1 trainer.
+  absl::Status s = SetFromString("trainers", "4294967297", &c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--trainers='4294967297': must be <= 2147483647"), std::string::npos)
+      << s;
+  EXPECT_EQ(c.trainers, ClusterConfig().trainers);
+  for (const char* flag : {"trainer_id", "epochs", "cpu_places", "async_max_merge"}) {
+    EXPECT_FALSE(SetFromString(flag, "2147483648", &c).ok()) << flag;
+    EXPECT_TRUE(SetFromString(flag, "2147483647", &c).ok()) << flag;
+  }
+  EXPECT_FALSE(SetFromString("trainers", "99999999999999999999", &c).ok());
+  EXPECT_TRUE(SetFromString("seed", "9223372036854775807", &c).ok());  // uint64 field
+  EXPECT_EQ(c.seed, uint64_t{9223372036854775807u});
+  s = SetFromString("metrics_port", "65536", &c);
+  EXPECT_NE(s.message().find("must be <= 65535"), std::string::npos) << s;
+  EXPECT_TRUE(SetFromString("metrics_port", "65535", &c).ok());
+  s = ApplyEnvironment({}, Env({{"PADDLE_TRAINERS_NUM", "4294967297"}}), &c);
+  EXPECT_NE(s.message().find("PADDLE_TRAINERS_NUM='4294967297'"), std::string::npos) << s;
+}
+
+TEST(ClusterConfigTest, EverySettingSaysWhatItDoesAndItsDefault) {
+  const ClusterConfig defaults;
+  for (const SettingInfo& s : AllSettings()) {
+    EXPECT_GE(s.help.size(), 10u) << "--" << s.flag << " has no help";
+    EXPECT_EQ(s.help.find('\n'), std::string::npos) << s.flag;
+    // The default shown is the value the flag sets: applying it changes nothing.
+    ClusterConfig c;
+    if (!s.default_value.empty()) {
+      EXPECT_TRUE(SetFromString(s.flag, s.default_value, &c).ok()) << s.flag;
+    }
+  }
+  auto find = [](const std::string& flag) {
+    for (const SettingInfo& s : AllSettings()) {
+      if (s.flag == flag) return s;
+    }
+    return SettingInfo{};
+  };
+  EXPECT_EQ(find("trainers").default_value, "1");
+  EXPECT_EQ(find("batch_size").default_value, "256");
+  EXPECT_EQ(find("sync_mode").default_value, "true");
+  EXPECT_EQ(find("split_method").default_value, "round_robin");
+  EXPECT_EQ(find("rpc_deadline_s").default_value, "120");
+  EXPECT_EQ(find("max_line_bytes").default_value, "1048576");
+  const std::string usage = DaemonUsage("tessera_pserver");
+  EXPECT_NE(usage.find("--trainers\n      number of trainer processes in the job [default: 1]  "
+                       "(env: TESSERA_TRAINERS, PADDLE_TRAINERS_NUM)"),
+            std::string::npos)
+      << usage;
+  EXPECT_NE(usage.find("--checkpoint_dir\n"), std::string::npos);
 }
 
 TEST(ClusterConfigTest, ValidateChecksTheWhole) {

@@ -25,8 +25,13 @@ bool Known(const std::string& flag) {
 
 std::string DaemonUsage(const std::string& program) {
   std::string out = absl::StrCat("Usage: ", program, " [--flag=value ...]\n");
+  absl::StrAppend(&out,
+                  "Each flag can also come from its environment variables (a flag wins over them, "
+                  "TESSERA_* over PADDLE_*).\n");
   for (const auto& s : AllSettings()) {
-    absl::StrAppend(&out, "  --", s.flag, "   (env: ", absl::StrJoin(s.env, ", "), ")\n");
+    absl::StrAppend(&out, "  --", s.flag, "\n      ", s.help, " [default: ",
+                    s.default_value.empty() ? "\"\"" : s.default_value, "]  (env: ",
+                    absl::StrJoin(s.env, ", "), ")\n");
   }
   return out;
 }
@@ -76,12 +81,8 @@ absl::StatusOr<ClusterConfig> ParseDaemonArgs(int argc, char** argv, const EnvLo
 }
 
 int DaemonMain(int argc, char** argv, const std::string& program, const std::string& role,
-               const std::function<absl::Status(const ClusterConfig&, std::ostream&)>& run) {
-  auto env = [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  };
+               const DaemonRun& run) {
+  const EnvLookup env = ProcessEnvironment();
   auto config = ParseDaemonArgs(argc, argv, env, role);
   if (!config.ok()) {
     if (config.status().code() == absl::StatusCode::kNotFound) {  // --help
@@ -96,10 +97,11 @@ int DaemonMain(int argc, char** argv, const std::string& program, const std::str
               << std::endl;
     return 2;
   }
-  absl::Status s = run(*config, std::cerr);
+  DaemonPhase phase;
+  absl::Status s = run(*config, std::cerr, &phase);
   if (!s.ok()) {
     std::cerr << program << ": " << s.message() << std::endl;
-    return 1;
+    return phase.started() ? 1 : 2;
   }
   return 0;
 }

@@ -21,11 +21,27 @@ absl::StatusOr<ClusterConfig> ParseDaemonArgs(int argc, char** argv, const EnvLo
 // "Usage: ..." with every flag and its environment variables.
 std::string DaemonUsage(const std::string& program);
 
+// Where a daemon's life is: its run function calls Started() once its configuration is checked,
+// its files are read and its ports are bound, before it depends on any peer. A failure before
+// that is a start-time failure.
+class DaemonPhase {
+ public:
+  void Started() { started_ = true; }
+  bool started() const { return started_; }
+
+ private:
+  bool started_ = false;
+};
+
+using DaemonRun = std::function<absl::Status(const ClusterConfig&, std::ostream&, DaemonPhase*)>;
+
 // The whole main() of a daemon whose role is `role`: parses flags and the process environment,
 // prints --help, checks the role, runs `run` (progress to stderr) and returns the exit code:
-// 0 done, 1 `run` failed, 2 bad configuration. Every error is one line prefixed by `program`.
+// 0 done; 2 bad configuration, or `run` failed before it started (unreadable files, a port in
+// use, bad TLS files or token); 1 `run` failed afterwards. Every error is one line prefixed by
+// `program`.
 int DaemonMain(int argc, char** argv, const std::string& program, const std::string& role,
-               const std::function<absl::Status(const ClusterConfig&, std::ostream&)>& run);
+               const DaemonRun& run);
 
 }  // namespace tessera
 

@@ -171,20 +171,50 @@ absl::StatusOr<Example> ParseCriteoLine(absl::string_view line, int num_dense, i
 // ---------------------------------------------------------------------------------------------
 // CriteoReader
 
-CriteoReader::CriteoReader(std::string path, FILE* file, int num_dense, int num_sparse)
-    : path_(std::move(path)), file_(file), num_dense_(num_dense), num_sparse_(num_sparse) {}
+CriteoReader::CriteoReader(std::string path, FILE* file, int num_dense, int num_sparse,
+                           int64_t max_line_bytes)
+    : path_(std::move(path)),
+      file_(file),
+      num_dense_(num_dense),
+      num_sparse_(num_sparse),
+      max_line_bytes_(max_line_bytes) {}
 
-CriteoReader::~CriteoReader() {
-  std::fclose(file_);
-  std::free(buffer_);
-}
+CriteoReader::~CriteoReader() { std::fclose(file_); }
 
 absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::string& path,
-                                                                 int num_dense, int num_sparse) {
+                                                                 int num_dense, int num_sparse,
+                                                                 int64_t max_line_bytes) {
   TS_RETURN_IF_ERROR(CheckCounts(num_dense, num_sparse));
+  if (max_line_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_line_bytes=", max_line_bytes, " for ", path, ": must be >= 1"));
+  }
   FILE* file = std::fopen(path.c_str(), "r");
   if (file == nullptr) return ErrnoError("cannot open Criteo file", path);
-  return std::unique_ptr<CriteoReader>(new CriteoReader(path, file, num_dense, num_sparse));
+  return std::unique_ptr<CriteoReader>(
+      new CriteoReader(path, file, num_dense, num_sparse, max_line_bytes));
+}
+
+absl::StatusOr<bool> CriteoReader::ReadLine() {
+  line_.clear();
+  // One line end past the limit is allowed for: "...\r\n" of a line of exactly the limit.
+  const size_t limit = static_cast<size_t>(max_line_bytes_) + 1;
+  bool any = false;
+  int c;
+  while ((c = getc_unlocked(file_)) != EOF) {
+    any = true;
+    if (c == '\n') return true;
+    if (line_.size() == limit) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ":", line_number_ + 1, ": line is longer than ", max_line_bytes_,
+                       " bytes (--max_line_bytes; is this a Criteo text file?)"));
+    }
+    line_.push_back(static_cast<char>(c));
+  }
+  if (std::ferror(file_)) {
+    return ErrnoError(absl::StrCat("error reading line ", line_number_ + 1, " of"), path_);
+  }
+  return any;  // a last line without '\n'
 }
 
 absl::StatusOr<bool> CriteoReader::Next(Example* example) {
@@ -194,18 +224,21 @@ absl::StatusOr<bool> CriteoReader::Next(Example* example) {
   }
   while (true) {
     errno = 0;
-    const ssize_t n = getline(&buffer_, &capacity_, file_);
-    if (n < 0) {
-      if (std::ferror(file_)) {
-        failed_ = true;
-        return ErrnoError(absl::StrCat("error reading line ", line_number_ + 1, " of"), path_);
-      }
-      return false;
+    absl::StatusOr<bool> more = ReadLine();
+    if (!more.ok()) {
+      failed_ = true;
+      return more.status();
     }
+    if (!*more) return false;
     ++line_number_;
-    absl::string_view line(buffer_, static_cast<size_t>(n));
-    if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+    absl::string_view line(line_);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.size() > static_cast<size_t>(max_line_bytes_)) {
+      failed_ = true;
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ":", line_number_, ": line is longer than ", max_line_bytes_,
+                       " bytes (--max_line_bytes; is this a Criteo text file?)"));
+    }
     if (line.empty()) continue;
     absl::Status s = ParseCriteoLine(line, num_dense_, num_sparse_, example);
     if (!s.ok()) {
@@ -216,9 +249,10 @@ absl::StatusOr<bool> CriteoReader::Next(Example* example) {
   }
 }
 
-absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path, int num_dense, int num_sparse) {
+absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path, int num_dense, int num_sparse,
+                                       int64_t max_line_bytes) {
   TS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> reader,
-                      CriteoReader::Open(path, num_dense, num_sparse));
+                      CriteoReader::Open(path, num_dense, num_sparse, max_line_bytes));
   Dataset dataset;
   dataset.num_dense = num_dense;
   dataset.num_sparse = num_sparse;

@@ -11,7 +11,10 @@
 //                reinterpreted as int64, so every int64 is representable (FormatId writes all
 //                16 digits: "ffffffffffffffff" is -1). An empty field means missing and reads as
 //                id 0; the writer never writes an empty field, so id 0 round-trips.
-// A trailing '\r' (CRLF files) is ignored, and so are empty lines.
+// A trailing '\r' (CRLF files) is ignored, and so are empty lines. A line longer than the
+// reader's max_line_bytes (default 1 MiB; a Criteo line is ~200-400 bytes) is an error naming
+// path:line, found after reading at most that many bytes of it: /dev/zero or a binary file
+// cannot make a reader grow without bound.
 //
 // Errors are one line each, e.g. "<path>:<line>: field 3 (I2): dense value is not an integer:
 // 'x7'", fields numbered from 1 (field 1 is the label, then I1.., then C1..); bad text is
@@ -37,6 +40,7 @@ namespace data {
 
 inline constexpr int kCriteoNumDense = 13;
 inline constexpr int kCriteoNumSparse = 26;
+inline constexpr int64_t kDefaultMaxLineBytes = int64_t{1} << 20;
 
 // The 16 lowercase hex digits of the id's 64 bits (two's complement).
 std::string FormatId(int64_t id);
@@ -59,35 +63,42 @@ absl::StatusOr<Example> ParseCriteoLine(absl::string_view line, int num_dense = 
 class CriteoReader {
  public:
   // NotFound / PermissionDenied etc. naming the path when it cannot be opened.
-  static absl::StatusOr<std::unique_ptr<CriteoReader>> Open(const std::string& path,
-                                                            int num_dense = kCriteoNumDense,
-                                                            int num_sparse = kCriteoNumSparse);
+  // max_line_bytes (>= 1) bounds one line, without its line end.
+  static absl::StatusOr<std::unique_ptr<CriteoReader>> Open(
+      const std::string& path, int num_dense = kCriteoNumDense, int num_sparse = kCriteoNumSparse,
+      int64_t max_line_bytes = kDefaultMaxLineBytes);
   ~CriteoReader();
   CriteoReader(const CriteoReader&) = delete;
   CriteoReader& operator=(const CriteoReader&) = delete;
 
   // Reads the next example: true, or false at the end of the file. A malformed line gives
-  // InvalidArgument "<path>:<line>: field ..."; reading may not continue after an error.
+  // InvalidArgument "<path>:<line>: field ..." (or "...: line is longer than N bytes");
+  // reading may not continue after an error.
   absl::StatusOr<bool> Next(Example* example);
   // 1-based number of the line last read.
   int64_t line_number() const { return line_number_; }
 
  private:
-  CriteoReader(std::string path, FILE* file, int num_dense, int num_sparse);
+  CriteoReader(std::string path, FILE* file, int num_dense, int num_sparse,
+               int64_t max_line_bytes);
+  // Reads the next line (without '\n') into line_: true, false at the end of the file, or an
+  // error when it exceeds max_line_bytes_ (stops reading there) or the file cannot be read.
+  absl::StatusOr<bool> ReadLine();
 
   std::string path_;
   FILE* file_;
   int num_dense_;
   int num_sparse_;
+  int64_t max_line_bytes_;
   int64_t line_number_ = 0;
-  char* buffer_ = nullptr;  // getline()'s buffer.
-  size_t capacity_ = 0;
+  std::string line_;
   bool failed_ = false;
 };
 
 // The whole file as a Dataset with the given field counts.
 absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path, int num_dense = kCriteoNumDense,
-                                       int num_sparse = kCriteoNumSparse);
+                                       int num_sparse = kCriteoNumSparse,
+                                       int64_t max_line_bytes = kDefaultMaxLineBytes);
 
 // Writes a Criteo file atomically: lines go to a temporary file beside `path`, and Close()
 // flushes, fsyncs and renames it onto `path`. Until Close() succeeds `path` is untouched; a

@@ -203,6 +203,44 @@ TEST(CriteoFileTest, ReadErrorsNameFileAndLine) {
   EXPECT_EQ(ReadCriteoFile(path, -1, 3).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(CriteoFileTest, LinesLongerThanTheLimitAreRefusedByFileAndLine) {
+  const std::string dir = TestDir("long_lines");
+  const std::string path = dir + "/long.txt";
+  const std::string good = Line("1", {}, {});
+  const int64_t limit = static_cast<int64_t>(good.size());
+  // A line of exactly the limit (also with CRLF) reads; one byte more is refused.
+  WriteText(path, good + "\n" + good + "\r\n" + good + "\t\n" + good + "\n");
+  absl::StatusOr<std::unique_ptr<CriteoReader>> reader =
+      CriteoReader::Open(path, kCriteoNumDense, kCriteoNumSparse, limit);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  Example ex;
+  EXPECT_TRUE(*(*reader)->Next(&ex));
+  EXPECT_TRUE(*(*reader)->Next(&ex));
+  absl::StatusOr<bool> third = (*reader)->Next(&ex);
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(third.status().message()),
+              HasSubstr(absl::StrCat(path, ":3: line is longer than ", limit, " bytes")));
+  EXPECT_FALSE((*reader)->Next(&ex).ok());  // no reading past the error
+
+  // A file with no line end at all (what /dev/zero is) stops at the limit, not at its end.
+  const std::string binary = dir + "/binary.bin";
+  WriteText(binary, std::string(4 << 20, '\0'));
+  absl::StatusOr<Dataset> data =
+      ReadCriteoFile(binary, kCriteoNumDense, kCriteoNumSparse, int64_t{1} << 16);
+  ASSERT_FALSE(data.ok());
+  EXPECT_THAT(std::string(data.status().message()),
+              HasSubstr(binary + ":1: line is longer than 65536 bytes"));
+  if (FILE* zero = std::fopen("/dev/zero", "r")) {
+    std::fclose(zero);
+    data = ReadCriteoFile("/dev/zero");
+    ASSERT_FALSE(data.ok());
+    EXPECT_THAT(std::string(data.status().message()),
+                HasSubstr("/dev/zero:1: line is longer than 1048576 bytes"));
+  }
+  EXPECT_FALSE(CriteoReader::Open(path, kCriteoNumDense, kCriteoNumSparse, 0).ok());
+}
+
 TEST(CriteoFileTest, RoundTripsGeneratedData) {
   const std::string dir = TestDir("round_trip");
   const std::string path = dir + "/data.txt";

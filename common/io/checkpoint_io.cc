@@ -164,6 +164,10 @@ absl::Status ManifestWriter::Commit(const std::string& manifest_name) {
 
 std::string CheckpointDirName(int64_t step) { return absl::StrFormat("ckpt-%010d", step); }
 
+std::string PserverFilePrefix(int index, int num) {
+  return absl::StrCat("pserver-", index, "-of-", num);
+}
+
 int64_t CheckpointStep(const std::string& name) {
   if (name.size() <= 5 || name.compare(0, 5, "ckpt-") != 0) return -1;
   int64_t step;

@@ -79,6 +79,9 @@ class ManifestWriter {
 
 // "ckpt-0000000042".
 std::string CheckpointDirName(int64_t step);
+// "pserver-<index>-of-<num>": the prefix of pserver <index>'s files in a checkpoint of a job
+// with <num> pservers (pserver/checkpoint.h writes them; trainer 0 lists their manifests).
+std::string PserverFilePrefix(int index, int num);
 // The step of a "ckpt-<step>" name; -1 if `name` is not one.
 int64_t CheckpointStep(const std::string& name);
 

@@ -4,21 +4,28 @@
 // is a list of slices, and a field may straddle them); the rest is the message. Every decoder a
 // pserver or trainer runs on peer bytes gets the buffer: DecodeVariable (SendVariable requests,
 // GetVariable/Prefetch responses) and ParseProto for the small requests.
+// The request checks every transport applies (common/rpc/request_checks.h) run on each parsed
+// request: a GetVariable's byte range against variables of several sizes, up to 2^63-1 bytes,
+// and the Prefetch ids field.
 // Invariants (a violation aborts, which the fuzzer reports as a crash):
 //   - a rejection is INVALID_ARGUMENT (RESOURCE_EXHAUSTED when over the size limit) with a
 //     one-line, non-empty message;
 //   - an accepted message has a self-consistent header (chunk inside the tensor, row ids for
 //     every row) and decodes into a Variable of exactly that header; a whole tensor re-encodes
-//     and decodes to the same bytes.
+//     and decodes to the same bytes;
+//   - an accepted byte range lies inside its variable, and the range a server would encode from
+//     it decodes as exactly that chunk.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "common/rpc/grpc/codec.h"
+#include "common/rpc/request_checks.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
@@ -119,6 +126,38 @@ void CheckAccepted(const DecodedVariable& d) {
           "re-encoding is stable");
 }
 
+// What a server does with a GetVariable: resolve the range against the variable, then encode
+// that range. Sizes include ones no tensor here can have, where only the arithmetic is checked.
+void CheckGetRange(const GetRequest& get) {
+  (void)CheckRequestMeta(FromHeader(get.header()));
+  (void)CheckRequestName("variable name", get.name());
+  for (int64_t total : {int64_t{0}, int64_t{4}, int64_t{24}, kMaxBytes,
+                        std::numeric_limits<int64_t>::max()}) {
+    auto range = ResolveByteRange("v", get.offset(), get.length(), total);
+    if (!range.ok()) {
+      RequireGoodError(range.status());
+      continue;
+    }
+    Require(range->offset >= 0 && range->length >= 0 && range->offset <= total &&
+                range->length <= total - range->offset,
+            "accepted byte range lies inside the variable");
+    // A server encodes the range of a real tensor (6 int32s); whole elements only, as the
+    // trainers ask for.
+    if (total != 24 || range->offset % 4 != 0 || range->length % 4 != 0) continue;
+    Variable v;
+    Tensor* t = v.GetMutable<Tensor>();
+    t->Resize(INT32, {6});
+    for (int i = 0; i < 6; ++i) t->data<int32_t>()[i] = i;
+    auto chunk = DecodeVariable(EncodeVariable(RequestMeta{"j", 0, 0}, "v", v, range->offset,
+                                               range->length),
+                                kMaxBytes);
+    Require(chunk.ok(), "an encoded accepted range decodes");
+    Require(chunk->header().chunk_offset == range->offset &&
+                chunk->header().chunk_bytes == range->length,
+            "the encoded chunk is the accepted range");
+  }
+}
+
 }  // namespace
 }  // namespace tessera
 
@@ -144,6 +183,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
        std::vector<google::protobuf::MessageLite*>{&get, &prefetch, &barrier, &checkpoint}) {
     absl::Status s = ParseProto(buffer, m);
     if (!s.ok()) RequireGoodError(s);
+  }
+  if (ParseProto(buffer, &get).ok()) CheckGetRange(get);
+  if (ParseProto(buffer, &prefetch).ok()) {
+    absl::Status ids = CheckPrefetchIds(prefetch.table(), prefetch.ids().size());
+    if (!ids.ok()) RequireGoodError(ids);
   }
   return 0;
 }

@@ -71,6 +71,10 @@ bool CodecSeeds(const std::string& dir) {
   get.set_offset(8);
   get.set_length(16);
   put("get_request", get.SerializeAsString());
+  // The range that overflowed the server's check (offset + length wraps past 2^63).
+  get.set_offset(LLONG_MAX);
+  get.set_length(16);
+  put("get_request_overflow", get.SerializeAsString());
   PrefetchRequest prefetch;
   *prefetch.mutable_header() = ToHeader(meta);
   prefetch.set_table("emb");

@@ -42,7 +42,7 @@ trap 'exit 130' INT TERM
 
 # Library sources each target needs (repo-relative), beside the generated protobuf code.
 declare -A SRCS
-SRCS[codec]="common/rpc/grpc/codec.cc common/tensor.cc common/device/place.cc"
+SRCS[codec]="common/rpc/grpc/codec.cc common/rpc/request_checks.cc common/tensor.cc common/device/place.cc"
 SRCS[criteo]="common/data/criteo.cc"
 SRCS[program]="common/tensor.cc common/device/place.cc common/program_io.cc common/executor.cc common/op_registry.cc
   common/op_desc.cc common/scope.cc common/ops/ops.cc common/ops/basic_ops.cc common/ops/math_ops.cc

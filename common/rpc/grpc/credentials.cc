@@ -39,6 +39,21 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& what, const std::s
   return text;
 }
 
+// A token travels as a gRPC metadata value, which must be printable ASCII (gRPC aborts the
+// process on anything else). The message names the position, never the bytes: a token is a
+// secret and error lines end up in logs.
+absl::Status CheckTokenBytes(absl::string_view token) {
+  for (size_t i = 0; i < token.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(token[i]);
+    if (c < 0x20 || c > 0x7e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "byte ", i + 1, " of the token is not printable ASCII (a token must be text, e.g. "
+          "head -c 32 /dev/urandom | base64)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<RpcSecurity> LoadRpcSecurity(const std::string& tls_cert, const std::string& tls_key,
@@ -80,8 +95,17 @@ absl::StatusOr<RpcSecurity> LoadRpcSecurity(const std::string& tls_cert, const s
       return absl::InvalidArgumentError(
           absl::StrCat("--job_token_file '", token_file, "': its first line is empty"));
     }
+    absl::Status printable = CheckTokenBytes(out.job_token);
+    if (!printable.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--job_token_file '", token_file, "': ", printable.message()));
+    }
   } else {
     out.job_token = token;
+    absl::Status printable = CheckTokenBytes(out.job_token);
+    if (!printable.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--job_token: ", printable.message()));
+    }
   }
   return out;
 }

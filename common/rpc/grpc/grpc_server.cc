@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/printable.h"
+#include "common/rpc/request_checks.h"
 #include "common/rpc/grpc/codec.h"
 #include "common/rpc/grpc/credentials.h"
 #include "common/rpc/grpc/grpc_util.h"
@@ -116,7 +116,7 @@ class GrpcServer::Service : public RawService {
     if (!s.ok()) return Fail(reactor, s);
     int64_t offset = req.offset(), length = req.length();
     std::string name = req.name();
-    s = CheckPrintable("variable name", name);
+    s = CheckRequestName("variable name", name);
     if (!s.ok()) return Fail(reactor, s);
     handler_->HandleGet(meta, name, [=](absl::StatusOr<Variable> var) {
       if (!var.ok()) {
@@ -129,15 +129,12 @@ class GrpcServer::Service : public RawService {
             absl::InvalidArgumentError(absl::StrCat("variable ", name, " is not dense"))));
         return;
       }
-      int64_t total = static_cast<int64_t>(t->nbytes());
-      int64_t len = length == 0 ? total - offset : length;
-      if (offset < 0 || len < 0 || offset + len > total) {
-        reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(
-            absl::StrCat("byte range [", offset, ", +", len, ") is outside variable ", name, " of ",
-                         total, " bytes"))));
+      auto range = ResolveByteRange(name, offset, length, static_cast<int64_t>(t->nbytes()));
+      if (!range.ok()) {
+        reactor->Finish(ToGrpcStatus(range.status()));
         return;
       }
-      *response = EncodeVariable(meta, name, *var, offset, len);
+      *response = EncodeVariable(meta, name, *var, range->offset, range->length);
       reactor->Finish(grpc::Status::OK);
     });
     return reactor;
@@ -155,13 +152,9 @@ class GrpcServer::Service : public RawService {
     RequestMeta meta = FromHeader(req.header());
     s = Admit(meta);
     if (!s.ok()) return Fail(reactor, s);
-    s = CheckPrintable("table name", req.table());
+    s = CheckRequestName("table name", req.table());
+    if (s.ok()) s = CheckPrefetchIds(req.table(), req.ids().size());
     if (!s.ok()) return Fail(reactor, s);
-    if (req.ids().size() % sizeof(int64_t) != 0) {
-      return Fail(reactor, absl::InvalidArgumentError(
-                               absl::StrCat("prefetch of ", req.table(), ": ids field has ",
-                                            req.ids().size(), " bytes, not a multiple of 8")));
-    }
     std::vector<int64_t> ids(req.ids().size() / sizeof(int64_t));
     if (!ids.empty()) std::memcpy(ids.data(), req.ids().data(), req.ids().size());
     std::string table = req.table();
@@ -208,7 +201,7 @@ class GrpcServer::Service : public RawService {
     RequestMeta meta = FromHeader(req.header());
     s = Admit(meta);
     if (!s.ok()) return Fail(reactor, s);
-    s = CheckPrintable("checkpoint dir", req.dir());
+    s = CheckRequestName("checkpoint dir", req.dir());
     if (!s.ok()) return Fail(reactor, s);
     *response = SerializeProto(CheckpointResponse());
     handler_->HandleCheckpoint(meta, req.dir(),
@@ -219,8 +212,8 @@ class GrpcServer::Service : public RawService {
  private:
   // The job id is echoed in the handler's refusals: checked before it sees it.
   absl::Status Admit(const RequestMeta& meta) {
-    absl::Status printable = CheckPrintable("job id", meta.job_id);
-    return printable.ok() ? handler_->Admit(meta) : printable;
+    absl::Status checked = CheckRequestMeta(meta);
+    return checked.ok() ? handler_->Admit(meta) : checked;
   }
 
   ObservedReactor* NewReactor(RpcMethod method, const grpc::ByteBuffer* request,
@@ -270,6 +263,9 @@ absl::Status GrpcServer::Start() {
       std::make_unique<Service>(handler_, options_.max_message_bytes, options_.security.job_token);
   service_->set_observer(options_.observer);
   grpc::ServerBuilder builder;
+  // gRPC binds with SO_REUSEPORT by default: a second pserver on the same port would start and
+  // take half of the connections. Without it, a port in use fails Start().
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options_.address, MakeServerCredentials(options_.security), &port_);
   builder.RegisterService(service_.get());
   int max = static_cast<int>(std::min<int64_t>(options_.max_message_bytes, INT32_MAX));

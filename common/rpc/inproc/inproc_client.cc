@@ -2,11 +2,22 @@
 
 #include <cstring>
 
+#include "common/rpc/request_checks.h"
+
 namespace tessera {
+
+// The checks the gRPC server makes before its handler sees a request (request_checks.h), then
+// the handler's own admission.
+absl::Status InProcClient::Admit(const RequestMeta& meta, absl::string_view what,
+                                 absl::string_view name) const {
+  absl::Status s = CheckRequestMeta(meta);
+  if (s.ok()) s = CheckRequestName(what, name);
+  return s.ok() ? handler_->Admit(meta) : s;
+}
 
 void InProcClient::SendVariableAsync(const RequestMeta& meta, const std::string& name,
                                      const Variable* var, DoneCallback done) {
-  absl::Status s = handler_->Admit(meta);
+  absl::Status s = Admit(meta, "variable name", name);
   if (!s.ok()) return done(s);
   VariableHeader h;
   h.name = name;
@@ -36,7 +47,7 @@ void InProcClient::SendVariableAsync(const RequestMeta& meta, const std::string&
 
 void InProcClient::GetVariableAsync(const RequestMeta& meta, const std::string& name,
                                     Variable* out, DoneCallback done) {
-  absl::Status s = handler_->Admit(meta);
+  absl::Status s = Admit(meta, "variable name", name);
   if (!s.ok()) return done(s);
   handler_->HandleGet(meta, name, [out, done = std::move(done)](absl::StatusOr<Variable> v) {
     if (!v.ok()) return done(v.status());
@@ -47,7 +58,7 @@ void InProcClient::GetVariableAsync(const RequestMeta& meta, const std::string& 
 
 void InProcClient::PrefetchAsync(const RequestMeta& meta, const std::string& table,
                                  const std::vector<int64_t>* ids, Tensor* out, DoneCallback done) {
-  absl::Status s = handler_->Admit(meta);
+  absl::Status s = Admit(meta, "table name", table);
   if (!s.ok()) return done(s);
   handler_->HandlePrefetch(meta, table, *ids,
                            [out, done = std::move(done)](absl::StatusOr<Tensor> rows) {
@@ -58,14 +69,15 @@ void InProcClient::PrefetchAsync(const RequestMeta& meta, const std::string& tab
 }
 
 void InProcClient::BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) {
-  absl::Status s = handler_->Admit(meta);
+  absl::Status s = CheckRequestMeta(meta);
+  if (s.ok()) s = handler_->Admit(meta);
   if (!s.ok()) return done(s);
   handler_->HandleBarrier(meta, kind, std::move(done));
 }
 
 void InProcClient::CheckpointAsync(const RequestMeta& meta, const std::string& dir,
                                    DoneCallback done) {
-  absl::Status s = handler_->Admit(meta);
+  absl::Status s = Admit(meta, "checkpoint dir", dir);
   if (!s.ok()) return done(s);
   handler_->HandleCheckpoint(meta, dir, std::move(done));
 }

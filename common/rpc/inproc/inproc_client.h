@@ -29,6 +29,9 @@ class InProcClient : public PServerClient {
                        DoneCallback done) override;
 
  private:
+  absl::Status Admit(const RequestMeta& meta, absl::string_view what,
+                     absl::string_view name) const;
+
   std::string endpoint_;
   RequestHandler* handler_;
 };

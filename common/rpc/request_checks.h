@@ -1,0 +1,44 @@
+// Checks on the fields of a pserver request that every transport applies before (or, for a
+// byte range, right after) the RequestHandler sees the request: the gRPC server
+// (common/rpc/grpc/grpc_server.cc) and the in-process client (common/rpc/inproc/) call the same
+// functions, so a test over either covers them. Every check is exact for any int64 input: no
+// arithmetic here can overflow, whatever a peer sends. Refusals are INVALID_ARGUMENT, one line,
+// naming the field and its value.
+#ifndef TESSERA_COMMON_RPC_REQUEST_CHECKS_H_
+#define TESSERA_COMMON_RPC_REQUEST_CHECKS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/rpc/rpc.h"
+
+namespace tessera {
+
+// The header common to all requests: a printable job id (it is echoed in refusals), a
+// non-negative trainer id and step.
+absl::Status CheckRequestMeta(const RequestMeta& meta);
+
+// A variable or table name from a request: non-empty and printable.
+absl::Status CheckRequestName(absl::string_view what, absl::string_view name);
+
+// A byte range of a dense variable: [offset, offset + length).
+struct ByteRange {
+  int64_t offset = 0;
+  int64_t length = 0;
+};
+
+// The range a GetVariable{offset, length} asks of variable `name` of `total` bytes (length 0:
+// from offset to the end). Refused unless 0 <= offset <= total and offset + length <= total,
+// evaluated without overflow (offset = 2^63-1 is refused, not wrapped).
+absl::StatusOr<ByteRange> ResolveByteRange(absl::string_view name, int64_t offset, int64_t length,
+                                           int64_t total);
+
+// The ids field of a Prefetch of `table`: a whole number of little-endian int64 ids.
+absl::Status CheckPrefetchIds(absl::string_view table, size_t id_bytes);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_RPC_REQUEST_CHECKS_H_
