@@ -5,9 +5,10 @@
 namespace tessera {
 
 namespace {
+// The cause first (it names the endpoint, variable and step where it has them), then which op:
+// its type, index and at most 3 inputs, so that a line stays short whatever the op's size.
 absl::Status Annotate(const absl::Status& s, int index, const OpDesc& op) {
-  return absl::Status(s.code(),
-                      absl::StrCat("op #", index, " ", OpSignature(op), ": ", s.message()));
+  return absl::Status(s.code(), absl::StrCat(s.message(), " (op #", index, " ", OpBrief(op), ")"));
 }
 
 absl::Status RunKernel(const OpInfo& info, const OpDesc& op, int index, Scope* scope) {

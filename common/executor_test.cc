@@ -52,6 +52,36 @@ TEST_F(ExecutorTest, MissingInputNamesOpAndVariable) {
   EXPECT_NE(s.message().find("'nowhere'"), std::string::npos) << s;
 }
 
+TEST_F(ExecutorTest, ErrorOfAnOpWithManyInputsLeadsWithTheCauseOnAShortLine) {
+  std::vector<std::string> inputs;
+  Scope scope;
+  for (int i = 0; i < 100; ++i) {
+    inputs.push_back("a_rather_long_gradient_name_" + std::to_string(i) + "@GRAD");
+    if (i != 57) scope.Var(inputs.back())->GetMutable<Tensor>()->Resize(FLOAT32, {2});
+  }
+  absl::Status s = exec_.RunOp(MakeOp("sum", {{"X", inputs}}, {{"Out", {"total"}}}), &scope);
+  ASSERT_FALSE(s.ok());
+  const std::string m(s.message());
+  EXPECT_LE(m.size(), 400u) << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  // The cause (the missing variable) comes before the op, which is named by type and index.
+  const size_t cause = m.find("a_rather_long_gradient_name_57@GRAD");
+  const size_t op = m.find("(op #0 sum(X=a_rather_long_gradient_name_0@GRAD,");
+  ASSERT_NE(cause, std::string::npos) << m;
+  ASSERT_NE(op, std::string::npos) << m;
+  EXPECT_LT(cause, op) << m;
+  EXPECT_NE(m.find("... and 97 more)"), std::string::npos) << m;
+}
+
+TEST(OpBriefTest, ShowsAtMostThreeInputs) {
+  EXPECT_EQ(OpBrief(MakeOp("mul", {{"X", {"a"}}, {"Y", {"b"}}}, {{"Out", {"c"}}})), "mul(X=a, Y=b)");
+  EXPECT_EQ(OpBrief(MakeOp("send", {{"X", {"a", "b", "c", "d"}}}, {})),
+            "send(X=a,b,c ... and 1 more)");
+  EXPECT_EQ(OpBrief(MakeOp("f", {{"X", {"a", "b"}}, {"Y", {"c", "d"}}}, {})),
+            "f(X=a,b, Y=c ... and 1 more)");
+  EXPECT_EQ(OpBrief(MakeOp("send_barrier", {}, {})), "send_barrier()");
+}
+
 TEST_F(ExecutorTest, WrongAttrTypeIsReported) {
   OpDesc scale = MakeOp("scale", {{"X", {"a"}}}, {{"Out", {"b"}}});
   SetAttr(&scale, "scale", "three");

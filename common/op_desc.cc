@@ -249,4 +249,22 @@ std::string OpSignature(const OpDesc& op) {
   return absl::StrCat(op.type(), "(", slots(op.inputs()), ") -> (", slots(op.outputs()), ")");
 }
 
+std::string OpBrief(const OpDesc& op, int max_args) {
+  std::vector<std::string> parts;
+  int shown = 0, total = 0;
+  for (const auto& slot : op.inputs()) {
+    std::vector<std::string> args;
+    for (const auto& a : slot.arguments()) {
+      ++total;
+      if (shown < max_args) {
+        args.push_back(a);
+        ++shown;
+      }
+    }
+    if (!args.empty()) parts.push_back(absl::StrCat(slot.parameter(), "=", absl::StrJoin(args, ",")));
+  }
+  std::string more = total > shown ? absl::StrCat(" ... and ", total - shown, " more") : "";
+  return absl::StrCat(op.type(), "(", absl::StrJoin(parts, ", "), more, ")");
+}
+
 }  // namespace tessera

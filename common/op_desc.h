@@ -92,6 +92,9 @@ VarDesc* FindMutableVarDesc(BlockDesc* block, absl::string_view name);
 
 // "mul(X=a, Y=b) -> (Out=c)" for messages and summaries.
 std::string OpSignature(const OpDesc& op);
+// "send(X=a,b,c ... and 97 more)": the op's type and at most `max_args` of its input arguments,
+// for error lines (an op of a big model can have hundreds).
+std::string OpBrief(const OpDesc& op, int max_args = 3);
 
 }  // namespace tessera
 
