@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -24,24 +26,6 @@ int RemainingMs(absl::Time deadline) {
   absl::Duration left = deadline - absl::Now();
   if (left <= absl::ZeroDuration()) return 0;
   return static_cast<int>(absl::ToInt64Milliseconds(left)) + 1;
-}
-
-// Writes all of `data` before `deadline`; false on error or timeout.
-bool WriteAll(int fd, const std::string& data, absl::Time deadline) {
-  size_t done = 0;
-  while (done < data.size()) {
-    pollfd p{fd, POLLOUT, 0};
-    int ms = RemainingMs(deadline);
-    if (ms == 0) return false;
-    int r = ::poll(&p, 1, ms);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 std::string Response(int code, const char* reason, const std::string& content_type,
@@ -120,73 +104,102 @@ void MetricsServer::Wait() {
   if (thread_.joinable()) thread_.join();
 }
 
+struct MetricsServer::Connection {
+  int fd = -1;
+  absl::Time deadline;
+  std::string request;
+  std::string response;  // set once the request is complete
+  size_t written = 0;
+  bool ok = false;  // the response is a 200
+};
+
 void MetricsServer::Loop() {
+  std::vector<Connection> open;
+  std::vector<pollfd> fds;
+  auto close_at = [&](size_t i) {
+    ::close(open[i].fd);
+    open.erase(open.begin() + static_cast<std::ptrdiff_t>(i));
+  };
   while (!stopping_) {
-    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_fds_[0], POLLIN, 0}};
-    int r = ::poll(p, 2, -1);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return;
+    fds.assign({{listen_fd_, POLLIN, 0}, {wake_fds_[0], POLLIN, 0}});
+    absl::Time next = absl::InfiniteFuture();
+    for (const Connection& c : open) {
+      fds.push_back({c.fd, static_cast<short>(c.response.empty() ? POLLIN : POLLOUT), 0});
+      next = std::min(next, c.deadline);
     }
-    if (stopping_ || (p[1].revents & POLLIN) != 0) return;
-    if ((p[0].revents & POLLIN) == 0) continue;
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;  // EAGAIN (someone else's connect went away), EMFILE, ...
-    Serve(fd);
-    ::close(fd);
+    int ms = next == absl::InfiniteFuture() ? -1 : RemainingMs(next);
+    int r = ::poll(fds.data(), fds.size(), ms);
+    if (r < 0 && errno != EINTR) break;
+    if (stopping_ || (fds[1].revents & POLLIN) != 0) break;
+    const absl::Time now = absl::Now();
+    // Existing connections first (indices shift as they close: walk backwards).
+    for (size_t i = open.size(); i-- > 0;) {
+      Connection& c = open[i];
+      const short revents = r > 0 ? fds[i + 2].revents : 0;
+      if (revents != 0 && c.response.empty()) OnReadable(&c);
+      if (c.fd < 0) {  // closed by the client, or unreadable
+        open.erase(open.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      if (!c.response.empty() && (revents & (POLLOUT | POLLERR | POLLHUP)) != 0) {
+        ssize_t n = ::send(c.fd, c.response.data() + c.written, c.response.size() - c.written,
+                           MSG_NOSIGNAL);
+        if (n > 0) c.written += static_cast<size_t>(n);
+        if (n < 0 && errno != EINTR && errno != EAGAIN) c.written = c.response.size() + 1;
+        if (c.written == c.response.size() && c.ok) ++served_;
+        if (c.written >= c.response.size()) {
+          close_at(i);
+          continue;
+        }
+      }
+      if (now >= c.deadline) close_at(i);  // too slow to ask or to take the answer
+    }
+    if (r > 0 && (fds[0].revents & POLLIN) != 0) {
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) {
+        if (static_cast<int>(open.size()) >= std::max(1, options_.max_connections)) close_at(0);
+        open.push_back(Connection{fd, absl::Now() + options_.io_timeout});
+      }
+      // else EAGAIN (someone else's connect went away), EMFILE, ...: try again next round.
+    }
   }
+  for (Connection& c : open) ::close(c.fd);
 }
 
-void MetricsServer::Serve(int fd) {
-  absl::Time deadline = absl::Now() + options_.io_timeout;
-  std::string request;
+void MetricsServer::OnReadable(Connection* c) {
   char buf[1024];
-  bool complete = false;
-  while (!complete && request.size() <= options_.max_request_bytes) {
-    pollfd p{fd, POLLIN, 0};
-    int ms = RemainingMs(deadline);
-    if (ms == 0) return;  // too slow: drop the connection
-    int r = ::poll(&p, 1, ms);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return;
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n <= 0) return;  // closed before a full request
-    request.append(buf, static_cast<size_t>(n));
-    complete =
-        request.find("\r\n\r\n") != std::string::npos || request.find("\n\n") != std::string::npos;
-  }
-  if (!complete) {
-    WriteAll(fd,
-             Response(431, "Request Header Fields Too Large", "text/plain", "request too large\n"),
-             deadline);
+  ssize_t n = ::recv(c->fd, buf, sizeof(buf), 0);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {  // closed before a full request
+    ::close(c->fd);
+    c->fd = -1;
     return;
   }
+  c->request.append(buf, static_cast<size_t>(n));
+  const bool complete = c->request.find("\r\n\r\n") != std::string::npos ||
+                        c->request.find("\n\n") != std::string::npos;
+  if (!complete && c->request.size() <= options_.max_request_bytes) return;
+  c->ok = complete;
+  c->response = complete ? Answer(c->request)
+                         : Response(431, "Request Header Fields Too Large", "text/plain",
+                                    "request too large\n");
+  c->ok = c->ok && c->response.rfind("HTTP/1.1 200", 0) == 0;
+}
+
+std::string MetricsServer::Answer(const std::string& request) {
   std::string line = request.substr(0, request.find('\n'));
   if (!line.empty() && line.back() == '\r') line.pop_back();
   std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
   if (parts.size() != 3 || !absl::StartsWith(parts[2], "HTTP/")) {
-    WriteAll(fd, Response(400, "Bad Request", "text/plain", "malformed request line\n"), deadline);
-    return;
+    return Response(400, "Bad Request", "text/plain", "malformed request line\n");
   }
   if (parts[0] != "GET") {
-    WriteAll(
-        fd,
-        Response(405, "Method Not Allowed", "text/plain", "only GET /metrics\n", "Allow: GET\r\n"),
-        deadline);
-    return;
+    return Response(405, "Method Not Allowed", "text/plain", "only GET /metrics\n",
+                    "Allow: GET\r\n");
   }
   std::string path = parts[1].substr(0, parts[1].find('?'));
-  if (path != "/metrics") {
-    WriteAll(fd, Response(404, "Not Found", "text/plain", "only GET /metrics\n"), deadline);
-    return;
-  }
-  if (WriteAll(
-          fd,
-          Response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", registry_->Exposition()),
-          deadline)) {
-    ++served_;
-  }
+  if (path != "/metrics") return Response(404, "Not Found", "text/plain", "only GET /metrics\n");
+  return Response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", registry_->Exposition());
 }
 
 }  // namespace tessera

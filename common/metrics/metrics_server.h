@@ -2,10 +2,11 @@
 // with the registry's text exposition (200, Content-Type text/plain; version=0.0.4) and nothing
 // else (404 for other paths, 405 for other methods, 400 for malformed or oversized requests).
 //
-// It is deliberately small and bounded: plain POSIX sockets, one thread that serves one
-// connection at a time, a request of at most `max_request_bytes`, and `io_timeout` for reading a
-// request and for writing the answer, so a slow or hostile client delays scrapes by at most that
-// and cannot grow memory. Every response closes the connection.
+// It is deliberately small and bounded: plain POSIX sockets and one thread that polls every open
+// connection at once (up to `max_connections`; beyond that the oldest is dropped), so idle or
+// slow clients never delay a scrape. Each connection has `io_timeout` to send its request (of
+// at most `max_request_bytes`) and take its answer, then it is closed: a hostile client holds
+// at most one slot for that long and cannot grow memory. Every response closes the connection.
 //
 // Lifecycle: construct, Start() (binds and listens; fails with a message naming host:port),
 // then Shutdown() and Wait() (the destructor does both). Thread-safe: Shutdown() may be called
@@ -30,7 +31,8 @@ struct MetricsServerOptions {
   std::string host = "0.0.0.0";
   int port = 0;  // 0 = any free port (see MetricsServer::port())
   size_t max_request_bytes = 8192;
-  absl::Duration io_timeout = absl::Seconds(5);
+  absl::Duration io_timeout = absl::Seconds(5);  // per connection: request in, answer out
+  int max_connections = 64;                      // open at once (>= 1)
 };
 
 class MetricsServer {
@@ -44,7 +46,7 @@ class MetricsServer {
   // Binds host:port, listens and starts the serving thread. Unavailable / InvalidArgument name
   // the address; FailedPrecondition if already started.
   absl::Status Start();
-  // Stops accepting; a request in progress is finished (bounded by io_timeout). Idempotent.
+  // Stops accepting and closes every open connection. Idempotent.
   void Shutdown();
   // Blocks until the serving thread has exited (returns at once if never started).
   void Wait();
@@ -55,8 +57,11 @@ class MetricsServer {
   int64_t requests_served() const { return served_.load(); }
 
  private:
+  struct Connection;
   void Loop();
-  void Serve(int fd);
+  // Reads what `c` has sent; once its request is complete (or bad), sets its response.
+  void OnReadable(Connection* c);
+  std::string Answer(const std::string& request);
 
   const MetricsRegistry* registry_;
   const MetricsServerOptions options_;

@@ -163,6 +163,67 @@ TEST_F(MetricsServerTest, SilentClientIsDroppedAndOthersServedAfterIt) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // bounded, not a speed assertion
 }
 
+// True once the server has closed `fd` (recv sees the end), false if it is still open after
+// `within`.
+bool ClosedByServer(int fd, absl::Duration within) {
+  absl::Time deadline = absl::Now() + within;
+  char buf[256];
+  while (absl::Now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return true;
+  }
+  return false;
+}
+
+TEST(MetricsServerConcurrencyTest, IdleConnectionsDoNotDelayAScrape) {
+  MetricsRegistry registry;
+  ASSERT_TRUE(registry.GetCounter("tessera_steps_total", "Steps.").ok());
+  MetricsServerOptions o;
+  o.host = "127.0.0.1";
+  o.io_timeout = absl::Seconds(60);  // one at a time, 16 idle clients would hold it 16 minutes
+  MetricsServer server(&registry, o);
+  ASSERT_TRUE(server.Start().ok());
+  std::vector<int> idle;
+  for (int i = 0; i < 16; ++i) {
+    idle.push_back(Connect(server.port()));
+    ASSERT_GE(idle.back(), 0);
+  }
+  // Half a request from some of them: still not an answer, still not in the way.
+  for (int i = 0; i < 8; ++i) (void)!::send(idle[i], "GET /met", 8, MSG_NOSIGNAL);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(Scrape(server.port()).rfind("HTTP/1.1 200", 0), 0u) << "scrape " << k;
+  }
+  EXPECT_EQ(server.requests_served(), 3);
+  // The idle ones are still open (their 60 s are not up), and one that finishes its request
+  // now is answered.
+  EXPECT_FALSE(ClosedByServer(idle[15], absl::Milliseconds(200)));
+  const std::string rest = "rics HTTP/1.1\r\n\r\n";
+  (void)!::send(idle[0], rest.data(), rest.size(), MSG_NOSIGNAL);
+  EXPECT_EQ(ReadAll(idle[0]).rfind("HTTP/1.1 200", 0), 0u);
+  for (int fd : idle) ::close(fd);
+}
+
+TEST(MetricsServerConcurrencyTest, BeyondMaxConnectionsTheOldestIsDropped) {
+  MetricsRegistry registry;
+  MetricsServerOptions o;
+  o.host = "127.0.0.1";
+  o.io_timeout = absl::Seconds(60);
+  o.max_connections = 4;
+  MetricsServer server(&registry, o);
+  ASSERT_TRUE(server.Start().ok());
+  std::vector<int> idle;
+  for (int i = 0; i < 6; ++i) {
+    idle.push_back(Connect(server.port()));
+    ASSERT_GE(idle.back(), 0);
+  }
+  EXPECT_EQ(Scrape(server.port()).rfind("HTTP/1.1 200", 0), 0u);
+  // 7 connections met a server that keeps 4: the 3 oldest were closed to make room.
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(ClosedByServer(idle[i], absl::Seconds(10))) << i;
+  for (int fd : idle) ::close(fd);
+}
+
 TEST_F(MetricsServerTest, ShutdownStopsServingAndIsIdempotent) {
   int port = server_->port();
   server_->Shutdown();
