@@ -36,11 +36,7 @@ int main(int argc, char** argv) {
       args.push_back(argv[i]);
     }
   }
-  auto env = [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  };
+  const tessera::EnvLookup env = tessera::ProcessEnvironment();
   auto config =
       tessera::ParseDaemonArgs(static_cast<int>(args.size()), args.data(), env, role_default);
   if (!config.ok()) {

@@ -115,11 +115,7 @@ int Main(int argc, char** argv) {
     }
     rest.push_back(argv[i]);
   }
-  auto env = [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  };
+  const EnvLookup env = ProcessEnvironment();
   absl::StatusOr<ClusterConfig> config =
       ParseDaemonArgs(static_cast<int>(rest.size()), rest.data(), env, "trainer");
   if (!config.ok()) {

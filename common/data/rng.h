@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <random>
 
+#include "common/splitmix64.h"
+
 namespace tessera {
 namespace data {
 
@@ -43,11 +45,7 @@ inline double Normal(std::mt19937_64& rng) {
 }
 
 // A fixed bijection of the 64-bit integers with good avalanche (the SplitMix64 finalizer).
-inline constexpr uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+inline constexpr uint64_t Mix64(uint64_t z) { return SplitMix64Mix(z); }
 
 namespace internal {
 // Multiplicative inverse of an odd number modulo 2^64 (Newton's iteration doubles the correct

@@ -18,18 +18,15 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/splitmix64.h"
+
 namespace tessera {
 
 namespace counter_rng_internal {
 
-inline constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+inline constexpr uint64_t kGolden = kSplitMix64Gamma;
 
-// The splitmix64 output function (a bijection on 64-bit words).
-inline uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+inline uint64_t Mix64(uint64_t z) { return SplitMix64Mix(z); }
 
 // Stream keys: two independent streams per seed (the second feeds Box-Muller's angle).
 inline uint64_t StreamKey(uint64_t seed, uint64_t stream) {

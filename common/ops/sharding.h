@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/splitmix64.h"
+
 namespace tessera {
 
 enum class ShardMethod { kHash, kMod };
@@ -26,10 +28,7 @@ inline bool ParseShardMethod(const std::string& s, ShardMethod* out) {
 inline int ShardOf(int64_t id, int num_shards, ShardMethod method) {
   uint64_t u = static_cast<uint64_t>(id);
   if (method == ShardMethod::kHash) {
-    u += 0x9e3779b97f4a7c15ULL;  // splitmix64 finalizer
-    u = (u ^ (u >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    u = (u ^ (u >> 27)) * 0x94d049bb133111ebULL;
-    u ^= u >> 31;
+    u = SplitMix64Next(u);
     return static_cast<int>(u % static_cast<uint64_t>(num_shards));
   }
   int64_t m = id % num_shards;
