@@ -26,7 +26,7 @@
 #include "common/tensor.h"
 #include "examples/ctr/model.h"
 #include "examples/mlp_regression/model.h"
-#include "trainer/model.h"
+#include "common/model_spec.h"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include "common/rpc/rpc_metrics.h"
 #include "common/status.h"
 #include "pserver/parameter_server.h"
-#include "transpiler/cluster_programs.h"
+#include "cluster/cluster_programs.h"
 
 namespace tessera {
 

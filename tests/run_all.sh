@@ -20,6 +20,9 @@ fi
 log=$(mktemp)
 bazel test --jobs="$JOBS" --local_test_jobs=2 --nocache_test_results //... 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
+# The layer rules visibility cannot state (DESIGN.md "Layers"), over the whole build graph.
+tests/check_layering.sh 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 # libFuzzer targets (clang, outside Bazel; FUZZ_SECONDS each, default 60): one
 # "//tests/fuzz:<name>_fuzzer ... PASSED|FAILED" line per target, counted below with the tests.
 # TESSERA_SKIP_FUZZ=1 skips them (local runs).

@@ -27,7 +27,7 @@
 #include "common/device/place.h"
 #include "common/op_registry.h"
 #include "trainer/local_trainer.h"
-#include "trainer/model.h"
+#include "common/model_spec.h"
 
 namespace tessera {
 

@@ -14,7 +14,7 @@
 #include "common/data/example.h"
 #include "common/scope.h"
 #include "proto/program.pb.h"
-#include "trainer/model.h"
+#include "common/model_spec.h"
 
 namespace tessera {
 

@@ -32,7 +32,7 @@
 #include "common/scope.h"
 #include "proto/program.pb.h"
 #include "trainer/feeder.h"
-#include "trainer/model.h"
+#include "common/model_spec.h"
 #include "trainer/places.h"
 
 namespace tessera {

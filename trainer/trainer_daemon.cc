@@ -20,7 +20,7 @@
 #include "trainer/local_trainer.h"
 #include "trainer/op_timing.h"
 #include "trainer/rpc_ops.h"
-#include "transpiler/cluster_programs.h"
+#include "cluster/cluster_programs.h"
 
 namespace tessera {
 

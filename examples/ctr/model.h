@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/op_registry.h"
-#include "trainer/model.h"
+#include "common/model_spec.h"
 
 namespace tessera {
 namespace examples {

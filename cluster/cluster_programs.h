@@ -1,15 +1,15 @@
 // The single-machine program a daemon starts from (an example's, or program files) and its
 // transpilation for this cluster. Shared by the pserver and trainer daemons and the
 // tessera_transpile tool so that all of them derive exactly the same programs.
-#ifndef TESSERA_TRANSPILER_CLUSTER_PROGRAMS_H_
-#define TESSERA_TRANSPILER_CLUSTER_PROGRAMS_H_
+#ifndef TESSERA_CLUSTER_CLUSTER_PROGRAMS_H_
+#define TESSERA_CLUSTER_CLUSTER_PROGRAMS_H_
 
 #include "absl/status/statusor.h"
 #include "common/config/cluster_config.h"
 #include "common/op_registry.h"
 #include "examples/registry.h"
 #include "transpiler/distribute_transpiler.h"
-#include "trainer/model.h"
+#include "common/model_spec.h"
 
 namespace tessera {
 
@@ -22,4 +22,4 @@ absl::StatusOr<DistributeTranspiler> TranspileFor(const ClusterConfig& config,
 
 }  // namespace tessera
 
-#endif  // TESSERA_TRANSPILER_CLUSTER_PROGRAMS_H_
+#endif  // TESSERA_CLUSTER_CLUSTER_PROGRAMS_H_

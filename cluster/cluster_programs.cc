@@ -1,4 +1,4 @@
-#include "transpiler/cluster_programs.h"
+#include "cluster/cluster_programs.h"
 
 #include "common/program_io.h"
 #include "common/status.h"

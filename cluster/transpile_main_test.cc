@@ -26,7 +26,7 @@
 #include "common/ops/ops.h"
 #include "common/program_io.h"
 #include "gtest/gtest.h"
-#include "transpiler/cluster_programs.h"
+#include "cluster/cluster_programs.h"
 
 namespace tessera {
 namespace {
@@ -45,7 +45,7 @@ std::string Binary() {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   const char* ws = std::getenv("TEST_WORKSPACE");
   return absl::StrCat(srcdir != nullptr ? srcdir : ".", "/", ws != nullptr ? ws : "tessera",
-                      "/transpiler/tessera_transpile");
+                      "/cluster/tessera_transpile");
 }
 
 std::string ReadAll(const std::string& path) {

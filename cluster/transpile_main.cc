@@ -33,7 +33,7 @@
 #include "common/ops/ops.h"
 #include "common/program_io.h"
 #include "common/tensor.h"
-#include "transpiler/cluster_programs.h"
+#include "cluster/cluster_programs.h"
 #include "transpiler/distribute_transpiler.h"
 
 namespace tessera {
