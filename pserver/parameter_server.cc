@@ -670,6 +670,16 @@ void ParameterServer::Watchdog() {
       if (!sync_ && !finished_ && first_request_ != absl::InfinitePast()) {
         timeout = CheckSilentTrainers();
       }
+      // Nobody ever came.
+      if (options_.startup_timeout > absl::ZeroDuration() &&
+          first_request_ == absl::InfinitePast() &&
+          absl::Now() - created_ > options_.startup_timeout) {
+        timeout = absl::DeadlineExceededError(absl::StrCat(
+            "pserver ", options_.endpoint, ": no trainer reached it within --startup_timeout_s=",
+            absl::ToDoubleSeconds(options_.startup_timeout),
+            " (are the trainers running, with this endpoint in their --pservers and the same "
+            "TLS settings and job token?)"));
+      }
       // Silence from everyone (nobody waits at a barrier, which names the missing instead).
       if (timeout.ok() && !finished_ && !active_.empty() && last_request_ != absl::InfinitePast() &&
           absl::Now() - last_request_ > options_.barrier_timeout && !optimizing_ &&

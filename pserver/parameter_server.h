@@ -49,6 +49,9 @@ struct ParameterServerOptions {
   // server finishes when every remaining trainer completed). Sync mode always fails: its steps
   // need every trainer.
   bool async_drop_silent_trainers = false;
+  // A server that no trainer has reached this long after it was created fails (its trainers
+  // never started, or were pointed elsewhere). Zero: it waits forever.
+  absl::Duration startup_timeout = absl::ZeroDuration();
   int optimize_threads = 2;
   // Distributed tables (every sparse_table op of the program): lifecycle options, off at 0.
   int64_t table_admission_threshold = 0;
@@ -216,6 +219,7 @@ class ParameterServer : public RequestHandler {
   // Per trainer: its last request (async silence detection); InfinitePast until its first.
   std::vector<absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
   absl::Time first_request_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  const absl::Time created_ = absl::Now();  // for options_.startup_timeout
 
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ThreadPool> checkpoint_pool_;  // runs SaveCheckpoint off the RPC threads

@@ -59,6 +59,7 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log, DaemonPh
   po.endpoint = config.current_endpoint;
   po.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
   po.async_drop_silent_trainers = config.async_drop_silent_trainers;
+  po.startup_timeout = absl::Seconds(config.startup_timeout_s);
   po.table_admission_threshold = config.table_admission_threshold;
   po.table_evict_after_steps = config.table_evict_after_steps;
   po.table_max_rows = config.table_max_rows;

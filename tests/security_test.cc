@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -39,7 +40,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_util.h"
-#include "transpiler/cluster_programs.h"
+#include "cluster/cluster_programs.h"
 
 namespace tessera {
 namespace {
@@ -633,7 +634,9 @@ struct RunResult {
   std::string output;
 };
 
-RunResult RunDaemon(const std::string& binary, const std::vector<std::string>& flags) {
+// Runs a daemon to its end; a daemon still running after `timeout` is a failure (and killed).
+RunResult RunDaemon(const std::string& binary, const std::vector<std::string>& flags,
+                    absl::Duration timeout = absl::Seconds(30)) {
   const std::string dir = MakeTempDir("sec_flags");
   ProcessGroup group;
   std::vector<std::string> args = {RunfilePath(binary)};
@@ -642,11 +645,105 @@ RunResult RunDaemon(const std::string& binary, const std::vector<std::string>& f
   auto pid = group.Start(args, dir + "/out.log");
   EXPECT_TRUE(pid.ok());
   if (!pid.ok()) return r;
-  auto st = group.Wait(*pid, absl::Seconds(30));
-  EXPECT_TRUE(st.ok()) << st.status();
+  auto st = group.Wait(*pid, timeout);
+  EXPECT_TRUE(st.ok()) << binary << " still running after " << timeout << ": " << st.status();
   if (st.ok() && WIFEXITED(*st)) r.exit_code = WEXITSTATUS(*st);
   r.output = ReadAllOf(dir + "/out.log");
   return r;
+}
+
+// ------------------------------------------------------------------------------------------
+// (e) Fast failures naming the cause: a trainer that cannot reach a pserver (TLS on one side
+// only, a host that does not resolve, nothing listening) ends within --connect_timeout_s + 5 s
+// saying why; one whose pserver is killed mid-training ends within seconds, naming it.
+
+TEST(SecurityTest, UnreachablePserversEndTrainersWithinTheConnectTimeoutNamingTheCause) {
+  const Pki& pki = TestPki();
+  const std::string dir = MakeTempDir("sec_connect");
+  ProcessGroup group;
+  Pserver tls = StartPserver(&group, dir, TlsFlags(pki));
+  ASSERT_GT(tls.pid, 0);
+  Pserver plain = StartPserver(&group, MakeTempDir("sec_connect_plain"), {});
+  ASSERT_GT(plain.pid, 0);
+  for (const Pserver* ps : {&tls, &plain}) {  // both serve before the trainers start
+    auto c = Client(ps->endpoint,
+                    ps == &tls ? Security(pki.cert, pki.key, pki.ca, kToken) : RpcSecurity(),
+                    /*wait_for_ready=*/true);
+    Variable v;
+    (void)c->GetVariable(Meta(), "no-such-variable", &v);
+  }
+  auto eps = FreeEndpoints(1);  // nothing listens there
+  ASSERT_TRUE(eps.ok());
+  const absl::Duration bound = absl::Seconds(3 + 5);
+  auto trainer = [&](const std::string& pserver, std::vector<std::string> extra) {
+    std::vector<std::string> flags = JobFlags(pserver);
+    flags.push_back("--connect_timeout_s=3");
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return RunDaemon("trainer/tessera_trainer", flags, bound);
+  };
+  struct Case {
+    const char* what;
+    RunResult r;
+    std::vector<std::string> expect;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"plaintext trainer, TLS pserver", trainer(tls.endpoint, {}),
+                   {tls.endpoint, "not reachable", "TLS"}});
+  cases.push_back({"TLS trainer, plaintext pserver", trainer(plain.endpoint, TlsFlags(pki)),
+                   {plain.endpoint, "not reachable", "TLS"}});
+  cases.push_back({"unresolvable host", trainer("no-such-host.invalid:6170", {}),
+                   {"no-such-host.invalid:6170", "cannot resolve the host", "DNS", "--connect_timeout_s=3"}});
+  cases.push_back({"nothing listening", trainer((*eps)[0], {}),
+                   {(*eps)[0], "not reachable"}});
+  for (const Case& c : cases) {
+    EXPECT_EQ(c.r.exit_code, 1) << c.what << ": " << c.r.output;
+    for (const std::string& want : c.expect) {
+      EXPECT_NE(c.r.output.find(want), std::string::npos)
+          << c.what << ": no '" << want << "' in:\n" << c.r.output;
+    }
+  }
+  EXPECT_TRUE(group.Running(tls.pid) && group.Running(plain.pid));
+}
+
+TEST(SecurityTest, PserverThatNoTrainerReachesFailsAfterTheStartupTimeout) {
+  const std::string dir = MakeTempDir("sec_startup");
+  ProcessGroup group;
+  Pserver ps = StartPserver(&group, dir, {"--startup_timeout_s=2"});
+  ASSERT_GT(ps.pid, 0);
+  auto st = group.Wait(ps.pid, absl::Seconds(2 + 10));
+  ASSERT_TRUE(st.ok()) << "pserver still waiting for trainers:\n" << ReadAllOf(ps.log);
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << ReadAllOf(ps.log);
+  EXPECT_NE(ReadAllOf(ps.log).find("no trainer reached it within --startup_timeout_s=2"),
+            std::string::npos)
+      << ReadAllOf(ps.log);
+}
+
+TEST(SecurityTest, KilledPserverEndsItsTrainerWithinSecondsNamingIt) {
+  const std::string dir = MakeTempDir("sec_killed");
+  ProcessGroup group;
+  Pserver ps = StartPserver(&group, dir, {"--epochs=100000"});
+  ASSERT_GT(ps.pid, 0);
+  std::vector<std::string> args = {RunfilePath("trainer/tessera_trainer")};
+  for (const auto& f : JobFlags(ps.endpoint)) args.push_back(f);
+  args.push_back("--epochs=100000");  // trains until the pserver goes
+  const std::string log = dir + "/trainer.log";
+  auto trainer = group.Start(args, log);
+  ASSERT_TRUE(trainer.ok());
+  // Kill the pserver once steps are being made.
+  absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline &&
+         Sample(HttpGet(ps.metrics_port, "/metrics"), "tessera_pserver_steps_total") < 5) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_GE(Sample(HttpGet(ps.metrics_port, "/metrics"), "tessera_pserver_steps_total"), 5)
+      << ReadAllOf(log);
+  group.Kill(ps.pid, SIGKILL);
+  // Not the 30 s RPC deadline of JobFlags: the trainer stops waiting for a pserver that is gone.
+  auto st = group.Wait(*trainer, absl::Seconds(15));
+  ASSERT_TRUE(st.ok()) << "trainer still running 15 s after its pserver was killed:\n"
+                       << ReadAllOf(log);
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << ReadAllOf(log);
+  EXPECT_NE(ReadAllOf(log).find("pserver " + ps.endpoint), std::string::npos) << ReadAllOf(log);
 }
 
 TEST(SecurityTest, MismatchedFlagsGiveOneClearError) {

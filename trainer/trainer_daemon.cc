@@ -297,6 +297,19 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPh
   }
   // Everything local is in place; from here on the trainer depends on its peers.
   phase->Started();
+  if (!collective_mode) {
+    // Every pserver reachable within --connect_timeout_s (one deadline for all), or the cause.
+    const absl::Time connect_deadline = absl::Now() + absl::Seconds(config.connect_timeout_s);
+    for (const std::string& ep : config.pservers) {
+      absl::Status connected = pool.Get(ep)->Connect(
+          std::max(absl::Milliseconds(1), connect_deadline - absl::Now()));
+      if (!connected.ok()) {
+        return absl::Status(connected.code(),
+                            absl::StrCat(connected.message(), " (waited --connect_timeout_s=",
+                                         config.connect_timeout_s, ")"));
+      }
+    }
+  }
   // Create() runs the startup program, which pulls the initial parameters from the pservers.
   TS_ASSIGN_OR_RETURN(auto trainer,
                       LocalTrainer::Create(devices.executor_registry(&timed_registry), dist, lo));

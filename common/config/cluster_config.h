@@ -58,6 +58,8 @@ struct ClusterConfig {
   bool memory_optimize = false;  // trainer: reuse buffers of temporaries (grads kept)
   // RPC.
   double rpc_deadline_s = 120;
+  double connect_timeout_s = 10;  // trainer: wait this long for each pserver at start
+  double startup_timeout_s = 600;  // pserver: fail if no trainer came within this (0 = wait)
   double barrier_timeout_s = 60;
   int64_t chunk_bytes = int64_t{4} << 20;
   int async_max_merge = 4;            // async: gradients merged per push

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/rpc/rpc.h"
 
 namespace tessera {
@@ -23,6 +24,11 @@ class PServerClient {
   virtual ~PServerClient() = default;
 
   virtual const std::string& endpoint() const = 0;
+
+  // Waits at most `timeout` until the pserver is reachable. UNAVAILABLE naming the endpoint and
+  // the cause (no such host, connection refused, TLS handshake) otherwise. After success a call
+  // no longer waits for a pserver that went away: it fails once its retries are spent.
+  virtual absl::Status Connect(absl::Duration timeout) { return absl::OkStatus(); }
 
   // Sends `var` (dense tensor or SelectedRows) under `name`. `var` must stay unchanged until
   // `done` runs (its bytes may be sent without copying).
@@ -35,7 +41,8 @@ class PServerClient {
   virtual void PrefetchAsync(const RequestMeta& meta, const std::string& table,
                              const std::vector<int64_t>* ids, Tensor* out, DoneCallback done) = 0;
   virtual void BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) = 0;
-  // Asks the pserver to save a checkpoint into `dir` (a path on the pserver's machine).
+  // Asks the pserver to save its shard of checkpoint `dir` ("ckpt-<step>") under its own
+  // --checkpoint_dir.
   virtual void CheckpointAsync(const RequestMeta& meta, const std::string& dir,
                                DoneCallback done) = 0;
 

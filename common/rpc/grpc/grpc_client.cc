@@ -3,8 +3,10 @@
 #include <atomic>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/rpc/grpc/codec.h"
 #include "common/rpc/grpc/credentials.h"
@@ -96,6 +98,64 @@ GrpcPServerClient::GrpcPServerClient(std::string endpoint, GrpcClientOptions opt
 
 GrpcPServerClient::~GrpcPServerClient() = default;
 
+namespace {
+// What a failed connection attempt says, for an operator: gRPC's last transport error, led by
+// the cause in words.
+std::string ConnectFailure(const std::string& endpoint, absl::string_view grpc_message,
+                           bool tls) {
+  auto has = [&](absl::string_view s) { return absl::StrContains(grpc_message, s); };
+  std::string cause;
+  if (has("DNS") || has("resolve") || has("Name or service not known") ||
+      has("nodename nor servname")) {
+    cause = absl::StrCat("cannot resolve the host of ", endpoint, " (DNS)");
+  } else if (has("andshake") || has("SSL") || has("ssl") || has("ertificate") || has("TLS")) {
+    cause = "TLS handshake failed (both sides need the same --tls_ca, and certificates that name "
+            "their hosts)";
+  } else if (has("onnection refused")) {
+    cause = "connection refused: nothing listens there (is the pserver running?)";
+  } else {
+    cause = tls ? "no connection (this trainer uses TLS: does the pserver?)"
+                : "no connection (is the pserver up, and does it expect TLS?)";
+  }
+  return absl::StrCat(cause, "; gRPC: ", grpc_message);
+}
+}  // namespace
+
+absl::Status GrpcPServerClient::Connect(absl::Duration timeout) {
+  const auto deadline =
+      std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout);
+  if (channel_->WaitForConnected(deadline)) {
+    connected_.store(true, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+  // Why not: one health check that does not wait for the channel returns gRPC's last error.
+  grpc::ClientContext ctx;
+  ctx.set_wait_for_ready(false);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Slice empty_message(std::string{});  // an empty HealthCheckRequest: any service
+  grpc::ByteBuffer request(&empty_message, 1), response;
+  absl::Mutex mu;
+  bool finished = false;
+  grpc::Status status;
+  stub_->UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                   [&](grpc::Status s) {
+                     absl::MutexLock lock(&mu);
+                     status = std::move(s);
+                     finished = true;
+                   });
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&finished));
+  }
+  if (status.ok()) {  // it came up just now
+    connected_.store(true, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(
+      absl::StrCat("pserver ", endpoint_, " not reachable: ",
+                   ConnectFailure(endpoint_, status.error_message(), options_.security.tls())));
+}
+
 void GrpcPServerClient::Call(const char* method, grpc::ByteBuffer request,
                              std::function<absl::Status(const grpc::ByteBuffer&)> on_response,
                              DoneCallback done) {
@@ -110,7 +170,8 @@ void GrpcPServerClient::Call(const char* method, grpc::ByteBuffer request,
   state->request = std::move(request);
   state->ctx.set_deadline(std::chrono::system_clock::now() +
                           absl::ToChronoMilliseconds(options_.deadline));
-  state->ctx.set_wait_for_ready(options_.wait_for_ready);
+  state->ctx.set_wait_for_ready(options_.wait_for_ready &&
+                                !connected_.load(std::memory_order_relaxed));
   if (!options_.security.job_token.empty()) {
     state->ctx.AddMetadata(kJobTokenMetadataKey, options_.security.job_token);
   }

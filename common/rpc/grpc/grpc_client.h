@@ -8,6 +8,7 @@
 #ifndef TESSERA_COMMON_RPC_GRPC_GRPC_CLIENT_H_
 #define TESSERA_COMMON_RPC_GRPC_GRPC_CLIENT_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -29,6 +30,8 @@ struct GrpcClientOptions {
   int64_t chunk_bytes = int64_t{4} << 20;  // 0: never chunk
   absl::Duration deadline = absl::Seconds(120);
   int max_attempts = 5;  // per call, retrying UNAVAILABLE
+  // Calls wait for the channel to connect (within `deadline`) until Connect() succeeded; after
+  // it they fail fast (UNAVAILABLE once retries are spent) when the pserver goes away.
   bool wait_for_ready = true;
   int64_t max_message_bytes = int64_t{1} << 30;
   // Mutual TLS and the job token sent with every call (see credentials.h).
@@ -43,6 +46,7 @@ class GrpcPServerClient : public PServerClient {
   ~GrpcPServerClient() override;
 
   const std::string& endpoint() const override { return endpoint_; }
+  absl::Status Connect(absl::Duration timeout) override;
   void SendVariableAsync(const RequestMeta& meta, const std::string& name, const Variable* var,
                          DoneCallback done) override;
   void GetVariableAsync(const RequestMeta& meta, const std::string& name, Variable* out,
@@ -62,6 +66,7 @@ class GrpcPServerClient : public PServerClient {
   GrpcClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Stub> stub_;
+  std::atomic<bool> connected_{false};
 };
 
 // Creates the channel options shared by all clients (message limits, retry policy).
