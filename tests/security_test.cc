@@ -173,14 +173,20 @@ struct Params {
   std::vector<std::string> grads;
 };
 
-Params ParamsOf(const std::vector<std::string>& flags) {
+// The transpilation a daemon started with `flags` (--flag=value each) does.
+absl::StatusOr<DistributeTranspiler> TranspileFlags(const std::vector<std::string>& flags) {
   ClusterConfig config;
   for (const auto& f : flags) {
     auto eq = f.find('=');
-    EXPECT_TRUE(SetFromString(f.substr(2, eq - 2), f.substr(eq + 1), &config).ok()) << f;
+    absl::Status s = SetFromString(f.substr(2, eq - 2), f.substr(eq + 1), &config);
+    if (!s.ok()) return s;
   }
   auto registry = NewStandardOpRegistry();
-  auto t = TranspileFor(config, *registry, 0);
+  return TranspileFor(config, *registry, 0);
+}
+
+Params ParamsOf(const std::vector<std::string>& flags) {
+  auto t = TranspileFlags(flags);
   EXPECT_TRUE(t.ok()) << t.status();
   Params out;
   if (!t.ok()) return out;
@@ -560,13 +566,7 @@ TEST(SecurityTest, RowBudgetHoldsUnderAPrefetchFlood) {
   ASSERT_TRUE(pid.ok()) << pid.status();
 
   // The tables this pserver holds, from the same transpilation the daemon does.
-  ClusterConfig config;
-  for (const auto& f : job) {
-    auto eq = f.find('=');
-    ASSERT_TRUE(SetFromString(f.substr(2, eq - 2), f.substr(eq + 1), &config).ok()) << f;
-  }
-  auto registry = NewStandardOpRegistry();
-  auto t = TranspileFor(config, *registry, 0);
+  auto t = TranspileFlags(job);
   ASSERT_TRUE(t.ok()) << t.status();
   auto program = t->GetPserverProgram(endpoint);
   ASSERT_TRUE(program.ok()) << program.status();
@@ -819,6 +819,23 @@ TEST(SecurityTest, MismatchedFlagsGiveOneClearError) {
   r = RunDaemon("pserver/tessera_pserver", with({std::string("--job_token=a\tb")}));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--job_token: byte 2"), std::string::npos) << r.output;
+
+  // A job that would train no step: refused at start, by both flags and data.
+  r = RunDaemon("trainer/tessera_trainer",
+                {"--pservers=" + (*eps)[0], "--trainers=2", "--trainer_id=1",
+                 "--example=mlp_regression", "--batch_size=1"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--batch_size=1 is smaller than --trainers=2"), std::string::npos)
+      << r.output;
+  for (const std::vector<std::string>& zero :
+       {std::vector<std::string>{"--trainers=2", "--num_examples=1", "--batch_size=2"},
+        std::vector<std::string>{"--trainers=1", "--epochs=0"}}) {
+    std::vector<std::string> flags = {"--pservers=" + (*eps)[0], "--example=mlp_regression"};
+    flags.insert(flags.end(), zero.begin(), zero.end());
+    r = RunDaemon("trainer/tessera_trainer", flags);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("this job would train 0 steps"), std::string::npos) << r.output;
+  }
 
   // Unreadable training data and a port in use: start-time failures too.
   r = RunDaemon("trainer/tessera_trainer",

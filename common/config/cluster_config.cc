@@ -344,6 +344,11 @@ absl::Status Validate(const ClusterConfig& c) {
     if (!ValidEndpoint(ep))
       return bad(absl::StrCat("--pservers entry '", ep, "' is not host:port"));
   }
+  if (c.batch_size < c.trainers) {
+    return bad(absl::StrCat("--batch_size=", c.batch_size, " is smaller than --trainers=", c.trainers,
+                            ": the global batch is split across the trainers, and each needs at "
+                            "least one example of it"));
+  }
   if (c.trainer_id >= c.trainers) {
     return bad(absl::StrCat("--trainer_id=", c.trainer_id, " must be < --trainers=", c.trainers));
   }

@@ -111,6 +111,20 @@ TEST(ClusterConfigTest, EverySettingSaysWhatItDoesAndItsDefault) {
   EXPECT_NE(usage.find("--checkpoint_dir\n"), std::string::npos);
 }
 
+TEST(ClusterConfigTest, GlobalBatchSmallerThanTheTrainerCountIsRefused) {
+  ClusterConfig c;
+  c.role = "trainer";
+  c.pservers = {"127.0.0.1:7001"};
+  c.trainers = 2;
+  c.batch_size = 1;
+  absl::Status s = Validate(c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--batch_size=1 is smaller than --trainers=2"), std::string::npos)
+      << s;
+  c.batch_size = 2;
+  EXPECT_TRUE(Validate(c).ok());
+}
+
 TEST(ClusterConfigTest, ValidateChecksTheWhole) {
   ClusterConfig c;
   c.role = "pserver";
