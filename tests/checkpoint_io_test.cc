@@ -266,6 +266,11 @@ TEST(CheckpointIoTest, InterruptedSaveNeverCorruptsTheLastGoodCheckpoint) {
           ++kept_old;
           EXPECT_FALSE(s.ok());
           ExpectSame(*loaded, old);
+          // What the trainer does after a failed save: no partial ckpt-20 stays, ckpt-10 does.
+          ASSERT_TRUE(io::AbandonCheckpoint(posix, root, 20).ok()) << "op " << n;
+          EXPECT_FALSE(posix->Exists(root + "/" + io::CheckpointDirName(20))) << "op " << n;
+          ASSERT_TRUE(Load(root, &step).ok()) << "op " << n;
+          EXPECT_EQ(step, 10);
         } else {
           ASSERT_EQ(step, 20) << "op " << n;
           ExpectSame(*loaded, next);

@@ -225,6 +225,12 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPh
   auto checkpoint = [&](const TrainPosition& p) -> absl::Status {
     absl::Status s = write_checkpoint(p);
     if (s.ok()) return s;
+    // No partial ckpt-* is left behind (the previous complete one stays the one to restore).
+    absl::Status cleaned = io::AbandonCheckpoint(fs, config.checkpoint_dir, p.global_step);
+    if (!cleaned.ok()) {
+      log << "trainer 0: could not remove the partial checkpoint of step " << p.global_step
+          << ": " << cleaned.message() << std::endl;
+    }
     return absl::Status(
         s.code(), absl::StrCat("checkpoint of step ", p.global_step,
                                " in --checkpoint_dir=", config.checkpoint_dir, ": ", s.message()));

@@ -230,6 +230,12 @@ absl::Status FinishCheckpoint(FileSystem* fs, const std::string& root, int64_t s
   return absl::OkStatus();
 }
 
+absl::Status AbandonCheckpoint(FileSystem* fs, const std::string& root, int64_t step) {
+  const std::string dir = JoinPath(root, CheckpointDirName(step));
+  if (fs->Exists(JoinPath(dir, kManifestName))) return absl::OkStatus();  // committed
+  return fs->DeleteRecursively(dir);
+}
+
 absl::StatusOr<std::string> ResolveCheckpoint(FileSystem* fs, const std::string& path) {
   if (fs->Exists(JoinPath(path, kManifestName))) return path;
   absl::Status damaged;

@@ -92,6 +92,11 @@ absl::StatusOr<std::string> BeginCheckpoint(FileSystem* fs, const std::string& r
 // checkpoints beyond the newest `keep` complete ones (and incomplete ones older than it).
 absl::Status FinishCheckpoint(FileSystem* fs, const std::string& root, int64_t step, int keep);
 
+// After a save of <root>/ckpt-<step> failed (a full disk, a pserver gone): removes that
+// directory unless it is complete (holds its MANIFEST), so that no partial checkpoint is left.
+// Committed checkpoints are never touched.
+absl::Status AbandonCheckpoint(FileSystem* fs, const std::string& root, int64_t step);
+
 // The checkpoint to restore from `path`: `path` itself if it holds a MANIFEST, else the newest
 // complete ckpt-* under it. NotFound naming `path` if there is none.
 absl::StatusOr<std::string> ResolveCheckpoint(FileSystem* fs, const std::string& path);
