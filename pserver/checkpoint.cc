@@ -3,9 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <filesystem>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -42,16 +40,6 @@ std::string StripBlockSuffix(const std::string& name, int index) {
   const std::string suffix = absl::StrCat(".block", index);
   if (absl::EndsWith(name, suffix)) return name.substr(0, name.size() - suffix.size());
   return name;
-}
-
-// A scratch file outside the checkpoint (table export/import go through files).
-std::string ScratchPath(const std::string& what) {
-  static std::atomic<uint64_t> counter{0};
-  std::error_code ec;
-  std::string dir = std::filesystem::temp_directory_path(ec).string();
-  if (ec || dir.empty()) dir = "/tmp";
-  return io::JoinPath(
-      dir, absl::StrCat("tessera-ckpt-", ::getpid(), "-", counter.fetch_add(1), "-", what));
 }
 
 template <typename T>
@@ -206,16 +194,11 @@ absl::Status SavePserverShard(io::FileSystem* fs, const std::string& dir,
   }
   TS_RETURN_IF_ERROR(writer.WriteFile(prefix + ".meta", meta));
   for (const auto& t : shard.tables) {
-    // SparseTable exports to a file (atomically); it then goes through `fs` like the rest.
-    const std::string scratch = ScratchPath(t.name + ".tbl");
+    // The table's export bytes go through `fs` like every other file of the checkpoint.
     SparseTableExportOptions eo;
     eo.with_optimizer_state = true;
-    auto rows = t.table->Export(scratch, eo);
-    if (!rows.ok()) return rows.status();
-    auto data = io::PosixFileSystem::Default()->ReadFile(scratch);
-    io::PosixFileSystem::Default()->DeleteRecursively(scratch).IgnoreError();
-    if (!data.ok()) return data.status();
-    TS_RETURN_IF_ERROR(writer.WriteFile(absl::StrCat(prefix, ".", t.name, ".tbl"), *data));
+    TS_ASSIGN_OR_RETURN(std::string data, t.table->ExportBytes(eo));
+    TS_RETURN_IF_ERROR(writer.WriteFile(absl::StrCat(prefix, ".", t.name, ".tbl"), data));
     // Last-seen stamps and pending admission counts: 20-byte records.
     std::vector<SparseTableLifecycleRecord> life;
     t.table->ExportLifecycle(&life);
@@ -368,20 +351,8 @@ absl::StatusOr<PserverRestored> RestorePserverShard(io::FileSystem* fs, const st
                               data, io::JoinPath(ckpt_dir, name),
                               [&](int64_t id) { return ShardOf(id, n, method) == me; }, &kept));
       if (kept == 0) continue;
-      const std::string scratch = ScratchPath(name);
-      {  // a throwaway file: no fsync
-        TS_ASSIGN_OR_RETURN(auto file, io::PosixFileSystem::Default()->NewWritableFile(scratch));
-        absl::Status w = file->Append(mine);
-        absl::Status closed = file->Close();
-        TS_RETURN_IF_ERROR(w.ok() ? closed : w);
-      }
-      auto loaded = t.table->Import(scratch);
-      io::PosixFileSystem::Default()->DeleteRecursively(scratch).IgnoreError();
-      if (!loaded.ok()) {
-        return absl::Status(loaded.status().code(),
-                            absl::StrCat("checkpoint file ", io::JoinPath(ckpt_dir, name), ": ",
-                                         loaded.status().message()));
-      }
+      auto loaded = t.table->ImportBytes(mine, io::JoinPath(ckpt_dir, name));
+      if (!loaded.ok()) return loaded.status();
       result.table_rows += *loaded;
     }
     // Then the last-seen stamps and pending admission counts of the ids it owns now.

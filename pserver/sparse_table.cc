@@ -813,33 +813,12 @@ int64_t SparseTable::EvictStale() {
   return removed;
 }
 
-absl::StatusOr<int64_t> SparseTable::Export(const std::string& path,
-                                            const SparseTableExportOptions& export_options) {
-  absl::MutexLock export_lock(&export_mu_);
-  const uint32_t since = last_export_epoch_;
-  // Rows changed from here on record epoch + 1, so the next only_changed export sees them.
-  const uint32_t epoch = epoch_.fetch_add(1);
+int64_t SparseTable::WriteExport(const SparseTableExportOptions& export_options, uint32_t since,
+                                 const std::function<bool(const char*, size_t)>& append,
+                                 char* header) {
   const bool with_state = export_options.with_optimizer_state && state_width_ > 0;
   const int64_t state_width = with_state ? state_width_ : 0;
   const size_t record_bytes = 8 + sizeof(float) * (dim_ + state_width) + 4;
-
-  static std::atomic<uint64_t> temp_counter{0};
-  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid(), ".", temp_counter.fetch_add(1));
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "sparse table export to ", path, ": cannot create temp file ", temp, ": ", ErrnoText()));
-  }
-  FdCloser closer(fd);
-  auto fail = [&](const std::string& what) {
-    const std::string err = ErrnoText();
-    ::unlink(temp.c_str());
-    return absl::UnavailableError(
-        absl::StrCat("sparse table export to ", path, ": ", what, " ", temp, ": ", err));
-  };
-  char header[fmt::kHeaderBytes] = {};
-  if (!WriteAll(fd, header, sizeof(header))) return fail("cannot write");
-
   uint64_t count = 0;
   std::vector<char> buffer;
   for (int s = 0; s <= shard_mask_; ++s) {
@@ -862,9 +841,9 @@ absl::StatusOr<int64_t> SparseTable::Export(const std::string& path,
       }
     }
     count += buffer.size() / record_bytes;
-    if (!WriteAll(fd, buffer.data(), buffer.size())) return fail("cannot write");
+    if (!append(buffer.data(), buffer.size())) return -1;
   }
-
+  std::memset(header, 0, fmt::kHeaderBytes);
   std::memcpy(header, fmt::kMagic, 8);
   Put<uint32_t>(header + 8, fmt::kVersion);
   Put<uint32_t>(header + 12, export_options.only_changed ? fmt::kFlagOnlyChanged : 0);
@@ -873,6 +852,35 @@ absl::StatusOr<int64_t> SparseTable::Export(const std::string& path,
   Put<uint64_t>(header + 24, count);
   Put<uint32_t>(header + 32, OptCode(options_.optimizer));
   Put<uint32_t>(header + 36, fmt::Crc32c(header, 36));
+  return static_cast<int64_t>(count);
+}
+
+absl::StatusOr<int64_t> SparseTable::Export(const std::string& path,
+                                            const SparseTableExportOptions& export_options) {
+  absl::MutexLock export_lock(&export_mu_);
+  const uint32_t since = last_export_epoch_;
+  // Rows changed from here on record epoch + 1, so the next only_changed export sees them.
+  const uint32_t epoch = epoch_.fetch_add(1);
+
+  static std::atomic<uint64_t> temp_counter{0};
+  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid(), ".", temp_counter.fetch_add(1));
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "sparse table export to ", path, ": cannot create temp file ", temp, ": ", ErrnoText()));
+  }
+  FdCloser closer(fd);
+  auto fail = [&](const std::string& what) {
+    const std::string err = ErrnoText();
+    ::unlink(temp.c_str());
+    return absl::UnavailableError(
+        absl::StrCat("sparse table export to ", path, ": ", what, " ", temp, ": ", err));
+  };
+  char header[fmt::kHeaderBytes] = {};
+  if (!WriteAll(fd, header, sizeof(header))) return fail("cannot write");
+  const int64_t count = WriteExport(
+      export_options, since, [&](const char* p, size_t n) { return WriteAll(fd, p, n); }, header);
+  if (count < 0) return fail("cannot write");
   if (::pwrite(fd, header, sizeof(header), 0) != static_cast<ssize_t>(sizeof(header))) {
     return fail("cannot write the header of");
   }
@@ -890,14 +898,29 @@ absl::StatusOr<int64_t> SparseTable::Export(const std::string& path,
     ::close(dir_fd);
   }
   last_export_epoch_ = epoch;
-  return static_cast<int64_t>(count);
+  return count;
+}
+
+absl::StatusOr<std::string> SparseTable::ExportBytes(
+    const SparseTableExportOptions& export_options) {
+  absl::MutexLock export_lock(&export_mu_);
+  const uint32_t since = last_export_epoch_;
+  const uint32_t epoch = epoch_.fetch_add(1);
+  std::string out(fmt::kHeaderBytes, '\0');
+  char header[fmt::kHeaderBytes];
+  WriteExport(
+      export_options, since,
+      [&](const char* p, size_t n) {
+        out.append(p, n);
+        return true;
+      },
+      header);
+  std::memcpy(out.data(), header, sizeof(header));
+  last_export_epoch_ = epoch;
+  return out;
 }
 
 absl::StatusOr<int64_t> SparseTable::Import(const std::string& path) {
-  auto corrupt = [&](uint64_t offset, const std::string& what) {
-    return absl::DataLossError(
-        absl::StrCat("sparse table file ", path, ": ", what, " at offset ", offset));
-  };
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return absl::NotFoundError(
@@ -909,7 +932,31 @@ absl::StatusOr<int64_t> SparseTable::Import(const std::string& path) {
     return absl::UnavailableError(
         absl::StrCat("sparse table file ", path, ": cannot stat: ", ErrnoText()));
   }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  return ImportFrom(path, static_cast<uint64_t>(st.st_size),
+                    [fd](char* dst, size_t n, uint64_t offset) {
+                      return ReadAllAt(fd, dst, n, offset);
+                    });
+}
+
+absl::StatusOr<int64_t> SparseTable::ImportBytes(absl::string_view bytes,
+                                                 const std::string& name) {
+  return ImportFrom(name, bytes.size(), [bytes](char* dst, size_t n, uint64_t offset) {
+    if (offset > bytes.size() || n > bytes.size() - offset) {
+      errno = 0;  // "unexpected end of file"
+      return false;
+    }
+    std::memcpy(dst, bytes.data() + offset, n);
+    return true;
+  });
+}
+
+absl::StatusOr<int64_t> SparseTable::ImportFrom(
+    const std::string& path, uint64_t size,
+    const std::function<bool(char*, size_t, uint64_t)>& read_at) {
+  auto corrupt = [&](uint64_t offset, const std::string& what) {
+    return absl::DataLossError(
+        absl::StrCat("sparse table file ", path, ": ", what, " at offset ", offset));
+  };
   if (size < fmt::kHeaderBytes) {
     return corrupt(
         size, absl::StrCat("truncated header (", size, " bytes, need ", fmt::kHeaderBytes, ")"));
@@ -920,7 +967,7 @@ absl::StatusOr<int64_t> SparseTable::Import(const std::string& path) {
     return absl::UnavailableError(
         absl::StrCat("sparse table file ", path, ": cannot read at offset ", offset, ": ", err));
   };
-  if (!ReadAllAt(fd, header, sizeof(header), 0)) return read_error(0);
+  if (!read_at(header, sizeof(header), 0)) return read_error(0);
   if (std::memcmp(header, fmt::kMagic, 8) != 0) {
     return corrupt(0, "bad magic (not a sparse table export)");
   }
@@ -967,7 +1014,7 @@ absl::StatusOr<int64_t> SparseTable::Import(const std::string& path) {
     for (uint64_t first = 0; first < count; first += per_read) {
       const uint64_t n = std::min(per_read, count - first);
       const uint64_t offset = fmt::kHeaderBytes + first * record_bytes;
-      if (!ReadAllAt(fd, buffer.data(), n * record_bytes, offset)) return read_error(offset);
+      if (!read_at(buffer.data(), n * record_bytes, offset)) return read_error(offset);
       ids.resize(n);
       for (uint64_t k = 0; k < n; ++k) {
         const char* r = buffer.data() + k * record_bytes;

@@ -209,6 +209,12 @@ class SparseTable {
   // offset of the problem. Returns the number of records loaded.
   absl::StatusOr<int64_t> Import(const std::string& path);
 
+  // The same export and import in memory, so that callers write and read the bytes through their
+  // own io::FileSystem (checkpoints). ExportBytes counts as an export for only_changed; errors
+  // of ImportBytes name `name` and the byte offset, exactly as Import names its file.
+  absl::StatusOr<std::string> ExportBytes(const SparseTableExportOptions& export_options);
+  absl::StatusOr<int64_t> ImportBytes(absl::string_view bytes, const std::string& name);
+
   // Appends the last-seen stamp of every row, and every pending admission count, to `out`.
   void ExportLifecycle(std::vector<SparseTableLifecycleRecord>* out) const;
   // Sets the stamps of the records' rows that exist, and the counts of pending records whose
@@ -281,6 +287,17 @@ class SparseTable {
   // A pseudo-random first shard for a batch's walk over the shards.
   int StartShard() const;
   absl::Status ShardFull(int shard_index) const;
+  // Export's records (after a kHeaderBytes header the caller reserves) go to `append`, shard by
+  // shard; returns the record count, or -1 when `append` failed. Fills `header` last. Needs
+  // export_mu_.
+  int64_t WriteExport(const SparseTableExportOptions& export_options, uint32_t since,
+                      const std::function<bool(const char*, size_t)>& append, char* header)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(export_mu_);
+  // Import from `size` bytes that `read_at(dst, n, offset)` reads (false: a read error, errno
+  // set); messages name `name`.
+  absl::StatusOr<int64_t> ImportFrom(
+      const std::string& name, uint64_t size,
+      const std::function<bool(char*, size_t, uint64_t)>& read_at);
 
   const SparseTableOptions options_;
   const Opt opt_;

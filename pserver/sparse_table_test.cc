@@ -799,6 +799,29 @@ TEST(SparseTableTest, OnlyChangedExportHoldsExactlyTheChangedRows) {
   EXPECT_EQ(*n, 0);
 }
 
+TEST(SparseTableTest, ExportBytesAreTheExportFileAndImportBack) {
+  SparseTableOptions o = Opts(4, "adam");
+  auto table = MakeTable(o);
+  const std::vector<int64_t> ids = Populate(table.get(), 50);
+  const std::string path = TempPath("bytes.tbl");
+  ASSERT_TRUE(table->Export(path, {false, true}).ok());
+  absl::StatusOr<std::string> bytes = table->ExportBytes({false, true});
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, ReadFile(path));
+  auto fresh = MakeTable(o);
+  absl::StatusOr<int64_t> n = fresh->ImportBytes(*bytes, "in-memory");
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, static_cast<int64_t>(ids.size()));
+  for (int64_t id : ids) {
+    EXPECT_EQ(Row(*fresh, id), Row(*table, id)) << id;
+    EXPECT_EQ(State(*fresh, id), State(*table, id)) << id;
+  }
+  // ExportBytes is an export for only_changed: nothing changed since.
+  absl::StatusOr<std::string> changed = table->ExportBytes({/*only_changed=*/true, false});
+  ASSERT_TRUE(changed.ok());
+  EXPECT_EQ(changed->size(), 40u);
+}
+
 TEST(SparseTableTest, ImportRejectsCorruptFilesNamingFileAndOffset) {
   SparseTableOptions o = Opts(4);
   auto table = MakeTable(o);
@@ -819,6 +842,13 @@ TEST(SparseTableTest, ImportRejectsCorruptFilesNamingFileAndOffset) {
     EXPECT_NE(n.status().message().find(bad), std::string::npos) << n.status();
     EXPECT_NE(n.status().message().find(needle), std::string::npos) << n.status();
     EXPECT_EQ(fresh->Size(), 0) << "a bad file must not be half imported";
+    // The same bytes in memory: the same refusal, naming what the caller calls them.
+    auto in_memory = MakeTable(opts);
+    n = in_memory->ImportBytes(content, "ckpt/" + needle);
+    ASSERT_FALSE(n.ok()) << needle;
+    EXPECT_NE(n.status().message().find("ckpt/" + needle), std::string::npos) << n.status();
+    EXPECT_NE(n.status().message().find(needle), std::string::npos) << n.status();
+    EXPECT_EQ(in_memory->Size(), 0);
   };
   expect_error(bytes.substr(0, bytes.size() - 10),
                absl::StrCat("offset ", 40 + (*count - 1) * record), o);
