@@ -74,7 +74,8 @@ TEST_F(ExecutorTest, ErrorOfAnOpWithManyInputsLeadsWithTheCauseOnAShortLine) {
 }
 
 TEST(OpBriefTest, ShowsAtMostThreeInputs) {
-  EXPECT_EQ(OpBrief(MakeOp("mul", {{"X", {"a"}}, {"Y", {"b"}}}, {{"Out", {"c"}}})), "mul(X=a, Y=b)");
+  EXPECT_EQ(OpBrief(MakeOp("mul", {{"X", {"a"}}, {"Y", {"b"}}}, {{"Out", {"c"}}})),
+            "mul(X=a, Y=b)");
   EXPECT_EQ(OpBrief(MakeOp("send", {{"X", {"a", "b", "c", "d"}}}, {})),
             "send(X=a,b,c ... and 1 more)");
   EXPECT_EQ(OpBrief(MakeOp("f", {{"X", {"a", "b"}}, {"Y", {"c", "d"}}}, {})),

@@ -1,7 +1,8 @@
 // ModelSpec: what a trainer needs to know about a model besides its programs — which variable
 // is the loss, which is the prediction, and how a batch of data::Examples becomes feed tensors.
 // Examples (examples/mlp_regression, examples/ctr) build one; LocalTrainer and the distributed
-// trainer consume it. It sits in common/ so that what describes a model depends on no runner. Plain values; thread-compatible.
+// trainer consume it. It sits in common/ so that what describes a model depends on no runner.
+// Plain values; thread-compatible.
 #ifndef TESSERA_COMMON_MODEL_SPEC_H_
 #define TESSERA_COMMON_MODEL_SPEC_H_
 

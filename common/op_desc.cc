@@ -261,7 +261,8 @@ std::string OpBrief(const OpDesc& op, int max_args) {
         ++shown;
       }
     }
-    if (!args.empty()) parts.push_back(absl::StrCat(slot.parameter(), "=", absl::StrJoin(args, ",")));
+    if (args.empty()) continue;
+    parts.push_back(absl::StrCat(slot.parameter(), "=", absl::StrJoin(args, ",")));
   }
   std::string more = total > shown ? absl::StrCat(" ... and ", total - shown, " more") : "";
   return absl::StrCat(op.type(), "(", absl::StrJoin(parts, ", "), more, ")");

@@ -197,8 +197,8 @@ absl::Status SavePserverShard(io::FileSystem* fs, const std::string& dir,
     // The table's export bytes go through `fs` like every other file of the checkpoint.
     SparseTableExportOptions eo;
     eo.with_optimizer_state = true;
-    TS_ASSIGN_OR_RETURN(std::string data, t.table->ExportBytes(eo));
-    TS_RETURN_IF_ERROR(writer.WriteFile(absl::StrCat(prefix, ".", t.name, ".tbl"), data));
+    TS_RETURN_IF_ERROR(
+        writer.WriteFile(absl::StrCat(prefix, ".", t.name, ".tbl"), t.table->ExportBytes(eo)));
     // Last-seen stamps and pending admission counts: 20-byte records.
     std::vector<SparseTableLifecycleRecord> life;
     t.table->ExportLifecycle(&life);

@@ -138,7 +138,8 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log, DaemonPh
         prefetches->Increment(static_cast<double>(now.prefetches - last.prefetches));
         applied->Increment(static_cast<double>(now.grads_applied - last.grads_applied));
         rows->Set(static_cast<double>(now.table_rows));
-        refused_ids->Increment(static_cast<double>(now.table_refused_rows - last.table_refused_rows));
+        refused_ids->Increment(
+            static_cast<double>(now.table_refused_rows - last.table_refused_rows));
         for (const auto& [shard, n] : now.table_shard_rows) {
           auto gauge =
               metrics.GetGauge("tessera_pserver_table_shard_rows", "Rows held by each table shard.",

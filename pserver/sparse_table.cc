@@ -202,7 +202,8 @@ struct alignas(64) SparseTable::Shard {
   int64_t dropped ABSL_GUARDED_BY(mu) = 0;
   int64_t refused ABSL_GUARDED_BY(mu) = 0;
   // Why the last CreateRow of this shard returned kNoSlot (read by ShardFull).
-  enum class Failure { kNone, kFull, kBudget, kMemory } failure ABSL_GUARDED_BY(mu) = Failure::kNone;
+  enum class Failure { kNone, kFull, kBudget, kMemory };
+  Failure failure ABSL_GUARDED_BY(mu) = Failure::kNone;
 };
 
 // A batch of ids with duplicates linked to their first occurrence, first occurrences grouped
@@ -901,8 +902,7 @@ absl::StatusOr<int64_t> SparseTable::Export(const std::string& path,
   return count;
 }
 
-absl::StatusOr<std::string> SparseTable::ExportBytes(
-    const SparseTableExportOptions& export_options) {
+std::string SparseTable::ExportBytes(const SparseTableExportOptions& export_options) {
   absl::MutexLock export_lock(&export_mu_);
   const uint32_t since = last_export_epoch_;
   const uint32_t epoch = epoch_.fetch_add(1);

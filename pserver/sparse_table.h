@@ -212,7 +212,7 @@ class SparseTable {
   // The same export and import in memory, so that callers write and read the bytes through their
   // own io::FileSystem (checkpoints). ExportBytes counts as an export for only_changed; errors
   // of ImportBytes name `name` and the byte offset, exactly as Import names its file.
-  absl::StatusOr<std::string> ExportBytes(const SparseTableExportOptions& export_options);
+  std::string ExportBytes(const SparseTableExportOptions& export_options);
   absl::StatusOr<int64_t> ImportBytes(absl::string_view bytes, const std::string& name);
 
   // Appends the last-seen stamp of every row, and every pending admission count, to `out`.

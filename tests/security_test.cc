@@ -691,8 +691,10 @@ TEST(SecurityTest, UnreachablePserversEndTrainersWithinTheConnectTimeoutNamingTh
                    {tls.endpoint, "not reachable", "TLS"}});
   cases.push_back({"TLS trainer, plaintext pserver", trainer(plain.endpoint, TlsFlags(pki)),
                    {plain.endpoint, "not reachable", "TLS"}});
-  cases.push_back({"unresolvable host", trainer("no-such-host.invalid:6170", {}),
-                   {"no-such-host.invalid:6170", "cannot resolve the host", "DNS", "--connect_timeout_s=3"}});
+  cases.push_back(
+      {"unresolvable host",
+       trainer("no-such-host.invalid:6170", {}),
+       {"no-such-host.invalid:6170", "cannot resolve the host", "DNS", "--connect_timeout_s=3"}});
   cases.push_back({"nothing listening", trainer((*eps)[0], {}),
                    {(*eps)[0], "not reachable"}});
   for (const Case& c : cases) {

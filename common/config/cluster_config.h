@@ -47,7 +47,8 @@ struct ClusterConfig {
   std::string table_shard_method = "hash";  // distributed tables: "hash" or "mod" of the id
   int64_t table_admission_threshold = 0;    // create a row at its K-th sighting (0 = off)
   int64_t table_evict_after_steps = 0;      // drop rows unseen for T steps (0 = off)
-  int64_t table_max_rows = 0;  // pserver: rows per table shard; new ids beyond are refused (0 = no limit)
+  // pserver: rows per table shard; new ids beyond are refused (0 = no limit)
+  int64_t table_max_rows = 0;
   std::string table_export_dir;             // pserver: export its table shards here at the end
   int64_t batch_size = 256;                 // global batch (split across trainers)
   int epochs = 1;

@@ -38,8 +38,8 @@ absl::StatusOr<ByteRange> ResolveByteRange(absl::string_view name, int64_t offse
   if (offset < 0 || length < 0 || total < 0 || offset > total ||
       (length != 0 && length > total - offset)) {
     return absl::InvalidArgumentError(absl::StrCat("byte range [", offset, ", +", length,
-                                                   ") is outside variable ", Shown(name), " of ", total,
-                                                   " bytes"));
+                                                   ") is outside variable ", Shown(name), " of ",
+                                                   total, " bytes"));
   }
   return ByteRange{offset, length == 0 ? total - offset : length};
 }

@@ -95,17 +95,14 @@ absl::StatusOr<RpcSecurity> LoadRpcSecurity(const std::string& tls_cert, const s
       return absl::InvalidArgumentError(
           absl::StrCat("--job_token_file '", token_file, "': its first line is empty"));
     }
-    absl::Status printable = CheckTokenBytes(out.job_token);
-    if (!printable.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--job_token_file '", token_file, "': ", printable.message()));
-    }
   } else {
     out.job_token = token;
-    absl::Status printable = CheckTokenBytes(out.job_token);
-    if (!printable.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--job_token: ", printable.message()));
-    }
+  }
+  absl::Status printable = CheckTokenBytes(out.job_token);
+  if (!printable.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        token_file.empty() ? "--job_token" : absl::StrCat("--job_token_file '", token_file, "'"),
+        ": ", printable.message()));
   }
   return out;
 }

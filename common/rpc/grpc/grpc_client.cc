@@ -6,7 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/rpc/grpc/codec.h"
 #include "common/rpc/grpc/credentials.h"
@@ -134,19 +134,14 @@ absl::Status GrpcPServerClient::Connect(absl::Duration timeout) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   grpc::Slice empty_message(std::string{});  // an empty HealthCheckRequest: any service
   grpc::ByteBuffer request(&empty_message, 1), response;
-  absl::Mutex mu;
-  bool finished = false;
   grpc::Status status;
+  absl::Notification finished;  // bounded by the call's deadline
   stub_->UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
                    [&](grpc::Status s) {
-                     absl::MutexLock lock(&mu);
                      status = std::move(s);
-                     finished = true;
+                     finished.Notify();
                    });
-  {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&finished));
-  }
+  finished.WaitForNotification();
   if (status.ok()) {  // it came up just now
     connected_.store(true, std::memory_order_relaxed);
     return absl::OkStatus();
