@@ -1,28 +1,27 @@
 #include "cluster/cluster_programs.h"
 
+#include "absl/strings/str_cat.h"
+#include "cluster/builtin_models.h"
+#include "common/model_file.h"
 #include "common/program_io.h"
 #include "common/status.h"
 
 namespace tessera {
 
-examples::ExampleOptions ExampleOptionsFor(const ClusterConfig& config) {
-  examples::ExampleOptions o;
-  o.name = config.example;
-  o.learning_rate = config.learning_rate;
-  o.vocab_per_slot = config.vocab_per_slot;
-  o.distributed_tables = config.distributed_tables;
-  o.seed = config.seed;
-  o.num_examples = config.num_examples;
-  o.num_test_examples = config.num_test_examples;
-  o.train_data = config.train_data;
-  o.max_line_bytes = config.max_line_bytes;
-  o.test_data = config.test_data;
-  return o;
-}
-
 absl::StatusOr<ModelSpec> LoadModel(const ClusterConfig& config, const OpRegistry& registry) {
+  ModelFile file;
+  std::string source = config.model;
+  ModelOverrides overrides;
+  overrides.learning_rate = config.learning_rate;
+  if (!config.model.empty()) {
+    TS_ASSIGN_OR_RETURN(file, ReadModelFile(config.model));
+  } else {
+    TS_ASSIGN_OR_RETURN(file, BuiltinModelFile(config.example));
+    source = absl::StrCat("built-in ", config.example);
+    overrides.distributed_tables = config.example == "ctr" && config.distributed_tables;
+  }
   TS_ASSIGN_OR_RETURN(ModelSpec model,
-                      examples::BuildExampleModel(registry, ExampleOptionsFor(config)));
+                      CompileModel(ApplyOverrides(std::move(file), overrides), registry, source));
   if (!config.program.empty()) {
     TS_ASSIGN_OR_RETURN(model.main, ReadProgramFile(config.program));
     TS_ASSIGN_OR_RETURN(model.startup, ReadProgramFile(config.startup_program));

@@ -42,6 +42,7 @@ struct ModelSpec {
   ProgramDesc startup;     // initializes the persistable variables
   std::string loss;        // [1] variable: the mean loss of a batch
   std::string prediction;  // [B, 1] probability of the positive class for AUC; "" if none
+  std::vector<std::string> metrics;  // what to report on held-out data ("auc", "mse", ...)
   FeedSpec feeds;
 };
 

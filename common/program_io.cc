@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/printable.h"
+#include "common/status.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -82,15 +83,21 @@ absl::Status CheckProgramStrings(const ProgramDesc& program, absl::string_view s
   return absl::OkStatus();
 }
 
-absl::StatusOr<ProgramDesc> ParseProgramText(absl::string_view text, absl::string_view source) {
-  ProgramDesc program;
+absl::Status ParseTextMessage(absl::string_view text, absl::string_view source,
+                              google::protobuf::Message* message) {
   FirstErrorCollector errors;
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(std::string(text), &program)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ":", errors.first().empty() ? "malformed program" : errors.first()));
+  if (!parser.ParseFromString(std::string(text), message)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ":", errors.first().empty() ? " malformed text proto" : errors.first()));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ProgramDesc> ParseProgramText(absl::string_view text, absl::string_view source) {
+  ProgramDesc program;
+  TS_RETURN_IF_ERROR(ParseTextMessage(text, source, &program));
   if (program.blocks_size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": program has no blocks"));
   }

@@ -8,10 +8,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/message.h"
 #include "proto/program.pb.h"
 
 namespace tessera {
 
+// Parses text-format `message`; on error one line naming `source`, the line and column.
+absl::Status ParseTextMessage(absl::string_view text, absl::string_view source,
+                              google::protobuf::Message* message);
 // Parses a text-format ProgramDesc. On error the message is one line naming `source`, the line
 // and column, e.g. "model.pbtxt:12:5: Expected identifier, got: }".
 absl::StatusOr<ProgramDesc> ParseProgramText(absl::string_view text, absl::string_view source);

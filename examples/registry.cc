@@ -3,6 +3,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/data/criteo.h"
 #include "common/data/synthetic.h"
+#include "common/model_file.h"
+#include "common/status.h"
 #include "examples/ctr/model.h"
 #include "examples/mlp_regression/model.h"
 
@@ -16,23 +18,26 @@ constexpr uint64_t kModelSeed = 7;
 
 std::vector<std::string> ExampleNames() { return {"ctr", "mlp_regression"}; }
 
+absl::StatusOr<ModelFile> ExampleModelFile(absl::string_view name) {
+  if (name == "ctr") {
+    CtrOptions o;
+    o.dict_size = kCtrRowsPerSlot;
+    o.is_sparse = true;
+    return CtrModelFile(o);
+  }
+  if (name == "mlp_regression") return MlpRegressionModelFile();
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown example '", name, "' (known: ctr, mlp_regression)"));
+}
+
 absl::StatusOr<ModelSpec> BuildExampleModel(const OpRegistry& registry,
                                             const ExampleOptions& options) {
-  if (options.name == "ctr") {
-    CtrOptions o;
-    o.dict_size = options.vocab_per_slot;
-    o.is_distributed = options.distributed_tables;
-    o.is_sparse = true;
-    if (options.learning_rate > 0) o.learning_rate = options.learning_rate;
-    return BuildCtr(registry, o);
-  }
-  if (options.name == "mlp_regression") {
-    MlpRegressionOptions o;
-    if (options.learning_rate > 0) o.learning_rate = options.learning_rate;
-    return BuildMlpRegression(registry, o);
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown example '", options.name, "' (known: ctr, mlp_regression)"));
+  TS_ASSIGN_OR_RETURN(ModelFile model, ExampleModelFile(options.name));
+  ModelOverrides overrides;
+  overrides.learning_rate = options.learning_rate;
+  overrides.distributed_tables = options.name == "ctr" && options.distributed_tables;
+  return CompileModel(ApplyOverrides(std::move(model), overrides), registry,
+                      absl::StrCat("built-in ", options.name));
 }
 
 absl::StatusOr<ExampleData> LoadExampleData(const ExampleOptions& options) {

@@ -10,6 +10,7 @@
 #include "common/data/example.h"
 #include "common/op_registry.h"
 #include "common/model_spec.h"
+#include "proto/model.pb.h"
 
 namespace tessera {
 namespace examples {
@@ -17,7 +18,7 @@ namespace examples {
 struct ExampleOptions {
   std::string name = "ctr";        // "ctr" | "mlp_regression"
   float learning_rate = 0.0f;      // 0: the example's default
-  int64_t vocab_per_slot = 10000;  // ctr: synthetic ids per slot (and local table rows)
+  int64_t vocab_per_slot = 10000;  // ctr: synthetic ids per slot
   bool distributed_tables = false; // ctr: tables live on pservers
   uint64_t seed = 1;               // data seed (test data uses seed + 1000003)
   int64_t num_examples = 60000;
@@ -30,6 +31,13 @@ struct ExampleOptions {
 // Names the daemons accept.
 std::vector<std::string> ExampleNames();
 
+// Rows of each local table of the built-in ctr model (ids are fed modulo this).
+inline constexpr int64_t kCtrRowsPerSlot = 10000;
+
+// The built-in model's file (cluster/builtin_models/<name>.pbtxt holds the same text; a test
+// keeps them equal).
+absl::StatusOr<ModelFile> ExampleModelFile(absl::string_view name);
+// Its ModelSpec with the options' overrides (learning rate; ctr's distributed tables).
 absl::StatusOr<ModelSpec> BuildExampleModel(const OpRegistry& registry,
                                             const ExampleOptions& options);
 

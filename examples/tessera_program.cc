@@ -2,10 +2,11 @@
 // or summarizes an existing program file.
 //
 //   tessera_program --example=mlp_regression|ctr [--out=main.pbtxt]
-//                   [--startup_out=startup.pbtxt] [--distributed]
+//                   [--startup_out=startup.pbtxt] [--model_out=model.pbtxt] [--distributed]
 //   tessera_program --program=file.pbtxt
 //
-// The summary lists every variable (shape, dtype, persistable / trainable / sparse /
+// --model_out writes the example's model file (proto/model.proto: forward program, feeds,
+// optimizer), which every runner loads with --model. The summary lists every variable (shape, dtype, persistable / trainable / sparse /
 // distributed / stop_gradient flags) and every op in order with its role. Exit status: 0 on
 // success, 2 for a bad flag (one line on stderr), 1 when a file cannot be read, parsed or
 // written.
@@ -24,20 +25,22 @@
 #include "common/ops/ops.h"
 #include "common/program_io.h"
 #include "common/tensor.h"
-#include "examples/ctr/model.h"
-#include "examples/mlp_regression/model.h"
+#include "common/model_file.h"
+#include "examples/registry.h"
 #include "common/model_spec.h"
 
 namespace {
 
 constexpr char kUsage[] =
     "usage: tessera_program --example=mlp_regression|ctr [--out=main.pbtxt] "
-    "[--startup_out=startup.pbtxt] [--distributed] | --program=file.pbtxt";
+    "[--startup_out=startup.pbtxt] [--model_out=model.pbtxt] [--distributed] | "
+    "--program=file.pbtxt";
 
 struct Flags {
   std::string example;
   std::string out;
   std::string startup_out;
+  std::string model_out;
   std::string program;
   bool distributed = false;
 };
@@ -48,6 +51,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   std::map<std::string, std::string*> string_flags = {{"example", &f.example},
                                                       {"out", &f.out},
                                                       {"startup_out", &f.startup_out},
+                                                      {"model_out", &f.model_out},
                                                       {"program", &f.program}};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -82,9 +86,10 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   if (f.example.empty() == f.program.empty()) {
     return absl::InvalidArgumentError("give exactly one of --example and --program");
   }
-  if (!f.program.empty() && (!f.out.empty() || !f.startup_out.empty() || f.distributed)) {
+  if (!f.program.empty() &&
+      (!f.out.empty() || !f.startup_out.empty() || !f.model_out.empty() || f.distributed)) {
     return absl::InvalidArgumentError(
-        "--out, --startup_out and --distributed go with --example, not --program");
+        "--out, --startup_out, --model_out and --distributed go with --example, not --program");
   }
   if (!f.example.empty() && f.example != "mlp_regression" && f.example != "ctr") {
     return absl::InvalidArgumentError(
@@ -187,14 +192,18 @@ int main(int argc, char** argv) {
   }
 
   auto registry = tessera::NewStandardOpRegistry();
-  absl::StatusOr<tessera::ModelSpec> spec;
-  if (flags->example == "mlp_regression") {
-    spec = tessera::examples::BuildMlpRegression(*registry);
-  } else {
-    tessera::examples::CtrOptions o;
-    o.is_distributed = flags->distributed;
-    spec = tessera::examples::BuildCtr(*registry, o);
+  absl::StatusOr<tessera::ModelFile> model = tessera::examples::ExampleModelFile(flags->example);
+  if (!model.ok()) return Fail(model.status());
+  tessera::ModelOverrides overrides;
+  overrides.distributed_tables = flags->distributed;
+  *model = tessera::ApplyOverrides(std::move(*model), overrides);
+  if (!flags->model_out.empty()) {
+    absl::Status s = tessera::WriteModelFile(*model, flags->model_out);
+    if (!s.ok()) return Fail(s);
+    std::cout << "wrote the model file to " << flags->model_out << "\n";
   }
+  absl::StatusOr<tessera::ModelSpec> spec =
+      tessera::CompileModel(*model, *registry, absl::StrCat("example ", flags->example));
   if (!spec.ok()) return Fail(spec.status());
   std::cout << absl::StrFormat("example %s: loss %s, prediction %s\n", flags->example, spec->loss,
                                spec->prediction.empty() ? "(none)" : spec->prediction);

@@ -3,7 +3,7 @@
 # `bazel query` over the whole graph (tests/run_all.sh runs this after the build):
 #   - no //trainer target depends on //pserver, and no //pserver target on //trainer;
 #   - //transpiler and common/ depend on no runner (pserver, trainer), example or cluster wiring;
-#   - the pserver binary links no trainer code.
+#   - the pserver binary links no trainer and no example code (it loads model files).
 # Prints one "//tests:layering_check PASSED|FAILED" line (counted with the tests) and, on
 # failure, the offending dependencies.
 set -uo pipefail
@@ -31,7 +31,8 @@ rule "transpiler -> runners, examples, cluster wiring" \
   "filter('^//(pserver|trainer|examples|cluster|deploy)', deps(//transpiler/...) except $tests_and_cc)"
 rule "common -> anything above it" \
   "filter('^//(pserver|trainer|examples|cluster|deploy|transpiler)', deps(//common/...) except $tests_and_cc)"
-rule "tessera_pserver links trainer code" "filter('^//trainer', deps(//pserver:tessera_pserver))"
+rule "tessera_pserver links trainer or example code" \
+  "filter('^//(trainer|examples)', deps(//pserver:tessera_pserver))"
 rm -f /tmp/tessera-layering.err
 if [ "$failed" -eq 0 ]; then
   echo "//tests:layering_check PASSED"

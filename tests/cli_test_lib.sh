@@ -4,6 +4,8 @@
 #   run ARGS...               run $BIN; sets rc and the files $TMP/stdout and $TMP/stderr
 #   expect_error RC TEXT ARGS...
 #                             expect exit status RC and exactly one stderr line containing TEXT
+#   expect_exit RC TEXT COMMAND...
+#                             like expect_error for any command, bounded to 20 s
 #   finish                    exit 1 if anything failed, else print PASS
 failures=0
 
@@ -26,6 +28,20 @@ expect_error() {
   lines=$(wc -l <"$TMP/stderr")
   [ "$lines" = "1" ] || fail "$*: $lines lines on stderr, want 1: $(cat "$TMP/stderr")"
   grep -qF -- "$want_text" "$TMP/stderr" || fail "$*: stderr lacks '$want_text': $(cat "$TMP/stderr")"
+}
+
+expect_exit() {
+  local want_rc=$1 want_text=$2
+  shift 2
+  timeout 20 "$@" >"$TMP/stdout" 2>"$TMP/stderr"
+  rc=$?
+  local lines
+  lines=$(grep -c . "$TMP/stderr")
+  if [ "$rc" != "$want_rc" ] || [ "$lines" != 1 ] || ! grep -qF -- "$want_text" "$TMP/stderr"; then
+    fail "$* -> exit $rc (want $want_rc), $lines stderr line(s), want one with '$want_text': $(cat "$TMP/stderr")"
+  else
+    echo "ok: $(cat "$TMP/stderr")"
+  fi
 }
 
 finish() {

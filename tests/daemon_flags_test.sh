@@ -4,17 +4,10 @@
 set -u
 PS="$TEST_SRCDIR/tessera/pserver/tessera_pserver"
 TR="$TEST_SRCDIR/tessera/trainer/tessera_trainer"
-fail=0
-check() {  # expected_status needle command...
-  local want=$1 needle=$2; shift 2
-  local out; out=$(timeout 20 "$@" 2>&1 >/dev/null); local rc=$?
-  local lines; lines=$(printf '%s\n' "$out" | grep -c .)
-  if [ "$rc" != "$want" ] || [ "$lines" != 1 ] || [[ "$out" != *"$needle"* ]]; then
-    echo "FAIL: $* -> rc=$rc lines=$lines: $out"; fail=1
-  else
-    echo "ok: $out"
-  fi
-}
+TMP="${TEST_TMPDIR:-$(mktemp -d)}"
+# shellcheck source=tests/cli_test_lib.sh
+source "$TEST_SRCDIR/tessera/tests/cli_test_lib.sh"
+check() { expect_exit "$@"; }
 check 2 "--trainers='zero'" "$PS" --trainers=zero
 check 2 "unknown flag --frobnicate" "$TR" --frobnicate=1
 check 2 "--split_method='random'" "$TR" --pservers=127.0.0.1:1 --split_method=random
@@ -31,5 +24,5 @@ check 2 "--trainer_id=7 must be < --trainers=2" env TESSERA_TRAINER_ID=7 PADDLE_
   "$TR" --pservers=127.0.0.1:1 --trainers=2
 check 2 "(this binary is the trainer)" env PADDLE_TRAINING_ROLE=PSERVER \
   "$TR" --pservers=127.0.0.1:1 --current_endpoint=127.0.0.1:1
-"$PS" --help | grep -q "PADDLE_PSERVERS_IP_PORT_LIST" || { echo "FAIL: --help"; fail=1; }
-exit $fail
+"$PS" --help | grep -q "PADDLE_PSERVERS_IP_PORT_LIST" || fail "--help"
+finish

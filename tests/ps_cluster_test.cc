@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "common/ops/ops.h"
 #include "common/params_io.h"
+#include "common/model_file.h"
 #include "examples/registry.h"
 #include "gtest/gtest.h"
 #include "pserver/sparse_table.h"
@@ -160,6 +161,42 @@ TEST(PsClusterTest, SyncThreeByThreeCtrWithSparseTablesEqualsSingleMachine) {
   job.trainers = 3;
   ExpectSyncEqualsSingleMachine(job, "sync3x3", Example("ctr", 576, 5), 96, 1,
                                 {"--split_method=hash_name", "--nodistributed_tables"}, 1e-4);
+}
+
+// A model file given with --model (the ctr model with a learning rate that no flag sets) trains
+// on 2 pservers x 2 trainers as the same file does on one machine.
+TEST(PsClusterTest, SyncTwoByTwoFromAModelFileEqualsSingleMachine) {
+  examples::ExampleOptions eo = Example("ctr", 576, 5);
+  eo.learning_rate = 0.004f;
+  absl::StatusOr<ModelFile> model = examples::ExampleModelFile("ctr");
+  ASSERT_TRUE(model.ok()) << model.status();
+  ModelOverrides o;
+  o.learning_rate = eo.learning_rate;
+  const std::string path = MakeTempDir("model_file") + "/ctr_model.pbtxt";
+  ASSERT_TRUE(WriteModelFile(ApplyOverrides(*model, o), path).ok());
+  ExpectSyncEqualsSingleMachine(Job{}, "sync_model_file", eo, 96, 1,
+                                {"--model=" + path, "--split_method=hash_name"}, 1e-4);
+}
+
+// The wide & deep model written in Python (examples/python/wide_deep.py, python/tessera) trains
+// on 2 pservers x 2 trainers to the parameters the C++-built model reaches on one machine.
+TEST(PsClusterTest, PythonWideDeepOnTwoByTwoEqualsCppSingleMachine) {
+  const std::string dir = MakeTempDir("python_model");
+  const std::string path = dir + "/wide_deep.pbtxt";
+  {
+    ProcessGroup group;
+    setenv("PYTHONPATH", RunfilePath("python").c_str(), 1);
+    auto pid = group.Start({"/usr/bin/python3", RunfilePath("examples/python/wide_deep.py"),
+                            "--out=" + path},
+                           dir + "/python.log");
+    ASSERT_TRUE(pid.ok()) << pid.status();
+    auto status = group.Wait(*pid, absl::Seconds(60));
+    ASSERT_TRUE(status.ok()) << status.status();
+    ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+        << ReadFileOrEmpty(dir + "/python.log");
+  }
+  ExpectSyncEqualsSingleMachine(Job{}, "python_wide_deep", Example("ctr", 576, 5), 96, 1,
+                                {"--model=" + path, "--split_method=hash_name"}, 1e-5);
 }
 
 TEST(PsClusterTest, CtrWithDistributedTablesLearns) {

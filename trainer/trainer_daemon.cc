@@ -21,8 +21,28 @@
 #include "trainer/op_timing.h"
 #include "trainer/rpc_ops.h"
 #include "cluster/cluster_programs.h"
+#include "examples/registry.h"
 
 namespace tessera {
+
+namespace {
+
+// The data a trainer trains on: --train_data/--test_data (Criteo format), or the built-in
+// --example's synthetic data.
+examples::ExampleOptions DataOptionsFor(const ClusterConfig& config) {
+  examples::ExampleOptions o;
+  o.name = config.example;
+  o.seed = config.seed;
+  o.num_examples = config.num_examples;
+  o.num_test_examples = config.num_test_examples;
+  o.vocab_per_slot = config.vocab_per_slot;
+  o.train_data = config.train_data;
+  o.test_data = config.test_data;
+  o.max_line_bytes = config.max_line_bytes;
+  return o;
+}
+
+}  // namespace
 
 absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase) {
   // Metrics (served with --metrics_port) and the --trace timeline come first: the RPC clients
@@ -137,7 +157,7 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPh
   }
 
   TS_ASSIGN_OR_RETURN(examples::ExampleData data,
-                      examples::LoadExampleData(ExampleOptionsFor(config)));
+                      examples::LoadExampleData(DataOptionsFor(config)));
   // A job that would train no step is a configuration error, refused before anything starts.
   {
     const int64_t n = static_cast<int64_t>(data.train.examples.size());

@@ -34,7 +34,8 @@ struct ClusterConfig {
   bool slice_var_up = true;
   int64_t min_block_size = 8192;
   // Model and data.
-  std::string example = "ctr";  // ctr | mlp_regression
+  std::string example = "ctr";  // ctr | mlp_regression: built-in model and synthetic data
+  std::string model;            // model file (proto/model.proto); "" = the example's
   std::string program;          // optional text-proto main program (overrides example's)
   std::string startup_program;  // its startup program
   std::string train_data;       // Criteo-format file; "" = synthetic data

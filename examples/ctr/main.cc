@@ -5,6 +5,9 @@
 //   bazel run //examples/ctr -- --train=train.txt --test=test.txt   (Criteo-format files, e.g.
 //                                                                     from generate_data)
 //
+//   bazel run //examples/ctr -- --model=my_model.pbtxt [--train=... --test=...]
+//                                      (any model file over Criteo-format examples)
+//
 // Without files it generates Criteo-like synthetic data (13 dense counts, 26 categorical slots
 // with Zipf-distributed ids over all of int64, clicks drawn from a planted logistic model) and
 // holds out a test set drawn from the same model.
@@ -14,15 +17,19 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "common/data/auc.h"
 #include "common/data/criteo.h"
 #include "common/data/synthetic.h"
 #include "common/ops/ops.h"
+#include "common/model_file.h"
 #include "examples/ctr/model.h"
+#include "examples/example_main.h"
 #include "trainer/local_trainer.h"
 
+ABSL_FLAG(std::string, model, "",
+          "Model file to train (proto/model.proto, e.g. written by python/tessera) instead of "
+          "the built-in wide & deep model; its feeds bind the Criteo columns.");
 ABSL_FLAG(std::string, train, "", "Criteo-format training file (default: synthetic data).");
 ABSL_FLAG(std::string, test, "", "Criteo-format held-out file (required with --train).");
 ABSL_FLAG(int64_t, train_samples, 200000, "Synthetic training examples.");
@@ -39,15 +46,18 @@ ABSL_FLAG(int64_t, log_every_steps, 200, "Steps between progress lines (0: none)
 
 namespace {
 
-int Fail(const absl::Status& s) {
+int Fail(const absl::Status& s, int code = 1) {
   std::fprintf(stderr, "ctr: %s\n", std::string(s.message()).c_str());
-  return 1;
+  return code;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  tessera::examples::ParseExampleFlags(
+      argc, argv,
+      "trains a click model (the built-in wide & deep, or --model=FILE) on one machine on "
+      "Criteo-format data (--train/--test) or synthetic data, and reports the held-out AUC");
   namespace data = tessera::data;
   const std::string train_path = absl::GetFlag(FLAGS_train);
   const std::string test_path = absl::GetFlag(FLAGS_test);
@@ -112,12 +122,25 @@ int main(int argc, char** argv) {
   mo.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);
   mo.optimizer = absl::GetFlag(FLAGS_optimizer);
   mo.learning_rate = static_cast<float>(absl::GetFlag(FLAGS_lr));
-  auto model = tessera::examples::BuildCtr(*registry, mo);
+  const std::string model_path = absl::GetFlag(FLAGS_model);
+  absl::StatusOr<tessera::ModelSpec> model;
+  if (model_path.empty()) {
+    model = tessera::examples::BuildCtr(*registry, mo);
+  } else {
+    absl::StatusOr<tessera::ModelFile> file = tessera::ReadModelFile(model_path);
+    if (!file.ok()) return Fail(file.status(), 2);
+    // One process: distributed tables become local ones (ids modulo their declared rows).
+    tessera::ModelOverrides local;
+    local.single_machine = true;
+    model = tessera::CompileModel(tessera::ApplyOverrides(*std::move(file), local), *registry,
+                                  model_path);
+    if (!model.ok()) return Fail(model.status(), 2);
+  }
   if (!model.ok()) return Fail(model.status());
-  std::cout << absl::StrFormat(
-      "built the program: %d ops in main, %d in startup; ids are hashed into %d rows per "
-      "table\n",
-      model->main.blocks(0).ops_size(), model->startup.blocks(0).ops_size(), mo.dict_size);
+  std::cout << absl::StrFormat("built the program%s: %d ops in main, %d in startup\n",
+                               model_path.empty() ? "" : " of " + model_path,
+                               model->main.blocks(0).ops_size(),
+                               model->startup.blocks(0).ops_size());
 
   tessera::LocalTrainer::Options to;
   to.batch_size = absl::GetFlag(FLAGS_batch_size);
@@ -126,8 +149,7 @@ int main(int argc, char** argv) {
   to.seed = absl::GetFlag(FLAGS_seed);
   auto trainer = tessera::LocalTrainer::Create(registry.get(), *std::move(model), to);
   if (!trainer.ok()) return Fail(trainer.status());
-  std::cout << absl::StrFormat("training %d epochs, batch size %d, %s lr %g\n", to.epochs,
-                               to.batch_size, mo.optimizer, mo.learning_rate);
+  std::cout << absl::StrFormat("training %d epochs, batch size %d\n", to.epochs, to.batch_size);
   double auc = 0;
   for (int e = 0; e < to.epochs; ++e) {
     auto stats = (*trainer)->TrainEpoch(train);

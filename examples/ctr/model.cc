@@ -5,7 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/layers/layers.h"
-#include "common/layers/optimizer.h"
+#include "common/layers/program_builder.h"
+#include "common/model_file.h"
 #include "common/status.h"
 
 namespace tessera {
@@ -17,21 +18,23 @@ absl::Status Invalid(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("ctr: ", what));
 }
 
-absl::StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(const CtrOptions& o) {
-  OptimizerOptions oo;
-  oo.learning_rate = o.learning_rate;
-  oo.l2_decay = o.l2_decay;
-  if (o.optimizer == "sgd") return std::unique_ptr<Optimizer>(new SGD(oo));
-  if (o.optimizer == "momentum") return std::unique_ptr<Optimizer>(new Momentum(oo, 0.9f));
-  if (o.optimizer == "adam") return std::unique_ptr<Optimizer>(new Adam(oo));
-  if (o.optimizer == "adagrad") return std::unique_ptr<Optimizer>(new Adagrad(oo));
-  return Invalid(
-      absl::StrCat("unknown optimizer '", o.optimizer, "' (use sgd, momentum, adam or adagrad)"));
+absl::StatusOr<OptimizerConfig> MakeOptimizer(const CtrOptions& o) {
+  if (o.optimizer != "sgd" && o.optimizer != "momentum" && o.optimizer != "adam" &&
+      o.optimizer != "adagrad") {
+    return Invalid(
+        absl::StrCat("unknown optimizer '", o.optimizer, "' (use sgd, momentum, adam or adagrad)"));
+  }
+  OptimizerConfig c;
+  c.set_type(o.optimizer);
+  c.set_learning_rate(o.learning_rate);
+  c.set_l2_decay(o.l2_decay);
+  if (o.optimizer == "momentum") c.set_momentum(0.9f);
+  return c;
 }
 
 }  // namespace
 
-absl::StatusOr<ModelSpec> BuildCtr(const OpRegistry& registry, const CtrOptions& options) {
+absl::StatusOr<ModelFile> CtrModelFile(const CtrOptions& options) {
   if (options.num_dense < 0) return Invalid(absl::StrCat("num_dense ", options.num_dense, " < 0"));
   if (options.num_slots < 1) return Invalid(absl::StrCat("num_slots ", options.num_slots, " < 1"));
   if (options.embedding_dim < 1) {
@@ -53,11 +56,11 @@ absl::StatusOr<ModelSpec> BuildCtr(const OpRegistry& registry, const CtrOptions&
   if (!(options.learning_rate > 0) || !std::isfinite(options.learning_rate)) {
     return Invalid(absl::StrCat("learning_rate must be positive, got ", options.learning_rate));
   }
-  TS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, MakeOptimizer(options));
+  TS_ASSIGN_OR_RETURN(OptimizerConfig optimizer, MakeOptimizer(options));
 
-  ModelSpec spec;
-  spec.main.set_random_seed(options.random_seed);
-  ProgramBuilder b(&spec.main, &spec.startup);
+  ModelParts spec;
+  spec.forward.set_random_seed(options.random_seed);
+  ProgramBuilder b(&spec.forward, &spec.startup);
   const bool sparse = options.is_sparse || options.is_distributed;
 
   std::string dense;
@@ -106,15 +109,21 @@ absl::StatusOr<ModelSpec> BuildCtr(const OpRegistry& registry, const CtrOptions&
 
   std::string loss = layers::Mean(b, layers::SigmoidCrossEntropyWithLogits(b, logit, label));
   std::string prediction = layers::Sigmoid(b, logit);
-  TS_RETURN_IF_ERROR(optimizer->Minimize(b, registry, loss).status());
 
   spec.loss = loss;
   spec.prediction = prediction;
+  spec.metrics = {"auc", "log_loss"};
+  spec.optimizer = optimizer;
   spec.feeds.dense = dense;
   spec.feeds.num_dense = options.num_dense;
   spec.feeds.label = label;
   spec.feeds.label_dtype = FLOAT32;
-  return spec;
+  return MakeModelFile(std::move(spec));
+}
+
+absl::StatusOr<ModelSpec> BuildCtr(const OpRegistry& registry, const CtrOptions& options) {
+  TS_ASSIGN_OR_RETURN(ModelFile model, CtrModelFile(options));
+  return CompileModel(model, registry, "ctr");
 }
 
 }  // namespace examples

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "common/op_registry.h"
 #include "common/model_spec.h"
+#include "proto/model.pb.h"
 
 namespace tessera {
 namespace examples {
@@ -41,6 +42,8 @@ struct CtrOptions {
 // Feeds: "dense_input" [-1, num_dense] float32, "slot_<s>" [-1, 1] int64 for each slot,
 // "label" [-1, 1] float32 (0/1). ModelSpec::prediction is the sigmoid of the logit.
 // InvalidArgument names a bad option; Minimize's errors pass through.
+// The model file (forward program, feeds, optimizer); BuildCtr compiles it.
+absl::StatusOr<ModelFile> CtrModelFile(const CtrOptions& options = {});
 absl::StatusOr<ModelSpec> BuildCtr(const OpRegistry& registry, const CtrOptions& options = {});
 
 }  // namespace examples

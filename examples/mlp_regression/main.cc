@@ -17,7 +17,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "examples/example_main.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/data/synthetic.h"
@@ -56,7 +56,10 @@ int BadFlag(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  tessera::examples::ParseExampleFlags(
+      argc, argv,
+      "trains the 10-100-1 perceptron regression model on one machine and "
+      "reports the mean squared error");
   using tessera::data::Dataset;
   const uint64_t seed = absl::GetFlag(FLAGS_seed);
   const std::string program_file = absl::GetFlag(FLAGS_program);

@@ -5,14 +5,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/layers/layers.h"
-#include "common/layers/optimizer.h"
+#include "common/layers/program_builder.h"
+#include "common/model_file.h"
 #include "common/status.h"
 
 namespace tessera {
 namespace examples {
 
-absl::StatusOr<ModelSpec> BuildMlpRegression(const OpRegistry& registry,
-                                             const MlpRegressionOptions& options) {
+absl::StatusOr<ModelFile> MlpRegressionModelFile(const MlpRegressionOptions& options) {
   if (options.num_features < 1 || options.hidden < 1) {
     return absl::InvalidArgumentError(absl::StrCat("mlp_regression: num_features (",
                                                    options.num_features, ") and hidden (",
@@ -26,9 +26,9 @@ absl::StatusOr<ModelSpec> BuildMlpRegression(const OpRegistry& registry,
     return absl::InvalidArgumentError(
         absl::StrCat("mlp_regression: momentum must be in [0, 1), got ", options.momentum));
   }
-  ModelSpec spec;
-  spec.main.set_random_seed(options.random_seed);
-  ProgramBuilder b(&spec.main, &spec.startup);
+  ModelParts spec;
+  spec.forward.set_random_seed(options.random_seed);
+  ProgramBuilder b(&spec.forward, &spec.startup);
   std::string x = layers::Data(b, "x", {-1, options.num_features});
   std::string y = layers::Data(b, "y", {-1, 1});
   std::string in = x;
@@ -46,17 +46,22 @@ absl::StatusOr<ModelSpec> BuildMlpRegression(const OpRegistry& registry,
   std::string pred = layers::Fc(b, h, 1, out);
   std::string loss = layers::Mean(b, layers::SquareError(b, pred, y));
 
-  OptimizerOptions opt;
-  opt.learning_rate = options.learning_rate;
-  Momentum momentum(opt, options.momentum);
-  TS_RETURN_IF_ERROR(momentum.Minimize(b, registry, loss).status());
-
+  spec.optimizer.set_type("momentum");
+  spec.optimizer.set_learning_rate(options.learning_rate);
+  spec.optimizer.set_momentum(options.momentum);
   spec.loss = loss;
+  spec.metrics = {"mse"};
   spec.feeds.dense = x;
   spec.feeds.num_dense = options.num_features;
   spec.feeds.label = y;
   spec.feeds.label_dtype = FLOAT32;
-  return spec;
+  return MakeModelFile(std::move(spec));
+}
+
+absl::StatusOr<ModelSpec> BuildMlpRegression(const OpRegistry& registry,
+                                             const MlpRegressionOptions& options) {
+  TS_ASSIGN_OR_RETURN(ModelFile model, MlpRegressionModelFile(options));
+  return CompileModel(model, registry, "mlp_regression");
 }
 
 }  // namespace examples

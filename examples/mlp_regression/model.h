@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "common/op_registry.h"
 #include "common/model_spec.h"
+#include "proto/model.pb.h"
 
 namespace tessera {
 namespace examples {
@@ -26,6 +27,8 @@ struct MlpRegressionOptions {
 // Feeds: "x" [-1, num_features] float32, label "y" [-1, 1] float32. ModelSpec::loss is the
 // batch's mean square error; there is no prediction for AUC. InvalidArgument on bad options; errors
 // of AppendBackward/Minimize (e.g. an op missing from `registry`) pass through.
+// The model file (forward program, feeds, optimizer); BuildMlpRegression compiles it.
+absl::StatusOr<ModelFile> MlpRegressionModelFile(const MlpRegressionOptions& options = {});
 absl::StatusOr<ModelSpec> BuildMlpRegression(const OpRegistry& registry,
                                              const MlpRegressionOptions& options = {});
 

@@ -15,6 +15,7 @@
 #include "common/layers/layers.h"
 #include "common/layers/optimizer.h"
 #include "common/ops/ops.h"
+#include "common/model_file.h"
 #include "common/program_io.h"
 #include "common/rpc/grpc/codec.h"
 
@@ -148,6 +149,42 @@ bool ProgramSeeds(const std::string& dir) {
   return ok;
 }
 
+// Model files (forward program, feeds, optimizer) as tessera_program and python/tessera write
+// them.
+bool ModelSeeds(const std::string& dir) {
+  bool ok = true;
+  auto model = [](bool distributed, const char* optimizer) {
+    ModelParts p;
+    ProgramBuilder b(&p.forward, &p.startup);
+    std::string x = layers::Data(b, "x", {-1, 3});
+    std::string ids = layers::Data(b, "ids", {-1, 1}, INT64);
+    std::string label = layers::Data(b, "label", {-1, 1});
+    layers::EmbeddingOptions e;
+    e.name = "emb";
+    e.is_sparse = true;
+    e.is_distributed = distributed;
+    std::string emb = layers::Embedding(b, ids, 64, 4, e);
+    std::string logit = layers::Fc(b, layers::Concat(b, {x, emb}, 1), 1);
+    p.loss = layers::Mean(b, layers::SigmoidCrossEntropyWithLogits(b, logit, label));
+    p.prediction = layers::Sigmoid(b, logit);
+    p.metrics = {"auc", "log_loss"};
+    p.feeds.dense = x;
+    p.feeds.num_dense = 3;
+    p.feeds.slots = {{ids, distributed ? 0 : 64}};
+    p.feeds.label = label;
+    p.optimizer.set_type(optimizer);
+    p.optimizer.set_learning_rate(0.01f);
+    p.optimizer.set_decay_steps(100);
+    p.optimizer.set_decay_rate(0.9f);
+    return ModelToText(MakeModelFile(std::move(p)));
+  };
+  ok &= Write(dir + "/local_table_adam", model(false, "adam"));
+  ok &= Write(dir + "/distributed_table_momentum", model(true, "momentum"));
+  ok &= Write(dir + "/future_version", "format_version: 2\n");
+  ok &= Write(dir + "/bad_unclosed", "format_version: 1\nforward { blocks { ops { type: \"x\"\n");
+  return ok;
+}
+
 bool CriteoSeeds(const std::string& dir) {
   using data::FormatId;
   bool ok = true;
@@ -177,11 +214,11 @@ bool CriteoSeeds(const std::string& dir) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s CORPUS_ROOT (holding codec/, program/, criteo/)\n", argv[0]);
+    std::fprintf(stderr, "usage: %s CORPUS_ROOT (holding codec/, program/, criteo/, model_file/)\n", argv[0]);
     return 2;
   }
   std::string root = argv[1];
   bool ok = tessera::CodecSeeds(root + "/codec") && tessera::ProgramSeeds(root + "/program") &&
-            tessera::CriteoSeeds(root + "/criteo");
+            tessera::CriteoSeeds(root + "/criteo") && tessera::ModelSeeds(root + "/model_file");
   return ok ? 0 : 1;
 }

@@ -10,12 +10,12 @@
 # tests/run_all.sh counts with the Bazel tests.
 #
 # Environment: FUZZ_SECONDS (default 60) per target; FUZZ_TARGETS (default "codec program
-# criteo"); FUZZ_JOBS (default 2) parallel compilations; CXX (default clang++).
+# criteo model_file"); FUZZ_JOBS (default 2) parallel compilations; CXX (default clang++).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
-FUZZ_TARGETS="${FUZZ_TARGETS:-codec program criteo}"
+FUZZ_TARGETS="${FUZZ_TARGETS:-codec program criteo model_file}"
 FUZZ_JOBS="${FUZZ_JOBS:-2}"
 FUZZ_ARTIFACTS="${FUZZ_ARTIFACTS:-/tmp/tessera-fuzz-artifacts}"
 CXX="${CXX:-clang++}"
@@ -50,10 +50,12 @@ SRCS[program]="common/tensor.cc common/device/place.cc common/program_io.cc comm
   common/ops/random_ops.cc common/ops/embedding_ops.cc common/ops/optimizer_ops.cc
   common/ops/selected_rows_util.cc common/ops/dist_ops.cc common/layers/program_builder.cc
   transpiler/distribute_transpiler.cc"
+SRCS[model_file]="${SRCS[program]} common/model_file.cc common/layers/optimizer.cc common/layers/backward.cc"
 declare -A PROTOS
 PROTOS[codec]="tensor program pserver"
 PROTOS[criteo]=""
 PROTOS[program]="tensor program"
+PROTOS[model_file]="tensor program model"
 
 ABSL_PKGS="absl_strings absl_str_format absl_synchronization absl_status absl_statusor absl_time
   absl_hash absl_raw_hash_set absl_random_random"
@@ -65,7 +67,8 @@ CXXFLAGS="-std=c++17 -O1 -g -fno-omit-frame-pointer -w -I. -I$work/gen -I/usr/in
 
 mkdir -p "$work/gen" "$work/obj"
 echo "run_fuzzers: building in $work ($CXX, ${FUZZ_JOBS} jobs)"
-protoc -I. --cpp_out="$work/gen" proto/tensor.proto proto/program.proto proto/pserver.proto ||
+protoc -I. --cpp_out="$work/gen" proto/tensor.proto proto/program.proto proto/pserver.proto \
+  proto/model.proto ||
   { echo "//tests/fuzz:build (clang) FAILED"; exit 1; }
 
 # Every object any target needs, compiled once (libFuzzer's coverage instrumentation without its
@@ -76,7 +79,7 @@ for t in $FUZZ_TARGETS; do
   # shellcheck disable=SC2206
   all_srcs+=(${SRCS[$t]})
 done
-for p in tensor program pserver; do all_srcs+=("$work/gen/proto/$p.pb.cc"); done
+for p in tensor program pserver model; do all_srcs+=("$work/gen/proto/$p.pb.cc"); done
 obj_of() { echo "$work/obj/$(echo "$1" | sed "s|^$work/||; s|/|_|g; s|\.cc$|.o|")"; }
 export -f obj_of
 export work CXX CXXFLAGS SAN

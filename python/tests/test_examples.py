@@ -1,0 +1,329 @@
+"""The example models of examples/python: wide_deep and mlp_regression equal what the C++
+builders make; DeepFM and DCN build, pass the checks and use the ops they should.
+
+The Python model files are compared, byte for byte, with the C++ builders' files in
+cluster/builtin_models/ (kept equal to the builders by examples/builtin_models_test.sh). When the
+C++ tool `tessera_program` is available (env TESSERA_PROGRAM_BIN, else
+bazel-bin/examples/tessera_program of this checkout) they are also compared with what it writes:
+its --model_out file byte for byte (--distributed included), and its compiled programs: the
+forward program must be the C++ main program before its backward and optimizer ops, the startup
+program the C++ startup program before the optimizer state. When `tessera_transpile` is available
+(env TESSERA_TRANSPILE_BIN, else bazel-bin/cluster/tessera_transpile) every example's file goes
+through the C++ loader (ValidateModel, with its dry run of a batch) and the transpiler.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import warnings
+
+import testutil
+import tessera
+from tessera import framework as fw
+from tessera.proto import model_pb2
+from tessera.proto import program_pb2
+from google.protobuf import text_format
+
+FB = model_pb2.FeedBinding
+wide_deep = testutil.find_example_module("wide_deep")
+mlp_regression = testutil.find_example_module("mlp_regression")
+deepfm = testutil.find_example_module("deepfm")
+dcn = testutil.find_example_module("dcn")
+
+
+def cpp_binary(env_var, *path):
+    """Path of a built C++ binary ($env_var, else bazel-bin/<path>), or None."""
+    binary = os.environ.get(env_var) or os.path.join(testutil.REPO_ROOT, "bazel-bin", *path)
+    return binary if os.path.isfile(binary) and os.access(binary, os.X_OK) else None
+
+
+def tessera_program():
+    """Path of the C++ tessera_program binary, or None."""
+    return cpp_binary("TESSERA_PROGRAM_BIN", "examples", "tessera_program")
+
+
+def cpp_env():
+    """The environment for the C++ tools: without TESSERA_*/PADDLE_* (read as their flags)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("TESSERA_", "PADDLE_"))}
+
+
+def write(mf, tmp, name):
+    """Writes ModelFile `mf` to tmp/name; returns the path."""
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        f.write(tessera.model_to_text(mf))
+    return path
+
+
+def read_program(path):
+    desc = program_pb2.ProgramDesc()
+    with open(path) as f:
+        text_format.Parse(f.read(), desc)
+    return desc
+
+
+class CppComparison(unittest.TestCase):
+    """Compares Python model files with the programs of the C++ builders."""
+
+    def run_cpp(self, tmp, flags):
+        binary = tessera_program()
+        if binary is None:
+            self.skipTest("tessera_program not built (set TESSERA_PROGRAM_BIN)")
+        main, startup = os.path.join(tmp, "main.pbtxt"), os.path.join(tmp, "startup.pbtxt")
+        subprocess.run([binary] + flags + ["--out=" + main, "--startup_out=" + startup],
+                       check=True, stdout=subprocess.DEVNULL, env=cpp_env())
+        return read_program(main), read_program(startup), binary
+
+    def assertForwardPrefix(self, mf, main, startup):
+        fwd, ref = mf.forward.blocks[0], main.blocks[0]
+        self.assertEqual(mf.forward.random_seed, main.random_seed)
+        self.assertEqual(mf.startup.random_seed, startup.random_seed)
+        self.assertEqual(list(fwd.vars), list(ref.vars[:len(fwd.vars)]))
+        ops = []
+        for op in ref.ops[:len(fwd.ops)]:
+            copy = program_pb2.OpDesc()
+            copy.CopyFrom(op)
+            for a in copy.attrs:
+                if a.name == fw.OP_ROLE_ATTR:
+                    a.i &= ~fw.ROLE_LOSS  # AppendBackward marks the loss op
+            ops.append(copy)
+        self.assertEqual(list(fwd.ops), ops)
+        # Everything the C++ side has beyond that is backward / optimizer work.
+        later = fw.ROLE_BACKWARD | fw.ROLE_OPTIMIZE | fw.ROLE_LR_SCHED
+        for op in ref.ops[len(fwd.ops):]:
+            self.assertTrue(fw.get_attr(op, fw.OP_ROLE_ATTR) & later, op.type)
+        forward_names = set(v.name for v in fwd.vars)
+        for v in ref.vars[len(fwd.vars):]:
+            self.assertNotIn(v.name, forward_names)
+            self.assertTrue(v.name.endswith("@GRAD") or "@GRAD@" in v.name or v.persistable,
+                            v.name)
+        s, r = mf.startup.blocks[0], startup.blocks[0]
+        self.assertEqual(list(s.vars), list(r.vars[:len(s.vars)]))
+        self.assertEqual(list(s.ops), list(r.ops[:len(s.ops)]))
+        params = set(v.name for v in fwd.vars if v.persistable)
+        for op in r.ops[len(s.ops):]:
+            self.assertFalse(set(fw.all_args(op.outputs)) & params)
+
+    def assertWholeFileIfSupported(self, binary, flags, mf, tmp):
+        help_text = subprocess.run([binary, "--help"], capture_output=True, text=True,
+                                   env=cpp_env()).stdout
+        if "model_out" not in help_text:
+            return
+        path = os.path.join(tmp, "model.pbtxt")
+        subprocess.run([binary] + flags + ["--model_out=" + path], check=True,
+                       stdout=subprocess.DEVNULL, env=cpp_env())
+        self.assertEqual(tessera.load_model(path), mf)
+        with open(path) as f:
+            self.assertEqual(f.read(), tessera.model_to_text(mf))
+
+    def assertBuiltinFile(self, name, mf):
+        path = os.path.join(testutil.REPO_ROOT, "cluster", "builtin_models", name + ".pbtxt")
+        if not os.path.isfile(path):
+            self.skipTest("no cluster/builtin_models/%s.pbtxt" % name)
+        with open(path) as f:
+            text = f.read()
+        self.assertEqual(tessera.load_model(path), mf)
+        self.assertEqual(text, tessera.model_to_text(mf))  # byte for byte
+
+
+class WideDeepTest(CppComparison):
+
+    def test_registry_configuration(self):
+        mf = wide_deep.build().to_proto()
+        block = mf.forward.blocks[0]
+        self.assertEqual((len(block.vars), len(block.ops), len(mf.startup.blocks[0].ops)),
+                         (155, 68, 59))
+        self.assertEqual(mf.forward.random_seed, 20260101)
+        emb = next(v for v in block.vars if v.name == "emb_7")
+        self.assertEqual((list(emb.shape), emb.is_sparse, emb.is_distributed), ([10000, 8], True,
+                                                                                False))
+        self.assertEqual([(f.var, f.source) for f in mf.feeds][:2],
+                         [("dense_input", FB.DENSE), ("slot_0", FB.SLOT)])
+        self.assertEqual([f.id_modulo for f in mf.feeds if f.source == FB.SLOT], [10000] * 26)
+        self.assertEqual([f.slot for f in mf.feeds if f.source == FB.SLOT], list(range(26)))
+        self.assertEqual((mf.feeds[-1].var, mf.feeds[-1].source), ("label", FB.LABEL))
+        self.assertEqual((mf.loss, mf.prediction, list(mf.metrics)),
+                         ("mean.out_0", "sigmoid.out_0", ["auc", "log_loss"]))
+        expected = model_pb2.OptimizerConfig(type="adam", learning_rate=0.001)
+        self.assertEqual(mf.optimizer, expected)
+        self.assertEqual([op.type for op in block.ops[-7:]],
+                         ["mul", "sum", "elementwise_add", "mul", "elementwise_add",
+                          "sigmoid_cross_entropy_with_logits", "mean"][-6:] + ["sigmoid"])
+        self.assertEqual(tessera.unregistered_ops(mf), [])
+
+    def test_distributed_tables(self):
+        mf = wide_deep.build(distributed_tables=True).to_proto()
+        block = mf.forward.blocks[0]
+        lookups = [op for op in block.ops if op.type == "lookup_table"]
+        names = set(fw.op_inputs(op, "W")[0] for op in lookups)
+        tables = [v for v in block.vars if v.name in names]
+        self.assertEqual(len(tables), 52)
+        self.assertTrue(all(v.is_distributed and v.is_sparse for v in tables))
+        self.assertEqual(set(f.id_modulo for f in mf.feeds if f.source == FB.SLOT), {0})
+        self.assertFalse(next(v for v in block.vars if v.name == "wide_dense.w").is_distributed)
+        self.assertTrue(all(fw.get_attr(op, "is_distributed") for op in lookups))
+
+    def test_equals_the_builtin_model_file(self):
+        self.assertBuiltinFile("ctr", wide_deep.build().to_proto())
+
+    def test_equals_the_cpp_builder(self):
+        for distributed in (False, True):
+            with tempfile.TemporaryDirectory() as tmp:
+                flags = ["--example=ctr"] + (["--distributed"] if distributed else [])
+                main, startup, binary = self.run_cpp(tmp, flags)
+                mf = wide_deep.build(distributed_tables=distributed).to_proto()
+                self.assertForwardPrefix(mf, main, startup)
+                self.assertWholeFileIfSupported(binary, flags, mf, tmp)
+
+    def test_script(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "ctr.pbtxt")
+            script = os.path.join(testutil.EXAMPLES_DIR, "wide_deep.py")
+            env = dict(os.environ, PYTHONPATH=testutil.PYTHON_DIR)
+            subprocess.run([sys.executable, script, "--out", out, "--distributed_tables",
+                            "--learning_rate", "0.01"], check=True, env=env)
+            mf = tessera.load_model(out)
+            self.assertAlmostEqual(mf.optimizer.learning_rate, 0.01, places=7)
+            self.assertTrue(next(v for v in mf.forward.blocks[0].vars
+                                 if v.name == "emb_0").is_distributed)
+            bad = subprocess.run([sys.executable, script, "--out", out, "--learning_rate", "-1"],
+                                 env=env, capture_output=True, text=True)
+            self.assertEqual(bad.returncode, 1)
+            self.assertIn("learning_rate must be positive", bad.stderr)
+
+
+class MlpRegressionTest(CppComparison):
+
+    def test_model(self):
+        mf = mlp_regression.build().to_proto()
+        ops = [op.type for op in mf.forward.blocks[0].ops]
+        self.assertEqual(ops, ["scale", "mul", "elementwise_add", "relu", "mul",
+                               "elementwise_add", "square_error", "mean"])
+        scale = mf.forward.blocks[0].ops[0]
+        k = tessera.initializer.float32(12.0 ** 0.5)
+        self.assertEqual((fw.get_attr(scale, "scale"), fw.get_attr(scale, "bias")),
+                         (k, tessera.initializer.float32(-1.5 * k)))
+        self.assertEqual([(f.var, f.source) for f in mf.feeds], [("x", FB.DENSE),
+                                                                  ("y", FB.LABEL)])
+        self.assertEqual((list(mf.metrics), mf.prediction), (["mse"], ""))
+        self.assertEqual(mf.optimizer, model_pb2.OptimizerConfig(
+            type="momentum", learning_rate=0.001, momentum=0.9))
+
+    def test_equals_the_builtin_model_file(self):
+        self.assertBuiltinFile("mlp_regression", mlp_regression.build().to_proto())
+
+    def test_equals_the_cpp_builder(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            flags = ["--example=mlp_regression"]
+            main, startup, binary = self.run_cpp(tmp, flags)
+            mf = mlp_regression.build().to_proto()
+            self.assertForwardPrefix(mf, main, startup)
+            self.assertWholeFileIfSupported(binary, flags, mf, tmp)
+
+
+class DeepFmTest(unittest.TestCase):
+
+    def test_model(self):
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            mf = deepfm.build(embedding_dim=4, hidden=(16, 8)).to_proto()
+        self.assertEqual(tessera.unregistered_ops(mf), ["reduce_sum"])
+        block = mf.forward.blocks[0]
+        shapes = {v.name: list(v.shape) for v in block.vars}
+        self.assertEqual(shapes["fm_sum"], [-1, 4])
+        self.assertEqual(shapes["concat.out_0"], [-1, 26 * 4 + 13])
+        reduce_op = next(op for op in block.ops if op.type == "reduce_sum")
+        self.assertEqual(fw.get_attr(reduce_op, "dim"), [1])
+        out = fw.op_outputs(reduce_op, "Out")[0]
+        self.assertEqual(shapes[out], [-1, 1])
+        square_terms = [op for op in block.ops if op.type == "elementwise_mul"]
+        self.assertEqual(len(square_terms), 27)  # (sum e)^2 and each e^2
+        params = [v.name for v in block.vars if v.persistable]
+        self.assertIn("fm_w_25", params)
+        self.assertIn("fm_dense.b", params)
+        self.assertNotIn("deep_out.b", params)
+        self.assertEqual((mf.prediction, list(mf.metrics)), ("sigmoid.out_0", ["auc", "log_loss"]))
+
+    def test_script_distributed(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "deepfm.pbtxt")
+            env = dict(os.environ, PYTHONPATH=testutil.PYTHON_DIR)
+            run = subprocess.run([sys.executable, os.path.join(testutil.EXAMPLES_DIR, "deepfm.py"),
+                                  "--out", out, "--distributed_tables=true", "--hidden=8"],
+                                 env=env, capture_output=True, text=True)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertIn("reduce_sum", run.stderr)  # the warning about the missing kernel
+            mf = tessera.load_model(out)
+            self.assertEqual(set(f.id_modulo for f in mf.feeds if f.source == FB.SLOT), {0})
+
+
+class DcnTest(unittest.TestCase):
+
+    def test_model(self):
+        mf = dcn.build(embedding_dim=4, num_cross=2, hidden=(16,)).to_proto(strict=True)
+        self.assertEqual(tessera.unregistered_ops(mf), [])
+        block = mf.forward.blocks[0]
+        shapes = {v.name: list(v.shape) for v in block.vars}
+        width = 26 * 4 + 13
+        self.assertEqual(shapes["cross_0.w"], [width, 1])
+        self.assertEqual(shapes["cross_1.b"], [width])
+        self.assertEqual(shapes["combine.w"], [width + 16, 1])
+        muls = [op for op in block.ops if op.type == "elementwise_mul"]
+        self.assertEqual(len(muls), 2)
+        self.assertEqual(fw.op_inputs(muls[0], "X"), ["concat.out_0"])
+        self.assertEqual(shapes[fw.op_inputs(muls[0], "Y")[0]], [-1, 1])
+
+    def test_script(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "dcn.pbtxt")
+            env = dict(os.environ, PYTHONPATH=testutil.PYTHON_DIR)
+            run = subprocess.run([sys.executable, os.path.join(testutil.EXAMPLES_DIR, "dcn.py"),
+                                  "--out", out, "--dict_size", "1000"], env=env,
+                                 capture_output=True, text=True)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertEqual(run.stderr, "")
+            mf = tessera.load_model(out)
+            self.assertEqual(set(f.id_modulo for f in mf.feeds if f.source == FB.SLOT), {1000})
+
+
+class CppLoaderTest(unittest.TestCase):
+    """The C++ loader accepts every example (and refuses DeepFM only for reduce_sum)."""
+
+    def transpile(self, mf, name):
+        binary = cpp_binary("TESSERA_TRANSPILE_BIN", "cluster", "tessera_transpile")
+        if binary is None:
+            self.skipTest("tessera_transpile not built (set TESSERA_TRANSPILE_BIN)")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "out")
+            os.mkdir(out)
+            return subprocess.run(
+                [binary, "--model=" + write(mf, tmp, name + ".pbtxt"), "--trainers=2",
+                 "--pservers=127.0.0.1:7001,127.0.0.1:7002", "--out_dir=" + out],
+                capture_output=True, text=True, env=cpp_env(), timeout=300)
+
+    def test_examples_load_and_transpile(self):
+        models = {
+            "wide_deep": wide_deep.build(),
+            "wide_deep_distributed": wide_deep.build(distributed_tables=True),
+            "mlp_regression": mlp_regression.build(),
+            "dcn": dcn.build(num_cross=2, hidden=(32,)),
+            "dcn_distributed": dcn.build(distributed_tables=True),
+        }
+        for name, model in models.items():
+            run = self.transpile(model.to_proto(strict=True), name)
+            self.assertEqual(run.returncode, 0, name + ": " + run.stderr)
+            self.assertIn("wrote 6 programs", run.stdout, name)
+
+    def test_deepfm_waits_for_reduce_sum(self):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mf = deepfm.build(embedding_dim=4, hidden=(8,)).to_proto()
+        run = self.transpile(mf, "deepfm")
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("unknown op type 'reduce_sum'", run.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,344 @@
+"""Layers: names, shapes, ops and attributes as the C++ layers make them; shape errors name the
+layer and leave the model unchanged."""
+
+import unittest
+
+import testutil  # noqa: F401  (sets sys.path)
+import tessera
+from tessera import framework as fw
+from tessera import layers
+
+
+def state(model):
+    """What a failed layer must not change."""
+    return (model.main_program.desc.SerializeToString(),
+            model.startup_program.desc.SerializeToString(), dict(model._counters))
+
+
+class LayerTestCase(unittest.TestCase):
+
+    def setUp(self):
+        self.model = tessera.Model()
+        self._guard = tessera.model_guard(self.model)
+        self._guard.__enter__()
+
+    def tearDown(self):
+        self._guard.__exit__(None, None, None)
+
+    def assertUnchangedAfter(self, regex, fn, *args, **kwargs):
+        before = state(self.model)
+        with self.assertRaisesRegex(ValueError, regex):
+            fn(*args, **kwargs)
+        self.assertEqual(state(self.model), before)
+
+    def ops(self):
+        return list(self.model.main_program.ops)
+
+
+class FcTest(LayerTestCase):
+
+    def test_names_shapes_and_attrs(self):
+        x = layers.data("x", [-1, 4, 3])
+        out = layers.fc(x, 5, act="relu")
+        self.assertEqual(out.name, "relu.out_0")
+        self.assertEqual(out.shape, (-1, 5))
+        names = [v.name for v in self.model.main_program.vars]
+        self.assertEqual(names, ["x", "fc_0.w", "fc_0.mul", "fc_0.b", "fc_0.pre_act",
+                                 "relu.out_0"])
+        self.assertEqual(self.model.var("fc_0.w").shape, (12, 5))  # flattened after dim 0
+        mul, add, relu = self.ops()
+        self.assertEqual((mul.type, testutil.attr_names(mul)), ("mul",
+                                                                ["op_role", "x_num_col_dims"]))
+        self.assertEqual(fw.get_attr(mul, "x_num_col_dims"), 1)
+        self.assertEqual([(s.parameter, list(s.arguments)) for s in mul.inputs],
+                         [("X", ["x"]), ("Y", ["fc_0.w"])])
+        self.assertEqual((add.type, fw.get_attr(add, "axis")), ("elementwise_add", 1))
+        self.assertEqual(relu.type, "relu")
+        startup = self.model.startup_program.ops
+        self.assertEqual([op.type for op in startup], ["uniform_random", "fill_constant"])
+        self.assertEqual(layers.fc(x, 2).name, "fc_1.pre_act")
+
+    def test_named_without_bias(self):
+        x = layers.data("x", [-1, 3])
+        out = layers.fc(x, 1, name="lin", bias_attr=False,
+                        param_attr=tessera.initializer.Constant(0.0))
+        self.assertEqual(out.name, "lin.mul")
+        self.assertFalse(self.model.has_var("lin.b"))
+        self.assertEqual(self.model.startup_program.ops[0].type, "fill_constant")
+        self.assertEqual(self.model.peek_unique_name("fc"), "fc_0")  # a name takes no counter
+
+    def test_errors_name_the_layer(self):
+        x = layers.data("x", [-1])
+        self.assertUnchangedAfter(r"^fc 'deep_fc_0': input 'x' float32 \[-1\] has 1 dims",
+                                  layers.fc, x, 4, name="deep_fc_0")
+        self.assertUnchangedAfter(r"^fc 'fc_0': input", layers.fc, x, 4)
+        y = layers.data("y", [-1, 3])
+        self.assertUnchangedAfter(r"^fc 'fc_0': size 0 < 1", layers.fc, y, 0)
+        self.assertUnchangedAfter(r"^fc 'h': unknown act 'gelu'", layers.fc, y, 2, act="gelu",
+                                  name="h")
+        ids = layers.data("ids", [-1, 1], dtype="int64")
+        self.assertUnchangedAfter(r"^fc 'fc_0': input 'ids' int64 .* must be float32",
+                                  layers.fc, ids, 2)
+        layers.fc(y, 2, name="taken")
+        self.assertUnchangedAfter(r"^fc 'taken': variable 'taken.w' already exists",
+                                  layers.fc, y, 2, name="taken")
+
+
+class EmbeddingTest(LayerTestCase):
+
+    def test_as_the_cpp_layer(self):
+        ids = layers.data("slot_0", [-1, 1], dtype="int64", slot=0)
+        out = layers.embedding(ids, size=[100, 8], is_sparse=True, name="emb_0")
+        self.assertEqual((out.name, out.shape, out.dtype), ("emb_0.out_0", (-1, 8), "float32"))
+        table = self.model.var("emb_0")
+        self.assertTrue(table.is_parameter and table.is_sparse)
+        self.assertFalse(table.is_distributed)
+        self.assertFalse(self.model.startup_program.find_var("emb_0").is_sparse)  # as in C++
+        op = self.ops()[0]
+        self.assertEqual(op.type, "lookup_table")
+        self.assertEqual([(s.parameter, list(s.arguments)) for s in op.inputs],
+                         [("W", ["emb_0"]), ("Ids", ["slot_0"])])
+        self.assertEqual(testutil.attr_names(op),
+                         ["op_role", "is_sparse", "is_distributed", "padding_idx"])
+        self.assertEqual([fw.get_attr(op, a) for a in ("is_sparse", "is_distributed",
+                                                       "padding_idx")], [True, False, -1])
+        init = self.model.startup_program.ops[0]
+        self.assertEqual((fw.get_attr(init, "min"), fw.get_attr(init, "max")),
+                         (tessera.initializer.float32(-0.05), tessera.initializer.float32(0.05)))
+
+    def test_default_name_and_distributed(self):
+        ids = layers.data("ids", [-1, 1], dtype="int64")
+        out = layers.embedding(ids, size=[10, 2], is_distributed=True)
+        self.assertEqual(out.name, "embedding_0.out_0")
+        table = self.model.var("embedding_0")
+        self.assertTrue(table.is_distributed and table.is_sparse)  # distributed implies sparse
+
+    def test_shared_table(self):
+        a = layers.data("a", [-1, 1], dtype="int64")
+        b = layers.data("b", [-1, 1], dtype="int64")
+        layers.embedding(a, size=[10, 2], name="shared")
+        out = layers.embedding(b, size=[10, 2], name="shared")
+        self.assertEqual(out.name, "shared.out_1")
+        self.assertEqual(len(self.model.startup_program.ops), 1)
+        self.assertUnchangedAfter("shared table must be a \\[10, 3\\]", layers.embedding, b,
+                                  size=[10, 3], name="shared")
+
+    def test_errors(self):
+        ids = layers.data("ids", [-1, 1], dtype="int64")
+        self.assertUnchangedAfter(r"^embedding 'emb': dim 0 < 1", layers.embedding, ids,
+                                  size=[10, 0], name="emb")
+        self.assertUnchangedAfter(r"^embedding 'embedding_0': rows 0 < 1", layers.embedding,
+                                  ids, size=[0, 4])
+        x = layers.data("x", [-1, 1])
+        self.assertUnchangedAfter(r"^embedding 'e': ids 'x' float32 \[-1, 1\] must be int64",
+                                  layers.embedding, x, size=[10, 4], name="e")
+        self.assertUnchangedAfter("padding_idx 10 is outside", layers.embedding, ids,
+                                  size=[10, 4], padding_idx=10)
+
+
+class ElementwiseTest(LayerTestCase):
+
+    def test_broadcast_error_names_the_layer(self):
+        a = layers.data("a", [-1, 8])
+        b = layers.data("b", [-1, 4])
+        self.assertUnchangedAfter(
+            r"^elementwise_add: shapes \[-1, 8\] and \[-1, 4\] do not broadcast",
+            layers.elementwise_add, a, b)
+        self.assertUnchangedAfter(r"^elementwise_mul: shapes \[-1, 8\] and \[-1, 4\]",
+                                  layers.elementwise_mul, a, b)
+        c = layers.data("c", [-1, 1])
+        self.assertUnchangedAfter(r"^elementwise_sub: shapes \[-1, 1\] and \[-1, 8\]",
+                                  layers.elementwise_sub, c, a)  # output would need y's shape
+
+    def test_broadcasts_as_the_kernels(self):
+        a = layers.data("a", [-1, 8])
+        bias = self.model.create_parameter("bias", [8])
+        s = layers.data("s", [-1, 1])
+        out = layers.elementwise_add(a, bias)
+        self.assertEqual((out.name, out.shape), ("elementwise_add.out_0", (-1, 8)))
+        self.assertEqual(layers.elementwise_mul(a, s).shape, (-1, 8))  # per-row scalar
+        self.assertEqual(layers.elementwise_mul(a, s, axis=0).shape, (-1, 8))
+        self.assertEqual(layers.elementwise_add(a, bias, axis=1).shape, (-1, 8))
+        with self.assertRaisesRegex(ValueError, "do not broadcast"):
+            layers.elementwise_add(a, bias, axis=0)
+        op = self.ops()[0]
+        self.assertEqual((testutil.attr_names(op), fw.get_attr(op, "axis")),
+                         (["op_role", "axis"], -1))
+
+    def test_operators(self):
+        a = layers.data("a", [-1, 2])
+        b = layers.data("b", [-1, 2])
+        self.assertEqual([(a + b).name, (a - b).name, (a * b).name],
+                         ["elementwise_add.out_0", "elementwise_sub.out_0",
+                          "elementwise_mul.out_0"])
+        half = a * 0.5
+        op = self.ops()[-1]
+        self.assertEqual((half.name, fw.get_attr(op, "scale"), fw.get_attr(op, "bias")),
+                         ("scale.out_0", 0.5, 0.0))
+
+    def test_dtype_mismatch(self):
+        a = layers.data("a", [-1, 2])
+        b = layers.data("b", [-1, 2], dtype="float64")
+        self.assertUnchangedAfter("different dtypes", layers.elementwise_add, a, b)
+
+
+class ShapeOpsTest(LayerTestCase):
+
+    def test_concat(self):
+        a = layers.data("a", [-1, 3])
+        b = layers.data("b", [-1, 5])
+        out = layers.concat([a, b], axis=1)
+        self.assertEqual((out.name, out.shape), ("concat.out_0", (-1, 8)))
+        self.assertEqual(fw.get_attr(self.ops()[0], "axis"), 1)
+        self.assertEqual(layers.concat([a, a], axis=0).shape, (-1, 3))  # batch stays -1
+        self.assertUnchangedAfter(r"^concat: input 1 'b' float32 \[-1, 5\] does not match "
+                                  r"input 0 'a' float32 \[-1, 3\] except along axis 0",
+                                  layers.concat, [a, b], axis=0)
+        self.assertUnchangedAfter(r"^concat: axis 2 is out of range", layers.concat, [a, b],
+                                  axis=2)
+        self.assertUnchangedAfter("^concat: input must be a non-empty list", layers.concat, [])
+
+    def test_reshape(self):
+        x = layers.data("x", [-1, 26, 8])
+        out = layers.reshape(x, [-1, 208])
+        self.assertEqual(out.shape, (-1, 208))
+        op = self.ops()[0]
+        self.assertEqual((testutil.attr_names(op), fw.get_attr(op, "shape")),
+                         (["op_role", "shape"], [-1, 208]))
+        self.assertEqual(layers.reshape(x, [0, 13, 16]).shape, (-1, 13, 16))
+        self.assertEqual(fw.get_attr(self.ops()[1], "shape"), [0, 13, 16])
+        w = self.model.create_parameter("w", [4, 6])
+        self.assertEqual(layers.reshape(w, [3, -1]).shape, (3, 8))
+        self.assertUnchangedAfter(r"^reshape: x 'x' float32 \[-1, 26, 8\] cannot be reshaped "
+                                  r"to \[-1, 100\]", layers.reshape, x, [-1, 100])
+        self.assertUnchangedAfter("more than one -1", layers.reshape, x, [-1, -1])
+
+    def test_cast_mean_sums(self):
+        ids = layers.data("ids", [-1, 1], dtype="int64")
+        f = layers.cast(ids, "float32")
+        op = self.ops()[0]
+        self.assertEqual((f.name, f.dtype, fw.get_attr(op, "out_dtype")),
+                         ("cast.out_0", "float32", fw.FLOAT32))
+        m = layers.mean(f)
+        self.assertEqual((m.name, m.shape), ("mean.out_0", (1,)))
+        s = layers.sums([f, f], name="total")
+        self.assertEqual((s.name, self.ops()[-1].type, self.ops()[-1].inputs[0].arguments[:]),
+                         ("total", "sum", ["cast.out_0", "cast.out_0"]))
+        g = layers.data("g", [-1, 2])
+        self.assertUnchangedAfter(r"^sums: input 1 'g' float32 \[-1, 2\] differs", layers.sums,
+                                  [f, g])
+
+    def test_reduce(self):
+        x = layers.data("x", [-1, 4, 3])
+        out = layers.reduce_sum(x, dim=-1, keep_dim=True)
+        self.assertEqual((out.name, out.shape), ("reduce_sum.out_0", (-1, 4, 1)))
+        op = self.ops()[0]
+        self.assertEqual(testutil.attr_names(op), ["op_role", "dim", "keep_dim", "reduce_all"])
+        self.assertEqual([fw.get_attr(op, a) for a in ("dim", "keep_dim", "reduce_all")],
+                         [[2], True, False])
+        self.assertEqual(layers.reduce_mean(x, dim=[1, 2]).shape, (-1,))
+        total = layers.reduce_sum(x)
+        self.assertEqual((total.shape, fw.get_attr(self.ops()[-1], "reduce_all"),
+                          fw.get_attr(self.ops()[-1], "dim")), ((1,), True, [0, 1, 2]))
+        self.assertUnchangedAfter(r"^reduce_sum: axis 3 is out of range", layers.reduce_sum, x,
+                                  dim=3)
+
+    def test_matmul_and_dot(self):
+        x = layers.data("x", [-1, 4, 3])
+        w = self.model.create_parameter("w", [3, 5])
+        out = layers.matmul(x, w)
+        self.assertEqual(out.shape, (-1, 4, 5))
+        self.assertEqual(testutil.attr_names(self.ops()[0]),
+                         ["op_role", "transpose_X", "transpose_Y", "alpha"])
+        self.assertEqual(layers.matmul(x, x, transpose_y=True).shape, (-1, 4, 4))
+        self.assertUnchangedAfter(r"^matmul: .* disagree in the inner dimension: 3 vs 4",
+                                  layers.matmul, x, x)
+        a = layers.data("a", [-1, 6])
+        d = layers.dot(a, a)
+        self.assertEqual(d.shape, (-1, 1))
+        self.assertEqual([op.type for op in self.ops()[-2:]], ["elementwise_mul", "reduce_sum"])
+
+    def test_dropout_and_sequence_pool(self):
+        x = layers.data("x", [-1, 5, 4])
+        d = layers.dropout(x, dropout_prob=0.25)
+        op = self.ops()[0]
+        self.assertEqual((d.name, [s.parameter for s in op.outputs]), ("dropout.out_0",
+                                                                       ["Out", "Mask"]))
+        self.assertEqual(testutil.attr_names(op), ["op_role", "dropout_prob", "is_test", "seed",
+                                                   "dropout_implementation"])
+        self.assertEqual(fw.get_attr(op, "seed"),
+                         self.model.seed_for("dropout.out_0") & fw.SEED_MASK)
+        self.assertUnchangedAfter("dropout_prob 1.0", layers.dropout, x, dropout_prob=1.0)
+        p = layers.sequence_pool(d, "average")
+        self.assertEqual((p.shape, fw.get_attr(self.ops()[-1], "pooltype")), ((-1, 4), "AVERAGE"))
+        self.assertUnchangedAfter("pool_type 'median'", layers.sequence_pool, d, "median")
+
+
+class LossTest(LayerTestCase):
+
+    def test_softmax_with_cross_entropy(self):
+        logits = layers.data("logits", [-1, 10])
+        label = layers.data("label", [-1, 1], dtype="int64")
+        loss, sm = layers.softmax_with_cross_entropy(logits, label, return_softmax=True)
+        self.assertEqual((sm.name, sm.shape, loss.name, loss.shape),
+                         ("softmax.out_0", (-1, 10), "cross_entropy.out_0", (-1, 1)))
+        op = self.ops()[0]
+        self.assertEqual([s.parameter for s in op.outputs], ["Softmax", "Loss"])
+        self.assertEqual(testutil.attr_names(op), ["op_role"])
+        bad = layers.data("bad", [-1, 1])
+        self.assertUnchangedAfter("^softmax_with_cross_entropy: label 'bad' float32",
+                                  layers.softmax_with_cross_entropy, logits, bad)
+
+    def test_sigmoid_ce_and_square_error(self):
+        x = layers.data("x", [-1, 1])
+        y = layers.data("y", [-1, 1])
+        self.assertEqual(layers.sigmoid_cross_entropy_with_logits(x, y).name, "sigmoid_ce.out_0")
+        self.assertEqual(layers.square_error_cost(x, y).name, "square_error.out_0")
+        self.assertEqual([op.type for op in self.ops()],
+                         ["sigmoid_cross_entropy_with_logits", "square_error"])
+        z = layers.data("z", [-1, 2])
+        self.assertUnchangedAfter("^square_error_cost: input 'z' float32 \\[-1, 2\\] and label",
+                                  layers.square_error_cost, z, y)
+        self.assertUnchangedAfter("^sigmoid_cross_entropy_with_logits: x 'z'",
+                                  layers.sigmoid_cross_entropy_with_logits, z, y)
+
+
+class DataAndMetricTest(LayerTestCase):
+
+    def test_data(self):
+        x = layers.data("x", [-1, 13], feed="dense")
+        self.assertTrue(x.stop_gradient and x.is_data)
+        self.assertFalse(x.persistable)
+        self.assertUnchangedAfter("already exists", layers.data, "x", [-1, 1])
+        self.assertUnchangedAfter(r"^data 's': a slot feed must be int64 \[-1, 1\]", layers.data,
+                                  "s", [-1, 1], slot=0)
+        self.assertUnchangedAfter("^data 'd2': the model already has a dense feed", layers.data,
+                                  "d2", [-1, 2], feed="dense")
+        layers.data("s0", [-1, 1], dtype="int64", slot=0)
+        self.assertUnchangedAfter("slot 0 is already bound", layers.data, "s1", [-1, 1],
+                                  dtype="int64", slot=0)
+        self.assertUnchangedAfter("dims are >= 1 or -1", layers.data, "z", [-1, 0])
+
+    def test_metrics(self):
+        label = layers.data("label", [-1, 1], feed="label")
+        p = layers.sigmoid(layers.data("x", [-1, 1]))
+        m = layers.auc(p, label)
+        self.assertEqual((m.name, self.model.prediction, self.model.metrics),
+                         ("auc", p.name, ["auc"]))
+        layers.accuracy(p, label)
+        self.assertEqual(self.model.metrics, ["auc", "accuracy"])
+        self.assertEqual(len(self.ops()), 1)  # metrics add no ops
+        q = layers.sigmoid(p)
+        with self.assertRaisesRegex(ValueError, "prediction is already"):
+            layers.auc(q, label)
+
+    def test_inputs_of_two_models(self):
+        other = tessera.Model()
+        a = layers.data("a", [-1, 2])
+        b = layers.data("b", [-1, 2], model=other)
+        with self.assertRaisesRegex(ValueError, "different models"):
+            layers.elementwise_add(a, b)
+
+
+if __name__ == "__main__":
+    unittest.main()

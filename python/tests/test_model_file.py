@@ -1,0 +1,248 @@
+"""Model files: building, checking (as the C++ loader would), saving atomically, loading back;
+optimizer configurations."""
+
+import os
+import tempfile
+import unittest
+import warnings
+
+import testutil
+import tessera
+from tessera import layers
+from tessera.proto import model_pb2
+
+FB = model_pb2.FeedBinding
+
+
+class SaveLoadTest(unittest.TestCase):
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.path = os.path.join(self.dir.name, "model.pbtxt")
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_round_trip(self):
+        model = testutil.small_model()
+        written = model.save(self.path)
+        loaded = tessera.load_model(self.path)
+        self.assertEqual(loaded, written)
+        self.assertEqual(loaded.format_version, 1)
+        self.assertEqual(loaded.forward, model.main_program.desc)
+        self.assertEqual(loaded.startup, model.startup_program.desc)
+        self.assertEqual((loaded.loss, loaded.prediction, list(loaded.metrics)),
+                         ("mean.out_0", "sigmoid.out_0", ["auc"]))
+        self.assertEqual(loaded.optimizer.type, "adam")
+        self.assertAlmostEqual(loaded.optimizer.learning_rate, 0.01, places=6)
+        with open(self.path) as f:
+            text = f.read()
+        self.assertTrue(text.startswith("format_version: 1\n"))
+        tessera.check_model_file(loaded)  # what was written passes the checks again
+
+    def test_write_is_atomic_and_replaces(self):
+        with open(self.path, "w") as f:
+            f.write("old")
+        tessera.save_model(self.path, model=testutil.small_model())
+        self.assertEqual(os.listdir(self.dir.name), ["model.pbtxt"])  # no temporary left
+        with open(self.path) as f:
+            self.assertTrue(f.read().startswith("format_version: 1"))
+        # A failed check writes nothing.
+        os.remove(self.path)
+        bare = tessera.Model()
+        with self.assertRaisesRegex(ValueError, "no loss"):
+            tessera.save_model(self.path, model=bare)
+        self.assertEqual(os.listdir(self.dir.name), [])
+
+    def test_unwritable_path_leaves_no_temporary(self):
+        target = os.path.join(self.dir.name, "sub")
+        os.mkdir(target)  # renaming a file over a directory fails
+        with self.assertRaises(OSError):
+            tessera.save_model(target, model=testutil.small_model())
+        self.assertEqual(os.listdir(self.dir.name), ["sub"])
+
+    def test_load_reports_the_path(self):
+        with open(self.path, "w") as f:
+            f.write("format_version: x\n")
+        with self.assertRaisesRegex(ValueError, "model.pbtxt"):
+            tessera.load_model(self.path)
+
+
+class FeedTest(unittest.TestCase):
+
+    def test_canonical_order_and_id_modulo(self):
+        mf = testutil.small_model(rows=50).to_proto()
+        self.assertEqual([(f.var, f.source, f.slot, f.id_modulo) for f in mf.feeds],
+                         [("dense", FB.DENSE, 0, 0), ("s0", FB.SLOT, 0, 50),
+                          ("s1", FB.SLOT, 1, 50), ("label", FB.LABEL, 0, 0)])
+        mf = testutil.small_model(distributed=True).to_proto()
+        self.assertEqual([f.id_modulo for f in mf.feeds if f.source == FB.SLOT], [0, 0])
+
+    def test_declaration_order_does_not_matter(self):
+        m = tessera.Model()
+        with tessera.model_guard(m):
+            s1 = layers.data("s1", [-1, 1], dtype="int64", slot=1)
+            y = layers.data("y", [-1, 1], feed="label")
+            s0 = layers.data("s0", [-1, 1], dtype="int64", slot=0)
+            e = layers.concat([layers.embedding(s, size=[7, 2], name="e%d" % i)
+                               for i, s in enumerate([s0, s1])], axis=1)
+            loss = layers.mean(layers.square_error_cost(layers.fc(e, 1), y))
+            tessera.optimizer.SGD(0.1).minimize(loss)
+        mf = m.to_proto(metrics=["mse"])
+        self.assertEqual([f.var for f in mf.feeds], ["s0", "s1", "y"])
+        self.assertEqual([f.id_modulo for f in mf.feeds[:2]], [7, 7])
+
+    def test_id_modulo_conflicts(self):
+        m = tessera.Model()
+        with tessera.model_guard(m):
+            y = layers.data("y", [-1, 1], feed="label")
+            s = layers.data("s", [-1, 1], dtype="int64", slot=0)
+            a = layers.embedding(s, size=[10, 2], name="a")
+            b = layers.embedding(s, size=[20, 2], name="b")
+            loss = layers.mean(layers.square_error_cost(layers.fc(layers.concat([a, b], 1), 1),
+                                                        y))
+            tessera.optimizer.SGD(0.1).minimize(loss)
+        with self.assertRaisesRegex(ValueError, "local tables of different sizes"):
+            m.to_proto()
+        feeds = [tessera.Feed.label(y), tessera.Feed.slot_of(s, 0, id_modulo=10)]
+        self.assertEqual(m.to_proto(feeds=feeds).feeds[0].id_modulo, 10)
+        with self.assertRaisesRegex(ValueError, "outside \\[0, 10\\) of local table 'a'"):
+            m.to_proto(feeds=[tessera.Feed.label(y), tessera.Feed.slot_of(s, 0, id_modulo=20)])
+
+    def test_check_refusals(self):
+        m = testutil.small_model()
+        with self.assertRaisesRegex(ValueError, "no LABEL feed"):
+            m.to_proto(feeds=[tessera.Feed.dense("dense"), tessera.Feed.slot_of("s0", 0),
+                              tessera.Feed.slot_of("s1", 1)])
+        with self.assertRaisesRegex(ValueError, "op 0 \\(lookup_table\\) reads 's0', which no "
+                                    "op writes and no feed binds"):
+            m.to_proto(feeds=[tessera.Feed.dense("dense"), tessera.Feed.label("label"),
+                              tessera.Feed.slot_of("s1", 0)])
+        with self.assertRaisesRegex(ValueError, "slots 0..1 with none missing; slot 0"):
+            m.to_proto(feeds=[tessera.Feed.dense("dense"), tessera.Feed.label("label"),
+                              tessera.Feed.slot_of("s0", 1), tessera.Feed.slot_of("s1", 2)])
+        with self.assertRaisesRegex(ValueError, "metric 'recall' is unknown"):
+            m.to_proto(metrics=["recall"])
+        with self.assertRaisesRegex(ValueError, "differs from the loss"):
+            m.to_proto(loss="sigmoid.out_0")
+
+    def test_metric_needs_prediction(self):
+        m = tessera.Model()
+        with tessera.model_guard(m):
+            x = layers.data("x", [-1, 2], feed="dense")
+            y = layers.data("y", [-1, 1], feed="label")
+            loss = layers.mean(layers.square_error_cost(layers.fc(x, 1), y))
+            tessera.optimizer.SGD(0.1).minimize(loss)
+        with self.assertRaisesRegex(ValueError, "metric 'auc' needs a prediction"):
+            m.to_proto(metrics=["auc"])
+        self.assertEqual(list(m.to_proto(metrics=["mse"]).metrics), ["mse"])
+        self.assertEqual(m.to_proto().prediction, "")
+
+    def test_check_model_file_on_edited_files(self):
+        mf = testutil.small_model().to_proto()
+        mf.format_version = 2
+        with self.assertRaisesRegex(ValueError, "format_version is 2"):
+            tessera.check_model_file(mf)
+        mf = testutil.small_model().to_proto()
+        mf.forward.blocks[0].ops[0].attrs[0].i = 1  # op_role backward
+        with self.assertRaisesRegex(ValueError, "forward ops only"):
+            tessera.check_model_file(mf)
+        mf = testutil.small_model().to_proto()
+        del mf.startup.blocks[0].ops[0]
+        with self.assertRaisesRegex(ValueError, "parameter 't0' has no initializer"):
+            tessera.check_model_file(mf)
+
+    def test_unregistered_ops_warn_or_refuse(self):
+        m = tessera.Model()
+        with tessera.model_guard(m):
+            x = layers.data("x", [-1, 4], feed="dense")
+            y = layers.data("y", [-1, 1], feed="label")
+            pred = layers.reduce_sum(layers.fc(x, 4), dim=1, keep_dim=True)
+            tessera.optimizer.SGD(0.1).minimize(layers.mean(layers.square_error_cost(pred, y)))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            mf = m.to_proto()
+        self.assertEqual(tessera.unregistered_ops(mf), ["reduce_sum"])
+        self.assertTrue(any("reduce_sum" in str(w.message) for w in caught))
+        with self.assertRaisesRegex(ValueError, "reduce_sum"):
+            m.to_proto(strict=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            testutil.small_model().to_proto()
+        self.assertEqual(caught, [])
+
+
+class OptimizerTest(unittest.TestCase):
+
+    def minimized(self, opt, distributed=False):
+        m = tessera.Model()
+        with tessera.model_guard(m):
+            ids = layers.data("s", [-1, 1], dtype="int64", slot=0)
+            y = layers.data("y", [-1, 1], feed="label")
+            e = layers.embedding(ids, size=[5, 2], is_distributed=distributed)
+            loss = layers.mean(layers.square_error_cost(layers.fc(e, 1), y))
+            config = opt.minimize(loss)
+        return m, loss, config
+
+    def test_adam_defaults_are_left_unset(self):
+        _, _, c = self.minimized(tessera.optimizer.Adam(learning_rate=0.001))
+        self.assertEqual(c.type, "adam")
+        for field in ("beta1", "beta2", "epsilon", "momentum"):
+            self.assertFalse(c.HasField(field), field)
+        _, _, c = self.minimized(tessera.optimizer.Adam(0.002, beta1=0.8, epsilon=1e-7))
+        self.assertTrue(c.HasField("beta1") and c.HasField("epsilon"))
+        self.assertFalse(c.HasField("beta2"))
+        self.assertAlmostEqual(c.beta1, 0.8, places=6)
+
+    def test_momentum_records_mu(self):
+        m, loss, c = self.minimized(tessera.optimizer.Momentum(0.01))
+        self.assertTrue(c.HasField("momentum"))
+        self.assertAlmostEqual(c.momentum, 0.9, places=6)
+        self.assertFalse(c.nesterov)
+        self.assertEqual((m.loss, m.optimizer), (loss.name, c))
+        _, _, c = self.minimized(tessera.optimizer.Momentum(0.01, momentum=0.5, nesterov=True))
+        self.assertEqual((c.momentum, c.nesterov), (0.5, True))
+        with self.assertRaisesRegex(ValueError, "momentum cannot update distributed table"):
+            self.minimized(tessera.optimizer.Momentum(0.01), distributed=True)
+
+    def test_adagrad_sgd_decay_and_l2(self):
+        _, _, c = self.minimized(tessera.optimizer.Adagrad(0.1))
+        self.assertFalse(c.HasField("epsilon"))
+        _, _, c = self.minimized(tessera.optimizer.Adagrad(0.1, epsilon=1e-6))
+        self.assertAlmostEqual(c.epsilon, 1e-6, places=12)
+        schedule = layers.exponential_decay(0.1, decay_steps=100, decay_rate=0.5, staircase=True)
+        _, _, c = self.minimized(tessera.optimizer.SGD(
+            schedule, regularization=tessera.regularizer.L2Decay(1e-4)))
+        self.assertEqual((c.type, c.decay_steps, c.decay_rate, c.staircase), ("sgd", 100, 0.5,
+                                                                              True))
+        self.assertAlmostEqual(c.learning_rate, 0.1, places=6)
+        self.assertAlmostEqual(c.l2_decay, 1e-4, places=9)
+        _, _, c = self.minimized(tessera.optimizer.SGD(0.1))
+        self.assertEqual((c.decay_steps, c.decay_rate, c.l2_decay), (0, 0.0, 0.0))
+
+    def test_bad_hyper_parameters(self):
+        opt = tessera.optimizer
+        for make in (lambda: opt.SGD(0), lambda: opt.SGD(float("nan")),
+                     lambda: opt.Momentum(0.1, momentum=1.0), lambda: opt.Adam(beta1=1.5),
+                     lambda: opt.SGD(0.1, l2_decay=-1), lambda: opt.ExponentialDecay(0.1, 0, 0.5),
+                     lambda: opt.ExponentialDecay(0.1, 10, 0)):
+            with self.assertRaises(ValueError):
+                make()
+
+    def test_loss_must_be_a_scalar(self):
+        m = tessera.Model()
+        with tessera.model_guard(m):
+            x = layers.data("x", [-1, 2], feed="dense")
+            per_example = layers.fc(x, 1)
+        with self.assertRaisesRegex(ValueError, r"loss 'fc_0.pre_act' is float32 \[-1, 1\]; it "
+                                    r"must be a \[1\] \(scalar\)"):
+            tessera.optimizer.SGD(0.1).minimize(per_example)
+        loss = layers.mean(per_example)
+        tessera.optimizer.SGD(0.1).minimize(loss)
+        with self.assertRaisesRegex(ValueError, "already has an optimizer"):
+            tessera.optimizer.Adam(0.1).minimize(loss)
+        self.assertIsNone(m.prediction)
+
+
+if __name__ == "__main__":
+    unittest.main()
