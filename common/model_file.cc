@@ -212,7 +212,7 @@ absl::Status CheckFeeds(const ModelFile& model, std::set<std::string>* fed,
                         const Refuser& refuse) {
   const BlockDesc& block = model.forward().blocks(0);
   int dense = 0, labels = 0;
-  std::set<int> slots;
+  std::set<int> slots, multi_slots;
   for (const FeedBinding& f : model.feeds()) {
     const VarDesc* v = FindVarDesc(block, f.var());
     if (v == nullptr) return refuse("feed '", f.var(), "' names no variable of the forward program");
@@ -241,6 +241,19 @@ absl::Status CheckFeeds(const ModelFile& model, std::set<std::string>* fed,
                         "; it must be int64 [-1, 1]");
         }
         break;
+      case FeedBinding::MULTI_SLOT:
+        if (f.slot() < 0) return refuse("feed '", f.var(), "': multi-hot slot ", f.slot(), " < 0");
+        if (!multi_slots.insert(f.slot()).second) {
+          return refuse("feed '", f.var(), "': multi-hot slot ", f.slot(), " is bound twice");
+        }
+        if (f.id_modulo() < 0) {
+          return refuse("feed '", f.var(), "': id_modulo ", f.id_modulo(), " < 0");
+        }
+        if (v->dtype() != INT64 || v->shape_size() != 2 || !batch_first || v->shape(1) != 1) {
+          return refuse("MULTI_SLOT feed '", f.var(), "' is ", DataTypeName(v->dtype()), " ",
+                        shape, "; it must be int64 [-1, 1] (the ids of all examples)");
+        }
+        break;
       case FeedBinding::LABEL:
         if (++labels > 1) return refuse("feed '", f.var(), "': a second LABEL feed");
         if ((v->dtype() != FLOAT32 && v->dtype() != FLOAT64 && v->dtype() != INT64) ||
@@ -254,12 +267,17 @@ absl::Status CheckFeeds(const ModelFile& model, std::set<std::string>* fed,
     }
   }
   if (labels == 0) return refuse("no LABEL feed");
-  // The trainer feeds Example::sparse[i] to the i-th slot: slots must be 0..n-1.
-  int expect = 0;
-  for (int s : slots) {
-    if (s != expect) return refuse("SLOT feeds must bind slots 0..", slots.size() - 1,
-                                   " with none missing; slot ", expect, " is not bound");
-    ++expect;
+  // The trainer feeds Example::sparse[i] (::multi[i]) to the i-th slot: slots must be 0..n-1.
+  for (const auto& [kind, bound] :
+       {std::make_pair("SLOT", &slots), std::make_pair("MULTI_SLOT", &multi_slots)}) {
+    int expect = 0;
+    for (int s : *bound) {
+      if (s != expect) {
+        return refuse(kind, " feeds must bind slots 0..", bound->size() - 1,
+                      " with none missing; slot ", expect, " is not bound");
+      }
+      ++expect;
+    }
   }
   return absl::OkStatus();
 }
@@ -323,8 +341,11 @@ absl::Status DryRun(const ModelFile& model, const OpRegistry& registry, const Re
     t->Resize(v.dtype(), std::move(shape));
     if (t->nbytes() > 0) std::memset(t->raw_data(), 0, t->nbytes());
   };
-  std::set<std::string> inputs;
-  for (const FeedBinding& f : model.feeds()) inputs.insert(f.var());
+  std::set<std::string> inputs, sequences;
+  for (const FeedBinding& f : model.feeds()) {
+    inputs.insert(f.var());
+    if (f.source() == FeedBinding::MULTI_SLOT) sequences.insert(f.var());
+  }
   for (const VarDesc& v : block.vars()) {
     if (v.persistable()) {
       Shape s = ShapeOfVar(v);
@@ -332,6 +353,12 @@ absl::Status DryRun(const ModelFile& model, const OpRegistry& registry, const Re
       zeros(v, s);
     } else if (inputs.count(v.name())) {
       zeros(v, DryRunShape(v));
+      // A multi-hot slot: one id per example.
+      if (sequences.count(v.name())) {
+        std::vector<int64_t> lod(kDryRunBatch + 1);
+        for (int64_t i = 0; i <= kDryRunBatch; ++i) lod[i] = i;
+        scope.Var(v.name())->GetMutable<Tensor>()->set_lod(std::move(lod));
+      }
     }
   }
   Executor executor(&registry);
@@ -422,7 +449,8 @@ ModelFile ApplyOverrides(ModelFile model, const ModelOverrides& overrides) {
     }
     for (FeedBinding& f : *model.mutable_feeds()) {
       auto it = rows_of_ids.find(f.var());
-      if (f.source() == FeedBinding::SLOT && it != rows_of_ids.end() && f.id_modulo() == 0) {
+      const bool slot = f.source() == FeedBinding::SLOT || f.source() == FeedBinding::MULTI_SLOT;
+      if (slot && it != rows_of_ids.end() && f.id_modulo() == 0) {
         f.set_id_modulo(it->second);
       }
     }
@@ -443,7 +471,8 @@ ModelFile ApplyOverrides(ModelFile model, const ModelOverrides& overrides) {
       }
     }
     for (FeedBinding& f : *model.mutable_feeds()) {
-      if (f.source() == FeedBinding::SLOT && ids.count(f.var())) f.set_id_modulo(0);
+      const bool slot = f.source() == FeedBinding::SLOT || f.source() == FeedBinding::MULTI_SLOT;
+      if (slot && ids.count(f.var())) f.set_id_modulo(0);
     }
   }
   return model;
@@ -490,7 +519,7 @@ absl::StatusOr<ModelSpec> CompileModel(const ModelFile& model, const OpRegistry&
   spec.prediction = model.prediction();
   spec.metrics.assign(model.metrics().begin(), model.metrics().end());
   const BlockDesc& block = model.forward().blocks(0);
-  std::map<int, SlotFeed> slots;
+  std::map<int, SlotFeed> slots, multi_slots;
   for (const FeedBinding& f : model.feeds()) {
     const VarDesc* v = FindVarDesc(block, f.var());
     switch (f.source()) {
@@ -501,6 +530,9 @@ absl::StatusOr<ModelSpec> CompileModel(const ModelFile& model, const OpRegistry&
       case FeedBinding::SLOT:
         slots[f.slot()] = SlotFeed{f.var(), f.id_modulo()};
         break;
+      case FeedBinding::MULTI_SLOT:
+        multi_slots[f.slot()] = SlotFeed{f.var(), f.id_modulo()};
+        break;
       default:
         spec.feeds.label = f.var();
         spec.feeds.label_dtype = v->dtype();
@@ -508,6 +540,7 @@ absl::StatusOr<ModelSpec> CompileModel(const ModelFile& model, const OpRegistry&
     }
   }
   for (auto& [index, slot] : slots) spec.feeds.slots.push_back(std::move(slot));
+  for (auto& [index, slot] : multi_slots) spec.feeds.multi_slots.push_back(std::move(slot));
   return spec;
 }
 
@@ -528,6 +561,13 @@ ModelFile MakeModelFile(ModelParts parts) {
     b->set_source(FeedBinding::SLOT);
     b->set_slot(static_cast<int>(s));
     b->set_id_modulo(f.slots[s].dict_size);
+  }
+  for (size_t s = 0; s < f.multi_slots.size(); ++s) {
+    FeedBinding* b = model.add_feeds();
+    b->set_var(f.multi_slots[s].name);
+    b->set_source(FeedBinding::MULTI_SLOT);
+    b->set_slot(static_cast<int>(s));
+    b->set_id_modulo(f.multi_slots[s].dict_size);
   }
   if (!f.label.empty()) {
     FeedBinding* b = model.add_feeds();

@@ -224,6 +224,46 @@ TEST_F(ModelFileTest, OverridesLearningRateAndTablePlacement) {
   EXPECT_TRUE(emb->is_distributed());
 }
 
+// A multi-hot slot: ids of every example concatenated, looked up and pooled per example.
+TEST_F(ModelFileTest, CompilesAMultiHotSlotAndChecksItsBinding) {
+  ModelParts p;
+  ProgramBuilder b(&p.forward, &p.startup);
+  std::string ids = layers::Data(b, "tags", {-1, 1}, INT64);
+  std::string y = layers::Data(b, "y", {-1, 1});
+  layers::EmbeddingOptions eo;
+  eo.name = "tag_emb";
+  eo.is_sparse = true;
+  std::string e = layers::Embedding(b, ids, 50, 3, eo);
+  std::string pooled = "tags_pooled";
+  b.CreateVar(pooled, {-1, 3});
+  OpDesc* pool = b.AppendOp(MakeOp("sequence_pool", {{"X", {e}}}, {{"Out", {pooled}}}));
+  SetAttr(pool, "pooltype", "AVERAGE");
+  layers::FcOptions fc;
+  fc.name = "out";
+  p.loss = layers::Mean(b, layers::SquareError(b, layers::Fc(b, pooled, 1, fc), y));
+  p.feeds.multi_slots = {{ids, 50}};
+  p.feeds.label = y;
+  p.optimizer.set_type("adagrad");
+  p.optimizer.set_learning_rate(0.1f);
+  ModelFile m = MakeModelFile(std::move(p));
+  ASSERT_EQ(m.feeds(0).source(), FeedBinding::MULTI_SLOT);
+  absl::StatusOr<ModelSpec> spec = CompileModel(m, *registry_, "m.pbtxt");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->feeds.multi_slots.size(), 1u);
+  EXPECT_EQ(spec->feeds.multi_slots[0].name, "tags");
+  EXPECT_EQ(spec->feeds.multi_slots[0].dict_size, 50);
+  EXPECT_TRUE(spec->feeds.slots.empty());
+
+  ModelFile twice = m;
+  *twice.add_feeds() = m.feeds(0);
+  EXPECT_THAT(Refusal(twice), HasSubstr("feed 'tags' is bound twice"));
+  ModelFile wrong_shape = m;
+  Var(&wrong_shape, "tags")->set_shape(1, 2);
+  EXPECT_THAT(Refusal(wrong_shape), HasSubstr("MULTI_SLOT feed 'tags' is int64 [-1, 2]"));
+  m.mutable_feeds(0)->set_slot(1);
+  EXPECT_THAT(Refusal(m), HasSubstr("MULTI_SLOT feeds must bind slots 0..0"));
+}
+
 // One process: a distributed table becomes local, its raw ids fed modulo its rows.
 TEST_F(ModelFileTest, SingleMachineMakesDistributedTablesLocal) {
   ModelOverrides dist;

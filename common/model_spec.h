@@ -31,6 +31,9 @@ struct FeedSpec {
   int num_dense = 0;
   // Categorical slots, in Example::sparse order (may be empty).
   std::vector<SlotFeed> slots;
+  // Multi-hot slots, in Example::multi order: Example::multi[i] feeds multi_slots[i] as the
+  // batch's ids concatenated, [total, 1] int64, one sequence per example (Tensor::lod).
+  std::vector<SlotFeed> multi_slots;
   // Example::label -> [B, 1] tensor `label` of `label_dtype` (FLOAT32, FLOAT64, or INT64 for
   // class indices, where the label must be a non-negative integer).
   std::string label;

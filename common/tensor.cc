@@ -113,6 +113,7 @@ void Tensor::CopyFrom(const Tensor& other) {
   if (this == &other) return;
   Resize(other.dtype_, other.shape_);
   initialized_ = other.initialized_;
+  lod_ = other.lod_;
   if (nbytes() == 0) return;
   if (place_.is_cpu() && other.place_.is_cpu()) {
     std::memcpy(buffer_.get(), other.buffer_.get(), nbytes());

@@ -118,6 +118,13 @@ class Tensor {
   }
   std::pair<int64_t, int64_t> MatrixDims(int num_row_dims) const;
 
+  // Level-1 LoD: a batch of sequences stacked along dim 0, sequence i being rows
+  // [lod[i], lod[i + 1]) (lod[0] == 0, non-decreasing, lod.back() == dim(0); one sequence per
+  // example for multi-hot slots). Empty when the tensor is no sequence batch. Kept by CopyFrom
+  // and ShareDataWith; Resize leaves it alone, so kernels producing sequences set it.
+  const std::vector<int64_t>& lod() const { return lod_; }
+  void set_lod(std::vector<int64_t> lod) { lod_ = std::move(lod); }
+
   // Deep copy of `other` into this tensor (reusing the buffer when large enough). The copy
   // stays on this tensor's place (a host<->device copy when the places differ).
   void CopyFrom(const Tensor& other);
@@ -138,6 +145,7 @@ class Tensor {
   Place place_;
   size_t capacity_ = 0;  // bytes
   std::shared_ptr<char> buffer_;
+  std::vector<int64_t> lod_;
 };
 
 // Rows of a conceptual [height, ...] tensor: value.dim(0) == rows.size(), value row i holds

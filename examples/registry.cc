@@ -56,12 +56,14 @@ absl::StatusOr<ExampleData> LoadExampleData(const ExampleOptions& options) {
   }
   if (!options.train_data.empty()) {
     auto train = data::ReadCriteoFile(options.train_data, data::kCriteoNumDense,
-                                      data::kCriteoNumSparse, options.max_line_bytes);
+                                      data::kCriteoNumSparse, options.max_line_bytes,
+                                      options.num_multi);
     if (!train.ok()) return train.status();
     d.train = std::move(*train);
     if (!options.test_data.empty()) {
       auto test = data::ReadCriteoFile(options.test_data, data::kCriteoNumDense,
-                                       data::kCriteoNumSparse, options.max_line_bytes);
+                                       data::kCriteoNumSparse, options.max_line_bytes,
+                                       options.num_multi);
       if (!test.ok()) return test.status();
       d.test = std::move(*test);
     }
@@ -69,6 +71,7 @@ absl::StatusOr<ExampleData> LoadExampleData(const ExampleOptions& options) {
   }
   data::CtrDataOptions o;
   o.vocab_per_slot = options.vocab_per_slot;
+  o.num_multi = options.num_multi;
   o.model_seed = kModelSeed;
   o.seed = options.seed;
   auto train = data::MakeCtrData(options.num_examples, o);

@@ -26,6 +26,7 @@ struct ExampleOptions {
   std::string train_data;          // Criteo-format file instead of synthetic data (ctr)
   std::string test_data;
   int64_t max_line_bytes = int64_t{1} << 20;  // longest line of a data file
+  int num_multi = 0;  // ctr: multi-hot slots (the model's MULTI_SLOT feeds) in the data
 };
 
 // Names the daemons accept.

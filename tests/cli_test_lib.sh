@@ -6,6 +6,7 @@
 #                             expect exit status RC and exactly one stderr line containing TEXT
 #   expect_exit RC TEXT COMMAND...
 #                             like expect_error for any command, bounded to 20 s
+#   expect_auc_above LOG MIN  the last "auc X" (any case) of LOG is above MIN
 #   finish                    exit 1 if anything failed, else print PASS
 failures=0
 
@@ -41,6 +42,21 @@ expect_exit() {
     fail "$* -> exit $rc (want $want_rc), $lines stderr line(s), want one with '$want_text': $(cat "$TMP/stderr")"
   else
     echo "ok: $(cat "$TMP/stderr")"
+  fi
+}
+
+# The last held-out AUC a trainer or runner log reports ("" if none).
+last_auc() {
+  grep -oiE "auc [0-9.]+" "$1" | tail -1 | cut -d' ' -f2
+}
+
+expect_auc_above() {
+  local auc
+  auc=$(last_auc "$1")
+  if [ -n "$auc" ] && awk -v a="$auc" -v m="$2" 'BEGIN { exit !(a > m) }'; then
+    echo "ok: $1: held-out AUC $auc"
+  else
+    fail "$1: held-out AUC '${auc:-none}' is not above $2: $(tail -5 "$1")"
   fi
 }
 

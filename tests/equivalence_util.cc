@@ -18,22 +18,28 @@
 namespace tessera {
 
 LocalRun TrainLocally(const examples::ExampleOptions& eo, LocalTrainerOptions options) {
-  LocalRun run;
   auto registry = NewStandardOpRegistry();
   auto model = examples::BuildExampleModel(*registry, eo);
   EXPECT_TRUE(model.ok()) << model.status();
   auto data = examples::LoadExampleData(eo);
   EXPECT_TRUE(data.ok()) << data.status();
-  if (!model.ok() || !data.ok()) return run;
+  if (!model.ok() || !data.ok()) return LocalRun{};
+  return TrainModelLocally(*model, data->train, options);
+}
+
+LocalRun TrainModelLocally(const ModelSpec& model, const data::Dataset& train,
+                           LocalTrainerOptions options) {
+  LocalRun run;
+  auto registry = NewStandardOpRegistry();
   std::ostringstream sink;
   options.log = &sink;
-  auto trainer = LocalTrainer::Create(registry.get(), *model, options);
+  auto trainer = LocalTrainer::Create(registry.get(), model, options);
   run.create_status = trainer.status();
   if (!trainer.ok()) return run;
-  auto stats = (*trainer)->Train(data->train);
+  auto stats = (*trainer)->Train(train);
   EXPECT_TRUE(stats.ok()) << stats.status();
   if (stats.ok()) run.epochs = *stats;
-  for (const auto& v : model->main.blocks(0).vars()) {
+  for (const auto& v : model.main.blocks(0).vars()) {
     if (v.trainable()) {
       run.params[v.name()] = (*trainer)->scope()->FindVar(v.name())->Get<Tensor>().Clone();
     }

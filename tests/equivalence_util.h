@@ -27,6 +27,10 @@ struct LocalRun {
 // Trains example `eo` on one machine with `options` (its log discarded).
 LocalRun TrainLocally(const examples::ExampleOptions& eo, LocalTrainerOptions options);
 
+// Trains `model` on `train` on one machine with `options` (its log discarded).
+LocalRun TrainModelLocally(const ModelSpec& model, const data::Dataset& train,
+                           LocalTrainerOptions options);
+
 // The trainable parameters after training example `eo` on one machine with batches of `batch`
 // for `epochs` epochs, shuffled with `seed`.
 Params SingleMachine(const examples::ExampleOptions& eo, int64_t batch, uint64_t seed,

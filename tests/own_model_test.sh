@@ -19,20 +19,9 @@ MODEL="$TMP/my_model.pbtxt"
 PYTHONPATH="$ROOT/python" timeout 60 /usr/bin/python3 "$ROOT/examples/python/my_model.py" \
   "$MODEL" || fail "my_model.py did not write the model file"
 
-# auc_above LOG MIN: the last "AUC x" of LOG is above MIN.
-auc_above() {
-  local auc
-  auc=$(grep -oiE "auc [0-9.]+" "$1" | tail -1 | cut -d' ' -f2)
-  if [ -n "$auc" ] && awk -v a="$auc" -v m="$2" 'BEGIN { exit !(a > m) }'; then
-    echo "ok: $1: held-out AUC $auc"
-  else
-    fail "$1: held-out AUC '${auc:-none}' is not above $2: $(tail -5 "$1")"
-  fi
-}
-
 timeout 120 "$ROOT/examples/ctr/ctr" --model="$MODEL" --train_samples=8000 --test_samples=2000 \
   --log_every_steps=0 >"$TMP/single.log" 2>&1 || fail "single machine: $(tail -3 "$TMP/single.log")"
-auc_above "$TMP/single.log" 0.6
+expect_auc_above "$TMP/single.log" 0.6
 
 for sync in true false; do
   timeout 240 "$ROOT/deploy/launch/tessera_launch" --pserver_bin="$ROOT/pserver/tessera_pserver" \
@@ -40,6 +29,6 @@ for sync in true false; do
     --sync_mode=$sync --num_examples=8000 --num_test_examples=2000 --batch_size=128 \
     --log_dir="$TMP/job_$sync" --noplot >"$TMP/launch_$sync.log" 2>&1 ||
     fail "tessera_launch --sync_mode=$sync: $(tail -5 "$TMP/launch_$sync.log")"
-  auc_above "$TMP/job_$sync/trainer.0.log" 0.6
+  expect_auc_above "$TMP/job_$sync/trainer.0.log" 0.6
 done
 finish

@@ -10,6 +10,8 @@
 #include "absl/time/clock.h"
 #include "common/ops/ops.h"
 #include "common/params_io.h"
+#include "common/data/criteo.h"
+#include "common/data/synthetic.h"
 #include "common/model_file.h"
 #include "examples/registry.h"
 #include "gtest/gtest.h"
@@ -163,6 +165,23 @@ TEST(PsClusterTest, SyncThreeByThreeCtrWithSparseTablesEqualsSingleMachine) {
                                 {"--split_method=hash_name", "--nodistributed_tables"}, 1e-4);
 }
 
+// Runs a model script of examples/python with `args`; false (after a failure) if it fails.
+bool RunPythonModel(const std::string& script, const std::vector<std::string>& args,
+                    const std::string& log) {
+  ProcessGroup group;
+  setenv("PYTHONPATH", RunfilePath("python").c_str(), 1);
+  std::vector<std::string> argv = {"/usr/bin/python3", RunfilePath("examples/python/" + script)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto pid = group.Start(argv, log);
+  EXPECT_TRUE(pid.ok()) << pid.status();
+  if (!pid.ok()) return false;
+  auto status = group.Wait(*pid, absl::Seconds(60));
+  EXPECT_TRUE(status.ok()) << status.status();
+  const bool ok = status.ok() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+  EXPECT_TRUE(ok) << ReadFileOrEmpty(log);
+  return ok;
+}
+
 // A model file given with --model (the ctr model with a learning rate that no flag sets) trains
 // on 2 pservers x 2 trainers as the same file does on one machine.
 TEST(PsClusterTest, SyncTwoByTwoFromAModelFileEqualsSingleMachine) {
@@ -183,20 +202,74 @@ TEST(PsClusterTest, SyncTwoByTwoFromAModelFileEqualsSingleMachine) {
 TEST(PsClusterTest, PythonWideDeepOnTwoByTwoEqualsCppSingleMachine) {
   const std::string dir = MakeTempDir("python_model");
   const std::string path = dir + "/wide_deep.pbtxt";
-  {
-    ProcessGroup group;
-    setenv("PYTHONPATH", RunfilePath("python").c_str(), 1);
-    auto pid = group.Start({"/usr/bin/python3", RunfilePath("examples/python/wide_deep.py"),
-                            "--out=" + path},
-                           dir + "/python.log");
-    ASSERT_TRUE(pid.ok()) << pid.status();
-    auto status = group.Wait(*pid, absl::Seconds(60));
-    ASSERT_TRUE(status.ok()) << status.status();
-    ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
-        << ReadFileOrEmpty(dir + "/python.log");
-  }
+  ASSERT_TRUE(RunPythonModel("wide_deep.py", {"--out=" + path}, dir + "/python.log"));
   ExpectSyncEqualsSingleMachine(Job{}, "python_wide_deep", Example("ctr", 576, 5), 96, 1,
                                 {"--model=" + path, "--split_method=hash_name"}, 1e-5);
+}
+
+// A model with multi-hot slots (lists of 0 to 4 ids, pooled by sum and by average) and every
+// table on the pservers (examples/python/multi_hot.py) trains on 2 pservers x 2 trainers to the
+// parameters one machine reaches on the same data.
+TEST(PsClusterTest, MultiHotSlotsWithDistributedTablesEqualSingleMachine) {
+  const std::string dir = MakeTempDir("multi_hot");
+  const std::string model_path = dir + "/multi_hot.pbtxt";
+  ASSERT_TRUE(RunPythonModel("multi_hot.py", {"--out=" + model_path, "--distributed_tables"},
+                             dir + "/python.log"));
+  // Ids below the tables' 1000 rows, so that one machine's local tables hold the rows a pserver
+  // creates for them (the same initial values, SparseTable's contract).
+  data::CtrDataOptions o;
+  o.num_multi = 2;
+  o.vocab_per_slot = 300;
+  o.seed = 5;
+  auto small_ids = [](int64_t id) { return ((id % 1000) + 1000) % 1000; };
+  int64_t empty_lists = 0;
+  std::map<std::string, data::Dataset> sets;
+  for (const auto& [name, n] : {std::make_pair("train", 576), std::make_pair("test", 64)}) {
+    absl::StatusOr<data::Dataset> d = data::MakeCtrData(n, o);
+    ASSERT_TRUE(d.ok()) << d.status();
+    for (data::Example& e : d->examples) {
+      for (int64_t& id : e.sparse) id = small_ids(id);
+      for (auto& ids : e.multi) {
+        for (int64_t& id : ids) id = small_ids(id);
+        empty_lists += ids.empty();
+      }
+    }
+    ASSERT_TRUE(data::WriteCriteoFile(dir + "/" + name + ".txt", *d).ok());
+    sets[name] = *std::move(d);
+    ++o.seed;
+  }
+  ASSERT_GT(empty_lists, 50);  // empty lists pool to zeros, on both sides
+
+  auto registry = NewStandardOpRegistry();
+  absl::StatusOr<ModelFile> file = ReadModelFile(model_path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ModelOverrides local;
+  local.single_machine = true;
+  absl::StatusOr<ModelSpec> model =
+      CompileModel(ApplyOverrides(*file, local), *registry, model_path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  LocalTrainerOptions lo;
+  lo.batch_size = 96;
+  lo.epochs = 1;
+  lo.seed = 5;
+  lo.log_every_steps = 0;
+  LocalRun reference = TrainModelLocally(*model, sets["train"], lo);
+  ASSERT_TRUE(reference.create_status.ok()) << reference.create_status;
+  // The trainers hold every parameter but the tables.
+  for (const VarDesc& v : file->forward().blocks(0).vars()) {
+    if (v.is_distributed()) reference.params.erase(v.name());
+  }
+  ASSERT_EQ(reference.params.size(), 4u);  // deep_fc_0 and deep_out weights and biases
+
+  Job job;
+  job.example = "ctr";
+  job.flags = {"--model=" + model_path,    "--train_data=" + dir + "/train.txt",
+               "--test_data=" + dir + "/test.txt", "--batch_size=96",
+               "--epochs=1",               "--seed=5",
+               "--split_method=hash_name"};
+  auto params = RunJob(job, dir);
+  ASSERT_EQ(params.size(), 2u);
+  for (const auto& p : params) ExpectParamsClose(p, reference.params, 1e-5, "multi-hot");
 }
 
 TEST(PsClusterTest, CtrWithDistributedTablesLearns) {

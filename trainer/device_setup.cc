@@ -31,6 +31,7 @@ absl::StatusOr<DevicePlan> PlanTrainerDevices(absl::string_view device,
   std::vector<std::string> feeds;
   if (!model.feeds.dense.empty()) feeds.push_back(model.feeds.dense);
   for (const SlotFeed& slot : model.feeds.slots) feeds.push_back(slot.name);
+  for (const SlotFeed& slot : model.feeds.multi_slots) feeds.push_back(slot.name);
   auto previous = std::move(options->after_run);
   options->after_run = [fetched, feeds, previous](Scope* scope) -> absl::Status {
     MoveVarsToHost(scope, fetched);  // waits for the step's work on the device

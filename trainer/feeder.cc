@@ -62,6 +62,14 @@ absl::Status Feeder::Validate(const ProgramDesc& program) const {
     }
     TS_RETURN_IF_ERROR(CheckDeclared(block, slot.name, INT64, 1, "slot"));
   }
+  for (const SlotFeed& slot : spec_.multi_slots) {
+    if (slot.dict_size < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("multi-hot feed '", slot.name,
+                                                     "' has dict_size ", slot.dict_size,
+                                                     "; it must be >= 0"));
+    }
+    TS_RETURN_IF_ERROR(CheckDeclared(block, slot.name, INT64, 1, "multi-hot slot"));
+  }
   if (spec_.label.empty()) return absl::InvalidArgumentError("the feed spec names no label");
   if (spec_.label_dtype != FLOAT32 && spec_.label_dtype != FLOAT64 && spec_.label_dtype != INT64) {
     return absl::InvalidArgumentError(absl::StrCat("label feed '", spec_.label, "' has dtype ",
@@ -136,6 +144,28 @@ absl::Status Feeder::FeedImpl(int64_t n, const GetExample& get, Scope* scope) co
       const int64_t id = ex.sparse[s];
       out[i] = slot.dict_size > 0 ? ModuloId(id, slot.dict_size) : id;
     }
+  }
+  const size_t num_multi = spec_.multi_slots.size();
+  for (size_t m = 0; m < num_multi; ++m) {
+    const SlotFeed& slot = spec_.multi_slots[m];
+    std::vector<int64_t> lod(static_cast<size_t>(n) + 1, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const data::Example& ex = *get(i);
+      if (ex.multi.size() != num_multi) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "feed '", slot.name, "': example ", i, " of the batch has ", ex.multi.size(),
+            " multi-hot id lists but the feed spec has ", num_multi, " multi-hot slots"));
+      }
+      lod[i + 1] = lod[i] + static_cast<int64_t>(ex.multi[m].size());
+    }
+    Tensor* t = FeedTensor(scope, slot.name, INT64, {lod.back(), 1});
+    int64_t* out = t->data<int64_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t id : get(i)->multi[m]) {
+        *out++ = slot.dict_size > 0 ? ModuloId(id, slot.dict_size) : id;
+      }
+    }
+    t->set_lod(std::move(lod));
   }
   Tensor* t = FeedTensor(scope, spec_.label, spec_.label_dtype, {n, 1});
   auto write_labels = [&](auto* out) -> absl::Status {

@@ -30,7 +30,8 @@ class Feeder {
   absl::Status Validate(const ProgramDesc& program) const;
 
   // Writes the tensors of `batch` (B >= 1 examples) into `scope`: dense [B, num_dense] float32,
-  // one [B, 1] int64 per slot (ids mapped by dict_size), label [B, 1]. InvalidArgument when the
+  // one [B, 1] int64 per slot (ids mapped by dict_size), one [total ids, 1] int64 per multi-hot
+  // slot with one sequence (Tensor::lod) per example, label [B, 1]. InvalidArgument when the
   // batch is empty or an example has the wrong number of dense values or ids, a non-finite
   // value, or an int64 label that is not a non-negative integer; the message names the
   // variable, the example and the bad value (the feed tensors' contents are then unspecified).

@@ -113,6 +113,7 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
     TS_ASSIGN_OR_RETURN(Tensor * out, ctx.Output("Out", t));
     const int64_t count = p.ids->numel();
     out->Resize(FLOAT32, {count, dim});
+    out->set_lod(p.ids->lod());  // a multi-hot slot's sequences, as lookup_table keeps them
     float* o = out->data<float>();
     const int64_t* id = p.ids->data<int64_t>();
     for (int64_t i = 0; i < count; ++i) {

@@ -29,7 +29,8 @@ namespace {
 
 // The data a trainer trains on: --train_data/--test_data (Criteo format), or the built-in
 // --example's synthetic data.
-examples::ExampleOptions DataOptionsFor(const ClusterConfig& config) {
+// `num_multi`: the model's multi-hot slots, which the data must have.
+examples::ExampleOptions DataOptionsFor(const ClusterConfig& config, int num_multi) {
   examples::ExampleOptions o;
   o.name = config.example;
   o.seed = config.seed;
@@ -39,6 +40,7 @@ examples::ExampleOptions DataOptionsFor(const ClusterConfig& config) {
   o.train_data = config.train_data;
   o.test_data = config.test_data;
   o.max_line_bytes = config.max_line_bytes;
+  o.num_multi = num_multi;
   return o;
 }
 
@@ -146,6 +148,7 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPh
     mo.skip_grads = true;
     mo.skip_vars = {dist.loss, dist.prediction, dist.feeds.dense, dist.feeds.label};
     for (const auto& slot : dist.feeds.slots) mo.skip_vars.insert(slot.name);
+    for (const auto& slot : dist.feeds.multi_slots) mo.skip_vars.insert(slot.name);
     // Variables that RPC ops send, receive or prefetch: their names are names on the wire.
     for (const auto& op : dist.main.blocks(0).ops()) {
       if ((OpRoleOf(op) & kRoleRPC) == 0 && op.type() != "prefetch") continue;
@@ -156,8 +159,9 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPh
     log << "trainer " << config.trainer_id << ": " << MemoryOptimizeReport(stats) << std::endl;
   }
 
+  const int num_multi = static_cast<int>(model.feeds.multi_slots.size());
   TS_ASSIGN_OR_RETURN(examples::ExampleData data,
-                      examples::LoadExampleData(DataOptionsFor(config)));
+                      examples::LoadExampleData(DataOptionsFor(config, num_multi)));
   // A job that would train no step is a configuration error, refused before anything starts.
   {
     const int64_t n = static_cast<int64_t>(data.train.examples.size());

@@ -33,16 +33,19 @@ std::string Quote(absl::string_view text) {
   return absl::StrCat("'", absl::CHexEscape(text.substr(0, kMax)), cut ? "...'" : "'");
 }
 
-// "label", "I3", "C12" for a 0-based field index.
-std::string FieldName(int field, int num_dense) {
+// "label", "I3", "C12", "M1" for a 0-based field index.
+std::string FieldName(int field, int num_dense, int num_sparse) {
   if (field == 0) return "label";
   if (field <= num_dense) return absl::StrCat("I", field);
-  return absl::StrCat("C", field - num_dense);
+  if (field <= num_dense + num_sparse) return absl::StrCat("C", field - num_dense);
+  return absl::StrCat("M", field - num_dense - num_sparse);
 }
 
-absl::Status FieldError(int field, int num_dense, absl::string_view what, absl::string_view text) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "field ", field + 1, " (", FieldName(field, num_dense), "): ", what, " ", Quote(text)));
+absl::Status FieldError(int field, int num_dense, int num_sparse, absl::string_view what,
+                        absl::string_view text) {
+  return absl::InvalidArgumentError(absl::StrCat("field ", field + 1, " (",
+                                                 FieldName(field, num_dense, num_sparse),
+                                                 "): ", what, " ", Quote(text)));
 }
 
 bool ParseHex(absl::string_view text, uint64_t* out) {
@@ -74,10 +77,11 @@ void AppendHex(uint64_t v, std::string* out) {
   out->append(buf, 16);
 }
 
-absl::Status CheckCounts(int num_dense, int num_sparse) {
-  if (num_dense < 0 || num_sparse < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Criteo format: num_dense=", num_dense, " and num_sparse=", num_sparse, " must be >= 0"));
+absl::Status CheckCounts(int num_dense, int num_sparse, int num_multi = 0) {
+  if (num_dense < 0 || num_sparse < 0 || num_multi < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Criteo format: num_dense=", num_dense,
+                                                   ", num_sparse=", num_sparse, " and num_multi=",
+                                                   num_multi, " must be >= 0"));
   }
   return absl::OkStatus();
 }
@@ -120,17 +124,19 @@ float DenseFromCount(int64_t count) {
 int64_t CountFromDense(float value) { return std::llround(std::expm1(static_cast<double>(value))); }
 
 absl::Status ParseCriteoLine(absl::string_view line, int num_dense, int num_sparse,
-                             Example* example) {
-  TS_RETURN_IF_ERROR(CheckCounts(num_dense, num_sparse));
-  const int64_t expected = 1 + int64_t{num_dense} + num_sparse;
+                             Example* example, int num_multi) {
+  TS_RETURN_IF_ERROR(CheckCounts(num_dense, num_sparse, num_multi));
+  const int64_t expected = 1 + int64_t{num_dense} + num_sparse + num_multi;
   const int64_t got = 1 + std::count(line.begin(), line.end(), '\t');
   if (got != expected) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected ", expected, " tab-separated fields (label, ", num_dense, " dense, ",
-                     num_sparse, " categorical), got ", got, " in ", Quote(line)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected ", expected, " tab-separated fields (label, ", num_dense, " dense, ", num_sparse,
+        " categorical", num_multi > 0 ? absl::StrCat(", ", num_multi, " multi-hot") : "",
+        "), got ", got, " in ", Quote(line)));
   }
   example->dense.resize(static_cast<size_t>(num_dense));
   example->sparse.resize(static_cast<size_t>(num_sparse));
+  example->multi.resize(static_cast<size_t>(num_multi));
   size_t pos = 0;
   for (int f = 0; f < expected; ++f) {
     size_t tab = line.find('\t', pos);
@@ -143,20 +149,35 @@ absl::Status ParseCriteoLine(absl::string_view line, int num_dense, int num_spar
       } else if (text == "1") {
         example->label = 1;
       } else {
-        return FieldError(f, num_dense, "label is not 0 or 1:", text);
+        return FieldError(f, num_dense, num_sparse, "label is not 0 or 1:", text);
       }
     } else if (f <= num_dense) {
       int64_t count = 0;
       if (!text.empty() && !absl::SimpleAtoi(text, &count)) {
-        return FieldError(f, num_dense, "dense value is not an integer:", text);
+        return FieldError(f, num_dense, num_sparse, "dense value is not an integer:", text);
       }
       example->dense[f - 1] = DenseFromCount(count);
-    } else {
+    } else if (f <= num_dense + num_sparse) {
       uint64_t id = 0;
       if (!text.empty() && !ParseHex(text, &id)) {
-        return FieldError(f, num_dense, "categorical id is not 1 to 16 hex digits:", text);
+        return FieldError(f, num_dense, num_sparse, "categorical id is not 1 to 16 hex digits:",
+                          text);
       }
       example->sparse[f - 1 - num_dense] = static_cast<int64_t>(id);
+    } else {
+      std::vector<int64_t>& ids = example->multi[f - 1 - num_dense - num_sparse];
+      ids.clear();
+      for (size_t start = 0; !text.empty() && start <= text.size();) {
+        size_t comma = text.find(',', start);
+        if (comma == absl::string_view::npos) comma = text.size();
+        uint64_t id = 0;
+        if (!ParseHex(text.substr(start, comma - start), &id)) {
+          return FieldError(f, num_dense, num_sparse,
+                            "multi-hot ids are not ','-separated 1 to 16 hex digits:", text);
+        }
+        ids.push_back(static_cast<int64_t>(id));
+        start = comma + 1;
+      }
     }
   }
   return absl::OkStatus();
@@ -172,19 +193,20 @@ absl::StatusOr<Example> ParseCriteoLine(absl::string_view line, int num_dense, i
 // CriteoReader
 
 CriteoReader::CriteoReader(std::string path, FILE* file, int num_dense, int num_sparse,
-                           int64_t max_line_bytes)
+                           int64_t max_line_bytes, int num_multi)
     : path_(std::move(path)),
       file_(file),
       num_dense_(num_dense),
       num_sparse_(num_sparse),
+      num_multi_(num_multi),
       max_line_bytes_(max_line_bytes) {}
 
 CriteoReader::~CriteoReader() { std::fclose(file_); }
 
 absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::string& path,
                                                                  int num_dense, int num_sparse,
-                                                                 int64_t max_line_bytes) {
-  TS_RETURN_IF_ERROR(CheckCounts(num_dense, num_sparse));
+                                                                 int64_t max_line_bytes, int num_multi) {
+  TS_RETURN_IF_ERROR(CheckCounts(num_dense, num_sparse, num_multi));
   if (max_line_bytes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_line_bytes=", max_line_bytes, " for ", path, ": must be >= 1"));
@@ -192,7 +214,7 @@ absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::stri
   FILE* file = std::fopen(path.c_str(), "r");
   if (file == nullptr) return ErrnoError("cannot open Criteo file", path);
   return std::unique_ptr<CriteoReader>(
-      new CriteoReader(path, file, num_dense, num_sparse, max_line_bytes));
+      new CriteoReader(path, file, num_dense, num_sparse, max_line_bytes, num_multi));
 }
 
 absl::StatusOr<bool> CriteoReader::ReadLine() {
@@ -240,7 +262,7 @@ absl::StatusOr<bool> CriteoReader::Next(Example* example) {
                        " bytes (--max_line_bytes; is this a Criteo text file?)"));
     }
     if (line.empty()) continue;
-    absl::Status s = ParseCriteoLine(line, num_dense_, num_sparse_, example);
+    absl::Status s = ParseCriteoLine(line, num_dense_, num_sparse_, example, num_multi_);
     if (!s.ok()) {
       failed_ = true;
       return absl::InvalidArgumentError(absl::StrCat(path_, ":", line_number_, ": ", s.message()));
@@ -250,12 +272,13 @@ absl::StatusOr<bool> CriteoReader::Next(Example* example) {
 }
 
 absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path, int num_dense, int num_sparse,
-                                       int64_t max_line_bytes) {
+                                       int64_t max_line_bytes, int num_multi) {
   TS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> reader,
-                      CriteoReader::Open(path, num_dense, num_sparse, max_line_bytes));
+                      CriteoReader::Open(path, num_dense, num_sparse, max_line_bytes, num_multi));
   Dataset dataset;
   dataset.num_dense = num_dense;
   dataset.num_sparse = num_sparse;
+  dataset.num_multi = num_multi;
   while (true) {
     dataset.examples.emplace_back();
     TS_ASSIGN_OR_RETURN(bool more, reader->Next(&dataset.examples.back()));
@@ -269,12 +292,13 @@ absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path, int num_dense, i
 // CriteoWriter
 
 CriteoWriter::CriteoWriter(std::string path, std::string temp_path, FILE* file, int num_dense,
-                           int num_sparse)
+                           int num_sparse, int num_multi)
     : path_(std::move(path)),
       temp_path_(std::move(temp_path)),
       file_(file),
       num_dense_(num_dense),
-      num_sparse_(num_sparse) {
+      num_sparse_(num_sparse),
+      num_multi_(num_multi) {
   buffer_.reserve(kWriteBufferBytes + 4096);
 }
 
@@ -288,8 +312,9 @@ void CriteoWriter::Abandon() {
 }
 
 absl::StatusOr<std::unique_ptr<CriteoWriter>> CriteoWriter::Open(const std::string& path,
-                                                                 int num_dense, int num_sparse) {
-  TS_RETURN_IF_ERROR(CheckCounts(num_dense, num_sparse));
+                                                                 int num_dense, int num_sparse,
+                                                                 int num_multi) {
+  TS_RETURN_IF_ERROR(CheckCounts(num_dense, num_sparse, num_multi));
   std::string temp_path = absl::StrCat(path, ".tmp.XXXXXX");
   const int fd = mkstemp(temp_path.data());
   if (fd < 0) return ErrnoError("cannot create a temporary file beside", path);
@@ -302,7 +327,7 @@ absl::StatusOr<std::unique_ptr<CriteoWriter>> CriteoWriter::Open(const std::stri
     return s;
   }
   return std::unique_ptr<CriteoWriter>(
-      new CriteoWriter(path, std::move(temp_path), file, num_dense, num_sparse));
+      new CriteoWriter(path, std::move(temp_path), file, num_dense, num_sparse, num_multi));
 }
 
 absl::Status CriteoWriter::Write(const Example& example) {
@@ -312,10 +337,12 @@ absl::Status CriteoWriter::Write(const Example& example) {
   }
   auto where = [&] { return absl::StrCat("writing ", path_, ": example ", num_written_); };
   if (example.dense.size() != static_cast<size_t>(num_dense_) ||
-      example.sparse.size() != static_cast<size_t>(num_sparse_)) {
+      example.sparse.size() != static_cast<size_t>(num_sparse_) ||
+      example.multi.size() != static_cast<size_t>(num_multi_)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where(), " has ", example.dense.size(), " dense values and ", example.sparse.size(),
-        " ids, the file has ", num_dense_, " and ", num_sparse_));
+        where(), " has ", example.dense.size(), " dense values, ", example.sparse.size(),
+        " ids and ", example.multi.size(), " id lists, the file has ", num_dense_, ", ",
+        num_sparse_, " and ", num_multi_));
   }
   if (example.label != 0.0f && example.label != 1.0f) {
     return absl::InvalidArgumentError(
@@ -335,6 +362,13 @@ absl::Status CriteoWriter::Write(const Example& example) {
   for (int j = 0; j < num_sparse_; ++j) {
     buffer_.push_back('\t');
     AppendHex(static_cast<uint64_t>(example.sparse[j]), &buffer_);
+  }
+  for (const std::vector<int64_t>& ids : example.multi) {
+    buffer_.push_back('\t');
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i > 0) buffer_.push_back(',');
+      AppendHex(static_cast<uint64_t>(ids[i]), &buffer_);
+    }
   }
   buffer_.push_back('\n');
   ++num_written_;
@@ -381,7 +415,8 @@ absl::Status CriteoWriter::Close() {
 
 absl::Status WriteCriteoFile(const std::string& path, const Dataset& dataset) {
   TS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoWriter> writer,
-                      CriteoWriter::Open(path, dataset.num_dense, dataset.num_sparse));
+                      CriteoWriter::Open(path, dataset.num_dense, dataset.num_sparse,
+                                         dataset.num_multi));
   for (const Example& example : dataset.examples) TS_RETURN_IF_ERROR(writer->Write(example));
   return writer->Close();
 }

@@ -1,8 +1,9 @@
 // Criteo-format text files: one example per line, tab-separated:
 //
-//   label \t I1 ... I<num_dense> \t C1 ... C<num_sparse>
+//   label \t I1 ... I<num_dense> \t C1 ... C<num_sparse> [\t M1 ... M<num_multi>]
 //
-// (13 dense and 26 categorical fields in the Criteo Display Advertising data set).
+// (13 dense and 26 categorical fields in the Criteo Display Advertising data set; the multi-hot
+// fields M are Tessera's extension, absent unless num_multi > 0).
 //   label        "0" or "1".
 //   dense Ij     a decimal integer count (negative counts are allowed and read as 0); stored in
 //                Example::dense as log(1 + max(x, 0)). An empty field means missing and reads
@@ -11,6 +12,8 @@
 //                reinterpreted as int64, so every int64 is representable (FormatId writes all
 //                16 digits: "ffffffffffffffff" is -1). An empty field means missing and reads as
 //                id 0; the writer never writes an empty field, so id 0 round-trips.
+//   multi-hot Mj a list of ids, each written as a categorical id, separated by ','; an empty
+//                field is an empty list.
 // A trailing '\r' (CRLF files) is ignored, and so are empty lines. A line longer than the
 // reader's max_line_bytes (default 1 MiB; a Criteo line is ~200-400 bytes) is an error naming
 // path:line, found after reading at most that many bytes of it: /dev/zero or a binary file
@@ -18,7 +21,7 @@
 //
 // Errors are one line each, e.g. "<path>:<line>: field 3 (I2): dense value is not an integer:
 // 'x7'", fields numbered from 1 (field 1 is the label, then I1.., then C1..); bad text is
-// escaped and cut to 60 characters.
+// escaped and cut to 60 characters; M fields are named M1.. after the C fields.
 //
 // Writing inverts the dense transform (count = round(exp(value) - 1)); that reproduces the
 // count exactly for counts below 10^6 and to float precision above.
@@ -55,7 +58,7 @@ int64_t CountFromDense(float value);
 // Parses one line (without its '\n') into *example, reusing its vectors. On error returns
 // InvalidArgument "field <f> (<name>): ..." and leaves *example unspecified.
 absl::Status ParseCriteoLine(absl::string_view line, int num_dense, int num_sparse,
-                             Example* example);
+                             Example* example, int num_multi = 0);
 absl::StatusOr<Example> ParseCriteoLine(absl::string_view line, int num_dense = kCriteoNumDense,
                                         int num_sparse = kCriteoNumSparse);
 
@@ -66,7 +69,7 @@ class CriteoReader {
   // max_line_bytes (>= 1) bounds one line, without its line end.
   static absl::StatusOr<std::unique_ptr<CriteoReader>> Open(
       const std::string& path, int num_dense = kCriteoNumDense, int num_sparse = kCriteoNumSparse,
-      int64_t max_line_bytes = kDefaultMaxLineBytes);
+      int64_t max_line_bytes = kDefaultMaxLineBytes, int num_multi = 0);
   ~CriteoReader();
   CriteoReader(const CriteoReader&) = delete;
   CriteoReader& operator=(const CriteoReader&) = delete;
@@ -80,7 +83,7 @@ class CriteoReader {
 
  private:
   CriteoReader(std::string path, FILE* file, int num_dense, int num_sparse,
-               int64_t max_line_bytes);
+               int64_t max_line_bytes, int num_multi);
   // Reads the next line (without '\n') into line_: true, false at the end of the file, or an
   // error when it exceeds max_line_bytes_ (stops reading there) or the file cannot be read.
   absl::StatusOr<bool> ReadLine();
@@ -89,6 +92,7 @@ class CriteoReader {
   FILE* file_;
   int num_dense_;
   int num_sparse_;
+  int num_multi_;
   int64_t max_line_bytes_;
   int64_t line_number_ = 0;
   std::string line_;
@@ -98,7 +102,8 @@ class CriteoReader {
 // The whole file as a Dataset with the given field counts.
 absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path, int num_dense = kCriteoNumDense,
                                        int num_sparse = kCriteoNumSparse,
-                                       int64_t max_line_bytes = kDefaultMaxLineBytes);
+                                       int64_t max_line_bytes = kDefaultMaxLineBytes,
+                                       int num_multi = 0);
 
 // Writes a Criteo file atomically: lines go to a temporary file beside `path`, and Close()
 // flushes, fsyncs and renames it onto `path`. Until Close() succeeds `path` is untouched; a
@@ -106,7 +111,7 @@ absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path, int num_dense = 
 class CriteoWriter {
  public:
   static absl::StatusOr<std::unique_ptr<CriteoWriter>> Open(const std::string& path, int num_dense,
-                                                            int num_sparse);
+                                                            int num_sparse, int num_multi = 0);
   ~CriteoWriter();
   CriteoWriter(const CriteoWriter&) = delete;
   CriteoWriter& operator=(const CriteoWriter&) = delete;
@@ -120,7 +125,8 @@ class CriteoWriter {
   int64_t num_written() const { return num_written_; }
 
  private:
-  CriteoWriter(std::string path, std::string temp_path, FILE* file, int num_dense, int num_sparse);
+  CriteoWriter(std::string path, std::string temp_path, FILE* file, int num_dense, int num_sparse,
+               int num_multi);
   absl::Status Flush();
   void Abandon();
 
@@ -129,6 +135,7 @@ class CriteoWriter {
   FILE* file_;
   int num_dense_;
   int num_sparse_;
+  int num_multi_;
   int64_t num_written_ = 0;
   std::string buffer_;
 };

@@ -168,6 +168,41 @@ TEST(CriteoParseTest, EachErrorNamesFieldAndText) {
   EXPECT_THAT(msg, HasSubstr("'4\\x02'"));
 }
 
+// Multi-hot fields after the categorical ones: ','-separated ids, an empty field an empty list.
+TEST(CriteoParseTest, MultiHotFieldsParseAndRoundTrip) {
+  Example e;
+  ASSERT_TRUE(ParseCriteoLine("1\t3\ta\tff,10,ffffffffffffffff\t", 1, 1, &e, 2).ok());
+  EXPECT_EQ(e.sparse, std::vector<int64_t>{10});
+  ASSERT_EQ(e.multi.size(), 2u);
+  EXPECT_EQ(e.multi[0], (std::vector<int64_t>{255, 16, -1}));
+  EXPECT_TRUE(e.multi[1].empty());
+
+  absl::Status bad = ParseCriteoLine("1\t3\ta\tff,,1\t", 1, 1, &e, 2);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("field 4 (M1): multi-hot ids are not"));
+  bad = ParseCriteoLine("1\t3\ta\tff", 1, 1, &e, 2);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("(label, 1 dense, 1 categorical, 2 multi-hot)"));
+
+  Dataset d;
+  d.num_dense = 1;
+  d.num_sparse = 1;
+  d.num_multi = 2;
+  Example a;
+  a.dense = {DenseFromCount(4)};
+  a.sparse = {-7};
+  a.multi = {{1, 2, 3}, {}};
+  a.label = 1;
+  Example b = a;
+  b.multi = {{}, {std::numeric_limits<int64_t>::min()}};
+  b.label = 0;
+  d.examples = {a, b};
+  const std::string path = absl::StrCat(testing::TempDir(), "/multi.txt");
+  ASSERT_TRUE(WriteCriteoFile(path, d).ok());
+  absl::StatusOr<Dataset> back = ReadCriteoFile(path, 1, 1, kDefaultMaxLineBytes, 2);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, d);
+}
+
 TEST(CriteoFileTest, ReadErrorsNameFileAndLine) {
   const std::string dir = TestDir("read_errors");
   const std::string path = dir + "/bad.txt";
@@ -298,7 +333,7 @@ TEST(CriteoFileTest, WriterIsAtomicAndRejectsBadExamples) {
     s = (*w)->Write({{std::nanf("")}, {5}, 0.0f});
     EXPECT_THAT(std::string(s.message()), HasSubstr("dense value I1=nan"));
     s = (*w)->Write({{0.0f, 1.0f}, {5}, 0.0f});
-    EXPECT_THAT(std::string(s.message()), HasSubstr("example 1 has 2 dense values and 1 ids"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("example 1 has 2 dense values, 1 ids and 0 id lists"));
     ASSERT_TRUE((*w)->Write({{0.0f}, {6}, 0.0f}).ok());  // Still usable.
     EXPECT_EQ((*w)->num_written(), 2);
     // Until Close(), the old file is untouched.

@@ -1,5 +1,6 @@
-// In-memory training examples: a fixed number of dense (float) features and of categorical
-// slots with one int64 id each, plus a label. Plain values; thread-compatible.
+// In-memory training examples: a fixed number of dense (float) features, of categorical slots
+// with one int64 id each and of multi-hot slots with a list of ids each, plus a label. Plain
+// values; thread-compatible.
 #ifndef TESSERA_COMMON_DATA_EXAMPLE_H_
 #define TESSERA_COMMON_DATA_EXAMPLE_H_
 
@@ -13,9 +14,12 @@ struct Example {
   std::vector<float> dense;     // Dataset::num_dense values.
   std::vector<int64_t> sparse;  // Dataset::num_sparse ids, one per categorical slot; any int64.
   float label = 0;              // 0/1 for click data; a real target for regression data.
+  // Dataset::num_multi lists of ids (any int64, any length, possibly empty), one per multi-hot
+  // slot.
+  std::vector<std::vector<int64_t>> multi;
 
   bool operator==(const Example& o) const {
-    return dense == o.dense && sparse == o.sparse && label == o.label;
+    return dense == o.dense && sparse == o.sparse && label == o.label && multi == o.multi;
   }
   bool operator!=(const Example& o) const { return !(*this == o); }
 };
@@ -23,11 +27,13 @@ struct Example {
 struct Dataset {
   int num_dense = 0;
   int num_sparse = 0;
-  // Every example has exactly num_dense dense values and num_sparse ids.
+  int num_multi = 0;
+  // Every example has exactly num_dense dense values, num_sparse ids and num_multi id lists.
   std::vector<Example> examples;
 
   bool operator==(const Dataset& o) const {
-    return num_dense == o.num_dense && num_sparse == o.num_sparse && examples == o.examples;
+    return num_dense == o.num_dense && num_sparse == o.num_sparse && num_multi == o.num_multi &&
+           examples == o.examples;
   }
 };
 

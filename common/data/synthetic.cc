@@ -145,6 +145,12 @@ absl::StatusOr<CtrGenerator> CtrGenerator::Create(const CtrDataOptions& options)
   if (options.num_sparse < 0 || options.num_sparse > kMaxSlots) {
     return bad("num_sparse must be in [0, ", kMaxSlots, "], got ", options.num_sparse);
   }
+  if (options.num_multi < 0 || options.num_sparse + options.num_multi > kMaxSlots) {
+    return bad("num_multi must be in [0, ", kMaxSlots, " - num_sparse], got ", options.num_multi);
+  }
+  if (options.max_multi_ids < 0 || options.max_multi_ids > 1000) {
+    return bad("max_multi_ids must be in [0, 1000], got ", options.max_multi_ids);
+  }
   if (options.vocab_per_slot < 1 || options.vocab_per_slot > kMaxVocab) {
     return bad("vocab_per_slot must be in [1, 2^40], got ", options.vocab_per_slot);
   }
@@ -201,6 +207,17 @@ double CtrGenerator::TrueLogit(const Example& example) const {
       logit += SlotWeight(s, rank);
     }
   }
+  const int num_multi = std::min<int>(options_.num_multi, static_cast<int>(example.multi.size()));
+  for (int m = 0; m < num_multi; ++m) {
+    const int slot = options_.num_sparse + m;
+    const std::vector<int64_t>& ids = example.multi[m];
+    double sum = 0;
+    for (int64_t id : ids) {
+      int64_t rank;
+      if (CtrRank(slot, id, &rank) && rank < options_.vocab_per_slot) sum += SlotWeight(slot, rank);
+    }
+    if (!ids.empty()) logit += sum / static_cast<double>(ids.size());
+  }
   return logit;
 }
 
@@ -220,6 +237,14 @@ void CtrGenerator::Next(Example* example, double* logit) {
   for (int s = 0; s < options_.num_sparse; ++s) {
     example->sparse[s] = CtrId(s, zipf_.Sample(rng_));
   }
+  example->multi.resize(options_.num_multi);
+  for (int m = 0; m < options_.num_multi; ++m) {
+    const int64_t n = std::min<int64_t>(
+        static_cast<int64_t>(UniformDouble(rng_) * (options_.max_multi_ids + 1)),
+        options_.max_multi_ids);
+    example->multi[m].resize(static_cast<size_t>(n));
+    for (int64_t& id : example->multi[m]) id = CtrId(options_.num_sparse + m, zipf_.Sample(rng_));
+  }
   const double z = TrueLogit(*example);
   const double p = 1.0 / (1.0 + std::exp(-z));
   example->label = UniformDouble(rng_) < p ? 1.0f : 0.0f;
@@ -234,6 +259,7 @@ absl::StatusOr<Dataset> MakeCtrData(int64_t n, const CtrDataOptions& options) {
   Dataset data;
   data.num_dense = options.num_dense;
   data.num_sparse = options.num_sparse;
+  data.num_multi = options.num_multi;
   data.examples.resize(static_cast<size_t>(n));
   for (Example& ex : data.examples) gen->Next(&ex);
   return data;

@@ -58,6 +58,10 @@ class ZipfSampler {
 struct CtrDataOptions {
   int num_dense = 13;   // >= 0
   int num_sparse = 26;  // 0 .. 65536
+  // Multi-hot slots (Example::multi), each a list of 0..max_multi_ids ids (length uniform),
+  // drawn like a categorical slot's; num_sparse + num_multi <= 65536.
+  int num_multi = 0;
+  int max_multi_ids = 4;  // 0 .. 1000
   // Distinct ids per categorical slot, 1 .. 2^40; Zipf-distributed with exponent alpha > 0.
   int64_t vocab_per_slot = 1000000;
   double alpha = 1.1;
@@ -68,6 +72,7 @@ struct CtrDataOptions {
   uint64_t model_seed = 0;
 
   // The planted model: logit = bias + sum over slots of w_slot(rank) + dense term, where
+  // (a multi-hot slot adds the mean of its ids' weights), where
   // w_slot(rank) = slot_weight_std * z(slot, rank) * head_ranks / (head_ranks + rank), z a fixed
   // pseudo-random N(0, 1) per (model_seed, slot, rank): frequent ranks carry the signal, rare
   // ones almost none. The first min(informative_dense, num_dense) dense features add

@@ -45,7 +45,8 @@ absl::Status BadId(const OpContext& ctx, const LookupArgs& a, int64_t i, int64_t
 }
 
 // lookup_table: Out[i, :] = W[Ids[i], :], zeros where Ids[i] == padding_idx. Ids [N, 1] or [N]
-// (generally [..., 1] or [...]) gives Out [N, D] ([..., D]).
+// (generally [..., 1] or [...]) gives Out [N, D] ([..., D]); Out keeps the sequences (LoD) of
+// Ids.
 absl::Status LookupTable(OpContext& ctx) {
   TS_ASSIGN_OR_RETURN(LookupArgs a, GetLookupArgs(ctx));
   Shape shape = a.ids->shape();
@@ -54,6 +55,7 @@ absl::Status LookupTable(OpContext& ctx) {
   TS_ASSIGN_OR_RETURN(Tensor * out, ctx.Output("Out"));
   if (out == a.w || out == a.ids) return ctx.Error("Out must not be W or Ids");
   out->Resize(a.w->dtype(), std::move(shape));
+  out->set_lod(a.ids->lod());
   return DispatchFloat(ctx, "W", a.w->dtype(), [&](auto tag) -> absl::Status {
     using T = typename decltype(tag)::type;
     const int64_t n = a.ids->numel();

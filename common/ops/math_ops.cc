@@ -1,5 +1,6 @@
 #include "common/ops/math_ops.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -440,10 +441,114 @@ absl::Status ElementwiseGrad(OpContext& ctx) {
   });
 }
 
+// reduce_sum / reduce_mean (Fluid's): Out = sum (or mean) of X over the axes `dim` (negative
+// counts from the end; every axis when `reduce_all`), which stay as size-1 axes with `keep_dim`.
+// Reducing every axis without keep_dim gives [1].
+struct ReducePlan {
+  Shape out_shape;
+  std::vector<bool> reduced;  // per axis of X
+  int64_t count = 1;          // elements summed into each output element
+};
+
+absl::StatusOr<ReducePlan> PlanReduce(const OpContext& ctx, const Tensor& x) {
+  ReducePlan plan;
+  const int rank = x.rank();
+  plan.reduced.assign(rank, ctx.BoolAttr("reduce_all", false));
+  for (int64_t d : ctx.IntsAttr("dim")) {
+    const int64_t axis = d < 0 ? d + rank : d;
+    if (axis < 0 || axis >= rank) {
+      return ctx.Error(absl::StrCat("dim ", d, " is out of range for X '", ctx.InputName("X"),
+                                    "' ", ShapeString(x.shape())));
+    }
+    plan.reduced[axis] = true;
+  }
+  const bool keep = ctx.BoolAttr("keep_dim", false);
+  for (int a = 0; a < rank; ++a) {
+    if (plan.reduced[a]) {
+      plan.count *= x.dim(a);
+      if (keep) plan.out_shape.push_back(1);
+    } else {
+      plan.out_shape.push_back(x.dim(a));
+    }
+  }
+  if (plan.out_shape.empty()) plan.out_shape = {1};
+  return plan;
+}
+
+// For each element of X (row-major), the index of the output element it reduces into.
+std::vector<int64_t> ReduceIndex(const Shape& x_shape, const std::vector<bool>& reduced) {
+  const int rank = static_cast<int>(x_shape.size());
+  std::vector<int64_t> out_stride(rank, 0);
+  int64_t stride = 1;
+  for (int a = rank - 1; a >= 0; --a) {
+    if (reduced[a]) continue;
+    out_stride[a] = stride;
+    stride *= x_shape[a];
+  }
+  std::vector<int64_t> index(NumElements(x_shape));
+  std::vector<int64_t> coord(rank, 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(index.size()); ++i) {
+    int64_t o = 0;
+    for (int a = 0; a < rank; ++a) o += coord[a] * out_stride[a];
+    index[i] = o;
+    for (int a = rank - 1; a >= 0; --a) {
+      if (++coord[a] < x_shape[a]) break;
+      coord[a] = 0;
+    }
+  }
+  return index;
+}
+
+template <bool kMean>
+absl::Status Reduce(OpContext& ctx) {
+  TS_ASSIGN_OR_RETURN(const Tensor* x, ctx.Input("X"));
+  TS_ASSIGN_OR_RETURN(ReducePlan plan, PlanReduce(ctx, *x));
+  TS_ASSIGN_OR_RETURN(Tensor * out, ctx.Output("Out"));
+  if (out == x) return ctx.Error("Out must not be X");
+  const std::vector<int64_t> index = ReduceIndex(x->shape(), plan.reduced);
+  return DispatchFloat(ctx, "X", x->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    out->Resize(x->dtype(), plan.out_shape);
+    T* o = out->data<T>();
+    std::fill(o, o + out->numel(), T(0));
+    const T* in = x->data<T>();
+    for (size_t i = 0; i < index.size(); ++i) o[index[i]] += in[i];
+    if (kMean && plan.count > 0) {
+      for (int64_t i = 0; i < out->numel(); ++i) o[i] /= static_cast<T>(plan.count);
+    }
+    return absl::OkStatus();
+  });
+}
+
+template <bool kMean>
+absl::Status ReduceGrad(OpContext& ctx) {
+  if (!ctx.HasOutput("X@GRAD")) return absl::OkStatus();
+  TS_ASSIGN_OR_RETURN(const Tensor* x, ctx.Input("X"));
+  TS_ASSIGN_OR_RETURN(ReducePlan plan, PlanReduce(ctx, *x));
+  TS_ASSIGN_OR_RETURN(const Tensor* dout,
+                      GradInput(ctx, "Out@GRAD", x->dtype(), NumElements(plan.out_shape)));
+  TS_ASSIGN_OR_RETURN(Tensor * dx, ctx.Output("X@GRAD"));
+  if (dx == x || dx == dout) return ctx.Error("X@GRAD must not be X or Out@GRAD");
+  const std::vector<int64_t> index = ReduceIndex(x->shape(), plan.reduced);
+  return DispatchFloat(ctx, "X", x->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dx->Resize(x->dtype(), x->shape());
+    const T scale = kMean && plan.count > 0 ? T(1) / static_cast<T>(plan.count) : T(1);
+    const T* g = dout->data<T>();
+    T* d = dx->data<T>();
+    for (size_t i = 0; i < index.size(); ++i) d[i] = g[index[i]] * scale;
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace
 
 absl::Status RegisterMathOps(OpRegistry* r) {
   TS_RETURN_IF_ERROR(r->Register("mul", {Mul, DefaultGradMaker({"X", "Y"})}));
+  TS_RETURN_IF_ERROR(r->Register("reduce_sum", {Reduce<false>, DefaultGradMaker({"X"})}));
+  TS_RETURN_IF_ERROR(r->Register("reduce_sum_grad", {ReduceGrad<false>, nullptr}));
+  TS_RETURN_IF_ERROR(r->Register("reduce_mean", {Reduce<true>, DefaultGradMaker({"X"})}));
+  TS_RETURN_IF_ERROR(r->Register("reduce_mean_grad", {ReduceGrad<true>, nullptr}));
   TS_RETURN_IF_ERROR(r->Register("mul_grad", {MulGrad, nullptr}));
   TS_RETURN_IF_ERROR(r->Register("matmul", {Matmul, DefaultGradMaker({"X", "Y"})}));
   TS_RETURN_IF_ERROR(r->Register("matmul_grad", {MatmulGrad, nullptr}));

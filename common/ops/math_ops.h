@@ -1,4 +1,4 @@
-// mul, matmul, elementwise_add/sub/mul (with broadcasting of Y along axis).
+// mul, matmul, elementwise_add/sub/mul (with broadcasting of Y along axis), reduce_sum/mean.
 #ifndef TESSERA_COMMON_OPS_MATH_OPS_H_
 #define TESSERA_COMMON_OPS_MATH_OPS_H_
 

@@ -323,5 +323,50 @@ TEST_F(MathOpsTest, ElementwiseGradOnlyY) {
   EXPECT_DOUBLE_EQ(db.data<double>()[1], 2 + 4 + 6);
 }
 
+// ------------------------------------------------------------------------------ reduce_sum
+
+
+TEST_F(MathOpsTest, ReduceSumAndMeanValuesAndShapes) {
+  Feed("x", FloatTensor({2, 3}, {1, 2, 3, 4, 5, 6}));
+  OpDesc op = MakeOp("reduce_sum", {{"X", {"x"}}}, {{"Out", {"o"}}});
+  SetAttr(&op, "dim", std::vector<int64_t>{1});
+  SetAttr(&op, "keep_dim", true);
+  ASSERT_TRUE(exec_.RunOp(op, &scope_).ok());
+  ASSERT_EQ(Get("o").shape(), (Shape{2, 1}));
+  EXPECT_FLOAT_EQ(Get("o").data<float>()[0], 6);
+  EXPECT_FLOAT_EQ(Get("o").data<float>()[1], 15);
+
+  op = MakeOp("reduce_mean", {{"X", {"x"}}}, {{"Out", {"m"}}});
+  SetAttr(&op, "dim", std::vector<int64_t>{-2});
+  ASSERT_TRUE(exec_.RunOp(op, &scope_).ok());
+  ASSERT_EQ(Get("m").shape(), (Shape{3}));
+  EXPECT_FLOAT_EQ(Get("m").data<float>()[0], 2.5f);
+  EXPECT_FLOAT_EQ(Get("m").data<float>()[2], 4.5f);
+
+  op = MakeOp("reduce_sum", {{"X", {"x"}}}, {{"Out", {"a"}}});
+  SetAttr(&op, "reduce_all", true);
+  ASSERT_TRUE(exec_.RunOp(op, &scope_).ok());
+  ASSERT_EQ(Get("a").shape(), (Shape{1}));
+  EXPECT_FLOAT_EQ(Get("a").data<float>()[0], 21);
+
+  op = MakeOp("reduce_sum", {{"X", {"x"}}}, {{"Out", {"bad"}}});
+  SetAttr(&op, "dim", std::vector<int64_t>{2});
+  absl::Status s = exec_.RunOp(op, &scope_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("dim 2 is out of range"), absl::string_view::npos) << s;
+}
+
+TEST_F(MathOpsTest, ReduceGradients) {
+  for (const char* type : {"reduce_sum", "reduce_mean"}) {
+    for (std::vector<int64_t> dims : {std::vector<int64_t>{1}, std::vector<int64_t>{0, 2}}) {
+      OpDesc op = MakeOp(type, {{"X", {"x"}}}, {{"Out", {"o"}}});
+      SetAttr(&op, "dim", dims);
+      SetAttr(&op, "keep_dim", dims.size() == 1);
+      EXPECT_TRUE(Check(op, {{"x", RandomTensor({2, 3, 4}, -1, 1, 5)}}, {"x"}).ok()) << type;
+    }
+  }
+}
+
+
 }  // namespace
 }  // namespace tessera

@@ -8,6 +8,7 @@
 #include "common/ops/math_ops.h"
 #include "common/ops/optimizer_ops.h"
 #include "common/ops/random_ops.h"
+#include "common/ops/sequence_ops.h"
 #include "common/ops/tensor_ops.h"
 #include "common/status.h"
 
@@ -24,6 +25,7 @@ absl::Status RegisterStandardOps(OpRegistry* r) {
   TS_RETURN_IF_ERROR(RegisterTensorOps(r));
   TS_RETURN_IF_ERROR(RegisterRandomOps(r));
   TS_RETURN_IF_ERROR(RegisterEmbeddingOps(r));
+  TS_RETURN_IF_ERROR(RegisterSequenceOps(r));
   TS_RETURN_IF_ERROR(RegisterOptimizerOps(r));
   TS_RETURN_IF_ERROR(RegisterDistOps(r));
   return absl::OkStatus();

@@ -38,14 +38,20 @@ ABSL_FLAG(uint64_t, model_seed, 0,
           "Seed of the planted model; keep it equal for a training set and its test set.");
 ABSL_FLAG(int, num_dense, 13, "Dense count features per example (>= 0).");
 ABSL_FLAG(int, num_sparse, 26, "Categorical slots per example (0 .. 65536).");
+ABSL_FLAG(int, multi_hot_slots, 0,
+          "Multi-hot slots per example (0 .. 65536 - num_sparse), written after the categorical "
+          "ones as ','-separated id lists of 0 .. --max_multi_ids ids.");
+ABSL_FLAG(int, max_multi_ids, 4, "Most ids of a multi-hot slot's list (0 .. 1000).");
 ABSL_FLAG(std::string, format, "criteo", "Output format; only 'criteo'.");
 
 namespace {
 
 namespace data = tessera::data;
 
-constexpr const char* kFlagNames[] = {"out",        "examples",  "vocab_per_slot", "alpha", "seed",
-                                      "model_seed", "num_dense", "num_sparse",     "format"};
+constexpr const char* kFlagNames[] = {"out",         "examples",        "vocab_per_slot",
+                                      "alpha",       "seed",            "model_seed",
+                                      "num_dense",   "num_sparse",      "multi_hot_slots",
+                                      "max_multi_ids", "format"};
 
 void PrintUsage() {
   std::printf("usage: generate_data --out=FILE [--name=value ...]\n");
@@ -139,6 +145,8 @@ int main(int argc, char** argv) {
   options.alpha = absl::GetFlag(FLAGS_alpha);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.model_seed = absl::GetFlag(FLAGS_model_seed);
+  options.num_multi = absl::GetFlag(FLAGS_multi_hot_slots);
+  options.max_multi_ids = absl::GetFlag(FLAGS_max_multi_ids);
   absl::StatusOr<data::CtrGenerator> generator = data::CtrGenerator::Create(options);
   if (!generator.ok()) {
     std::fprintf(stderr, "generate_data: %s\n", std::string(generator.status().message()).c_str());
@@ -148,15 +156,15 @@ int main(int argc, char** argv) {
   const std::string out = absl::GetFlag(FLAGS_out);
   const int64_t n = absl::GetFlag(FLAGS_examples);
   absl::PrintF(
-      "generate_data: %d examples (%d dense counts, %d categorical slots of %d Zipf(%g) ids; "
-      "seed %d, model_seed %d) -> %s\n",
-      n, options.num_dense, options.num_sparse, options.vocab_per_slot, options.alpha, options.seed,
-      options.model_seed, out);
+      "generate_data: %d examples (%d dense counts, %d categorical slots of %d Zipf(%g) ids, %d "
+      "multi-hot slots; seed %d, model_seed %d) -> %s\n",
+      n, options.num_dense, options.num_sparse, options.vocab_per_slot, options.alpha,
+      options.num_multi, options.seed, options.model_seed, out);
   std::fflush(stdout);
 
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::unique_ptr<data::CriteoWriter>> writer =
-      data::CriteoWriter::Open(out, options.num_dense, options.num_sparse);
+      data::CriteoWriter::Open(out, options.num_dense, options.num_sparse, options.num_multi);
   if (!writer.ok()) return Fail(writer.status());
   data::Example example;
   int64_t positives = 0;

@@ -68,11 +68,24 @@ int main(int argc, char** argv) {
   }
 
   std::cout << "ctr: a wide & deep click model (26 embedded slots + 13 dense features)\n";
+  // A model file's multi-hot slots (MULTI_SLOT feeds) come after the categorical ones.
+  const std::string model_path = absl::GetFlag(FLAGS_model);
+  absl::StatusOr<tessera::ModelFile> file;
+  int num_multi = 0;
+  if (!model_path.empty()) {
+    file = tessera::ReadModelFile(model_path);
+    if (!file.ok()) return Fail(file.status(), 2);
+    for (const tessera::FeedBinding& f : file->feeds()) {
+      num_multi += f.source() == tessera::FeedBinding::MULTI_SLOT;
+    }
+  }
   data::Dataset train, test;
   if (!train_path.empty()) {
-    auto tr = data::ReadCriteoFile(train_path);
+    auto tr = data::ReadCriteoFile(train_path, data::kCriteoNumDense, data::kCriteoNumSparse,
+                                   data::kDefaultMaxLineBytes, num_multi);
     if (!tr.ok()) return Fail(tr.status());
-    auto te = data::ReadCriteoFile(test_path);
+    auto te = data::ReadCriteoFile(test_path, data::kCriteoNumDense, data::kCriteoNumSparse,
+                                   data::kDefaultMaxLineBytes, num_multi);
     if (!te.ok()) return Fail(te.status());
     train = *std::move(tr);
     test = *std::move(te);
@@ -84,6 +97,7 @@ int main(int argc, char** argv) {
     o.vocab_per_slot = absl::GetFlag(FLAGS_vocab);
     o.seed = absl::GetFlag(FLAGS_seed);
     o.model_seed = 7;
+    o.num_multi = num_multi;
     auto tr = data::MakeCtrData(absl::GetFlag(FLAGS_train_samples), o);
     if (!tr.ok()) return Fail(tr.status());
     o.seed += 1000003;  // different examples, same planted model
@@ -122,13 +136,10 @@ int main(int argc, char** argv) {
   mo.embedding_dim = absl::GetFlag(FLAGS_embedding_dim);
   mo.optimizer = absl::GetFlag(FLAGS_optimizer);
   mo.learning_rate = static_cast<float>(absl::GetFlag(FLAGS_lr));
-  const std::string model_path = absl::GetFlag(FLAGS_model);
   absl::StatusOr<tessera::ModelSpec> model;
   if (model_path.empty()) {
     model = tessera::examples::BuildCtr(*registry, mo);
   } else {
-    absl::StatusOr<tessera::ModelFile> file = tessera::ReadModelFile(model_path);
-    if (!file.ok()) return Fail(file.status(), 2);
     // One process: distributed tables become local ones (ids modulo their declared rows).
     tessera::ModelOverrides local;
     local.single_machine = true;

@@ -1,5 +1,6 @@
-"""Shared pieces of the Criteo-format example models (13 dense features, 26 categorical slots):
-the flags every script takes and the input layers of DeepFM and DCN."""
+"""Shared pieces of the Criteo-format example models (13 dense features, 26 categorical slots,
+optionally multi-hot slots after them): the flags every script takes and the input layers of
+DeepFM, DCN and the multi-hot model."""
 
 import argparse
 
@@ -20,13 +21,13 @@ def parse_bool(s):
     raise argparse.ArgumentTypeError("expected true or false, got %r" % s)
 
 
-def add_flags(p, embedding_dim, learning_rate=0.001):
+def add_flags(p, embedding_dim, learning_rate=0.001, dict_size=10000):
     """Adds the flags the Criteo examples share to an ArgumentParser."""
     p.add_argument("--out", required=True, help="model file to write (text format)")
     p.add_argument("--distributed_tables", nargs="?", const=True, default=False,
                    type=parse_bool, help="embedding tables live on the pservers")
     p.add_argument("--learning_rate", type=float, default=learning_rate)
-    p.add_argument("--dict_size", type=int, default=10000,
+    p.add_argument("--dict_size", type=int, default=dict_size,
                    help="rows of each slot's local tables; raw ids are fed modulo this size")
     p.add_argument("--embedding_dim", type=int, default=embedding_dim)
     p.add_argument("--random_seed", type=int, default=0, help="0: the builder's default seed")
@@ -41,6 +42,13 @@ def inputs(num_dense=NUM_DENSE, num_slots=NUM_SLOTS):
     return dense, label, slots
 
 
+def multi_hot_inputs(num_multi):
+    """Declares multi_slot_<m> (MULTI_SLOT m, lod_level 1: every id of each example's list) for
+    the num_multi multi-hot columns, which follow the categorical ones in a data file."""
+    return [layers.data("multi_slot_%d" % m, shape=[-1, 1], dtype="int64", slot=m, lod_level=1)
+            for m in range(num_multi)]
+
+
 def embeddings(slots, prefix, dict_size, dim, distributed, initializer=None):
     """One sparse table per slot, ``<prefix>_<s>`` [dict_size, dim]; returns the lookups."""
     return [layers.embedding(ids, size=[dict_size, dim], is_sparse=True,
@@ -49,10 +57,11 @@ def embeddings(slots, prefix, dict_size, dim, distributed, initializer=None):
             for s, ids in enumerate(slots)]
 
 
-def finish(logit, label, learning_rate):
-    """Sigmoid cross-entropy loss, sigmoid prediction, Adam; metrics auc and log_loss."""
+def finish(logit, label, learning_rate, optimizer=None):
+    """Sigmoid cross-entropy loss, sigmoid prediction, `optimizer` (a tessera.optimizer class,
+    default Adam) at learning_rate; metrics auc and log_loss."""
     loss = layers.mean(layers.sigmoid_cross_entropy_with_logits(logit, label))
     prediction = layers.sigmoid(logit)
-    tessera.optimizer.Adam(learning_rate).minimize(loss)
+    (optimizer or tessera.optimizer.Adam)(learning_rate).minimize(loss)
     loss.model.set_outputs(prediction=prediction, metrics=["auc", "log_loss"])
     return loss, prediction

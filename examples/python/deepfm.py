@@ -8,8 +8,8 @@
   prediction = sigmoid(logit); metrics auc, log_loss; Adam.
 
 The FM and the deep part share the embeddings e_s. The second-order sum over the embedding dim
-uses the op reduce_sum, which the C++ op registry does not have yet: the runners refuse this
-model file until a reduce_sum kernel is registered (the script prints the warning).
+is the op reduce_sum (Fluid's attributes: dim [1], keep_dim true, reduce_all false), [-1, K] ->
+[-1, 1].
 
   PYTHONPATH=python python3 examples/python/deepfm.py --out=deepfm.pbtxt [--distributed_tables]
 """

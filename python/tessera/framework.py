@@ -69,9 +69,9 @@ INT32 = tensor_pb2.INT32
 REGISTERED_OPS = frozenset([
     "assign", "cast", "concat", "elementwise_add", "elementwise_mul", "elementwise_sub",
     "fill_constant", "fill_zeros_like", "gaussian_random", "lookup_table", "lr_exponential_decay",
-    "matmul", "mean", "mul", "relu", "reshape", "scale", "sigmoid",
-    "sigmoid_cross_entropy_with_logits", "softmax_with_cross_entropy", "split", "square_error",
-    "sum", "tanh", "uniform_random",
+    "matmul", "mean", "mul", "reduce_mean", "reduce_sum", "relu", "reshape", "scale",
+    "sequence_pool", "sigmoid", "sigmoid_cross_entropy_with_logits", "softmax_with_cross_entropy",
+    "split", "square_error", "sum", "tanh", "uniform_random",
 ])
 
 _DTYPE_NAMES = {FLOAT32: "float32", FLOAT64: "float64", INT64: "int64", INT32: "int32"}
@@ -415,9 +415,29 @@ class Variable(object):
         """True for inputs declared with layers.data."""
         return self.name in self.model._data_vars
 
+    @property
+    def lod_level(self):
+        """1 for a per-id tensor: one row per id of a multi-hot input, one sequence per example
+        (a multi-hot slot declared with layers.data(..., lod_level=1), or its embedding); 0 for
+        anything else (one row per example). Only embedding and sequence_pool take lod_level 1
+        inputs.
+
+        Only the Python side knows it (a VarDesc has no LoD): the model file says which inputs
+        are multi-hot (MULTI_SLOT feeds) and the runner carries the sequences at run time.
+        """
+        return 1 if self.name in self.model._lod else 0
+
+    @property
+    def lod_source(self):
+        """For a lod_level 1 variable, the name of the multi-hot input whose sequences its rows
+        follow; None otherwise. Per-id tensors of different inputs have different row counts."""
+        return self.model._lod.get(self.name)
+
     def __repr__(self):
         flags = [f for f in ("persistable", "trainable", "stop_gradient", "is_sparse",
                              "is_distributed") if getattr(self.desc, f)]
+        if self.lod_level:
+            flags.append("lod_level=1")
         return "Variable(%r, shape=%s, dtype=%s%s)" % (
             self.name, shape_str(self.shape), self.dtype,
             "".join(", " + f for f in flags))
@@ -492,6 +512,7 @@ class Model(object):
         self._role = ROLE_FORWARD
         self._variables = {}
         self._data_vars = set()
+        self._lod = {}           # lod_level 1 variable -> the multi-hot input its rows follow
         self._feeds = []         # tessera.io.Feed, in the order they were declared
         self.loss = None         # name of the minimized loss (optimizer.minimize)
         self.prediction = None   # name of the prediction (layers.auc / accuracy, save_model)
@@ -682,7 +703,8 @@ class Model(object):
     # -- the model file ---------------------------------------------------------------------
 
     def bind_feed(self, var, source, slot=None, id_modulo=None):
-        """Binds data variable `var` to a data column: source "dense", "slot" or "label"."""
+        """Binds data variable `var` to a data column: source "dense", "slot", "multi_slot" or
+        "label" (a "multi_slot" feed needs a variable declared with lod_level=1)."""
         from tessera import io
         feed = io.Feed(var, source, slot=slot, id_modulo=id_modulo)
         name = feed.var_name
@@ -691,6 +713,10 @@ class Model(object):
         for f in self._feeds:
             if f.var_name == name:
                 raise ValueError("feed %r is already bound (%s)" % (name, f))
+            if f.source == feed.source and f.slot is not None and f.slot == feed.slot:
+                raise ValueError("feed %r: %s %d is already bound to %r" %
+                                 (name, feed.source, feed.slot, f.var_name))
+        io.check_feed_lod(self, feed)
         self._feeds.append(feed)
         return feed
 

@@ -5,8 +5,9 @@ forward program, its startup program, feed bindings, the loss, the prediction, m
 optimizer configuration. ``save_model`` writes it in text format, atomically (a temporary file
 in the same directory, then a rename), with ``format_version`` 1.
 
-Feeds are written in a canonical order -- DENSE, then the SLOTs by slot index, then LABEL -- the
-order ``tessera::MakeModelFile`` uses, whatever order they were declared in.
+Feeds are written in a canonical order -- DENSE, then the SLOTs by slot index, then the
+MULTI_SLOTs by slot index, then LABEL -- the order ``tessera::MakeModelFile`` uses for DENSE,
+SLOT and LABEL, whatever order they were declared in.
 
 ``check_model_file`` repeats the static checks of the C++ loader (``ValidateModel`` in
 common/model_file.cc: feeds, graph, outputs, optimizer) so that mistakes surface in Python with
@@ -37,21 +38,28 @@ METRICS = ("auc", "log_loss", "accuracy", "mse")
 DENSE = "dense"
 SLOT = "slot"
 LABEL = "label"
+MULTI_SLOT = "multi_slot"
 _SOURCE_ENUM = {
     DENSE: model_pb2.FeedBinding.DENSE,
     SLOT: model_pb2.FeedBinding.SLOT,
     LABEL: model_pb2.FeedBinding.LABEL,
+    MULTI_SLOT: model_pb2.FeedBinding.MULTI_SLOT,
 }
 _SOURCE_NAME = {v: k for k, v in _SOURCE_ENUM.items()}
+# The sources that read a slot column (`slot`, `id_modulo`).
+SLOT_SOURCES = (SLOT, MULTI_SLOT)
+_SOURCE_ORDER = {DENSE: 0, SLOT: 1, MULTI_SLOT: 2, LABEL: 3}
 
 
 class Feed(object):
     """A feed binding: which data column feeds a data variable.
 
     source "dense" (every dense feature, a [-1, num_dense] float32 variable), "slot" (categorical
-    slot `slot`, a [-1, 1] int64 variable) or "label" ([-1, 1]). `id_modulo` (slots only):
-    None works it out from the embedding tables the ids index -- the row count of local tables,
-    0 (ids unchanged) for distributed tables.
+    slot `slot`, a [-1, 1] int64 variable), "multi_slot" (multi-hot slot `slot`, 0-based among
+    the multi-hot columns: every id of each example's list concatenated, a [-1, 1] int64
+    variable declared with lod_level=1) or "label" ([-1, 1]). `id_modulo` (slot and multi_slot
+    only): None works it out from the embedding tables the ids index -- the row count of local
+    tables, 0 (ids unchanged) for distributed tables.
     """
 
     def __init__(self, var, source, slot=None, id_modulo=None):
@@ -66,20 +74,22 @@ class Feed(object):
                 raise ValueError("feed %r: unknown source %d" % (self.var_name, source))
             source = _SOURCE_NAME[source]
         if not isinstance(source, str) or source.lower() not in _SOURCE_ENUM:
-            raise ValueError("feed %r: source must be 'dense', 'slot' or 'label', got %r" %
-                             (self.var_name, source))
+            raise ValueError("feed %r: source must be 'dense', 'slot', 'multi_slot' or 'label', "
+                             "got %r" % (self.var_name, source))
         self.source = source.lower()
-        if self.source == SLOT:
+        if self.source in SLOT_SOURCES:
             if slot is None or isinstance(slot, bool) or not isinstance(slot, int) or slot < 0:
-                raise ValueError("feed %r: a slot feed needs slot=<index >= 0>, got %r" %
-                                 (self.var_name, slot))
+                raise ValueError("feed %r: a %s feed needs slot=<index >= 0>, got %r" %
+                                 (self.var_name, self.source, slot))
+            if slot > 0x7FFFFFFF:
+                raise ValueError("feed %r: slot %d does not fit in int32" % (self.var_name, slot))
             if id_modulo is not None and (isinstance(id_modulo, bool) or
                                           not isinstance(id_modulo, int) or id_modulo < 0):
                 raise ValueError("feed %r: id_modulo must be an int >= 0 or None, got %r" %
                                  (self.var_name, id_modulo))
         elif slot is not None or id_modulo is not None:
-            raise ValueError("feed %r: slot and id_modulo go with source 'slot', not %r" %
-                             (self.var_name, self.source))
+            raise ValueError("feed %r: slot and id_modulo go with source 'slot' or 'multi_slot', "
+                             "not %r" % (self.var_name, self.source))
         self.slot = slot
         self.id_modulo = id_modulo
 
@@ -94,19 +104,39 @@ class Feed(object):
         return cls(var, SLOT, slot=slot, id_modulo=id_modulo)
 
     @classmethod
+    def multi_slot_of(cls, var, slot, id_modulo=None):
+        """The MULTI_SLOT binding of `var` (declared with lod_level=1) to multi-hot slot `slot`."""
+        return cls(var, MULTI_SLOT, slot=slot, id_modulo=id_modulo)
+
+    @classmethod
     def label(cls, var):
         """The LABEL binding of `var`."""
         return cls(var, LABEL)
 
     def sort_key(self):
-        """DENSE first, then SLOTs by index, then LABEL (tessera::MakeModelFile's order)."""
-        return ({DENSE: 0, SLOT: 1, LABEL: 2}[self.source], self.slot or 0)
+        """DENSE first, then SLOTs by index, then MULTI_SLOTs by index, then LABEL."""
+        return (_SOURCE_ORDER[self.source], self.slot or 0)
 
     def __repr__(self):
         extra = ""
-        if self.source == SLOT:
+        if self.source in SLOT_SOURCES:
             extra = ", slot=%d, id_modulo=%r" % (self.slot, self.id_modulo)
         return "Feed(%r, %r%s)" % (self.var_name, self.source, extra)
+
+
+def check_feed_lod(model, feed):
+    """Raises ValueError unless `feed` agrees with the lod_level its variable was declared with:
+    a MULTI_SLOT feed binds a lod_level 1 variable, every other source a lod_level 0 one."""
+    if not model.has_var(feed.var_name):
+        return
+    lod = model.var(feed.var_name).lod_level
+    if feed.source == MULTI_SLOT and lod != 1:
+        raise ValueError("feed %r: a multi_slot feed binds a variable declared with lod_level=1 "
+                         "(layers.data(..., slot=k, lod_level=1)); %r has lod_level 0" %
+                         (feed.var_name, feed.var_name))
+    if feed.source != MULTI_SLOT and lod != 0:
+        raise ValueError("feed %r: a lod_level 1 variable can only be fed by a multi_slot feed, "
+                         "not %s" % (feed.var_name, feed.source))
 
 
 def _lookup_tables(forward_block, ids):
@@ -122,7 +152,7 @@ def _lookup_tables(forward_block, ids):
 
 
 def resolve_id_modulo(forward_block, feed):
-    """The id_modulo of a slot feed: explicit, else from the tables its ids index."""
+    """The id_modulo of a slot / multi_slot feed: explicit, else from the tables its ids index."""
     tables = _lookup_tables(forward_block, feed.var_name)
     local = [t for t, _ in tables if not t.is_distributed]
     if feed.id_modulo is not None:
@@ -206,6 +236,8 @@ def build_model_file(model, loss=None, prediction=None, metrics=None, feeds=None
             if not isinstance(f, Feed):
                 raise TypeError("feeds must be tessera.Feed objects, got %r" % (f,))
             feed_list.append(f)
+    for f in feed_list:
+        check_feed_lod(model, f)
 
     mf = model_pb2.ModelFile()
     mf.format_version = FORMAT_VERSION
@@ -216,7 +248,7 @@ def build_model_file(model, loss=None, prediction=None, metrics=None, feeds=None
         b = mf.feeds.add()
         b.var = f.var_name
         b.source = _SOURCE_ENUM[f.source]
-        if f.source == SLOT:
+        if f.source in SLOT_SOURCES:
             b.slot = f.slot
             b.id_modulo = resolve_id_modulo(block, f)
     mf.loss = loss_name
@@ -260,7 +292,8 @@ def check_model_file(mf):
     """Raises ValueError (naming the variable) where the C++ loader would refuse `mf`.
 
     Repeats ValidateModel's static checks: format version, one forward block, feeds (sources,
-    dtypes, shapes, slots 0..n-1, one LABEL), every op input fed, written earlier or persistable,
+    dtypes, shapes, SLOT indices 0..n-1 and MULTI_SLOT indices 0..m-1 each with none missing and
+    none bound twice, one LABEL), every op input fed, written earlier or persistable,
     forward-only ops, parameters with dims >= 1 and an initializer, a float32 [1] loss written
     by an op, a written prediction, known metrics, and the optimizer's hyper-parameters. The
     loader's dry run (a batch through the kernels) is not repeated; op types are not checked
@@ -281,7 +314,7 @@ def check_model_file(mf):
         return "%s %s" % (fw.dtype_name(v.dtype), fw.shape_str(v.shape))
 
     # Feeds (CheckFeeds).
-    fed, slots = set(), set()
+    fed, slots, multi_slots = set(), set(), set()
     dense = labels = 0
     for f in mf.feeds:
         v = vars_by_name.get(f.var)
@@ -310,6 +343,17 @@ def check_model_file(mf):
                 _refuse("feed %r: id_modulo %d < 0", f.var, f.id_modulo)
             if v.dtype != fw.INT64 or len(v.shape) != 2 or not batch_first or v.shape[1] != 1:
                 _refuse("SLOT feed %r is %s; it must be int64 [-1, 1]", f.var, describe(v))
+        elif f.source == FB.MULTI_SLOT:
+            if f.slot < 0:
+                _refuse("feed %r: multi-hot slot %d < 0", f.var, f.slot)
+            if f.slot in multi_slots:
+                _refuse("feed %r: multi-hot slot %d is bound twice", f.var, f.slot)
+            multi_slots.add(f.slot)
+            if f.id_modulo < 0:
+                _refuse("feed %r: id_modulo %d < 0", f.var, f.id_modulo)
+            if v.dtype != fw.INT64 or len(v.shape) != 2 or not batch_first or v.shape[1] != 1:
+                _refuse("MULTI_SLOT feed %r is %s; it must be int64 [-1, 1] (every id of the "
+                        "batch, one sequence per example)", f.var, describe(v))
         elif f.source == FB.LABEL:
             labels += 1
             if labels > 1:
@@ -326,6 +370,10 @@ def check_model_file(mf):
         if s != expect:
             _refuse("SLOT feeds must bind slots 0..%d with none missing; slot %d is not bound",
                     len(slots) - 1, expect)
+    for expect, s in enumerate(sorted(multi_slots)):
+        if s != expect:
+            _refuse("MULTI_SLOT feeds must bind multi-hot slots 0..%d with none missing; "
+                    "multi-hot slot %d is not bound", len(multi_slots) - 1, expect)
 
     # Graph (CheckGraph).
     def op_name(op, i):

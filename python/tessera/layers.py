@@ -10,10 +10,18 @@ Shapes are checked as layers are added; a mismatch raises ValueError naming the 
 ``elementwise_add: shapes [-1, 8] and [-1, 4] do not broadcast ...``. A layer that raises leaves
 the model unchanged.
 
+Multi-hot slots (a list of ids per example) are inputs with ``lod_level=1``: a [-1, 1] int64
+variable holding every id of the batch, one sequence per example. Their embedding keeps the
+sequences (one row per id, ``lod_level`` 1) and ``sequence_pool`` pools each sequence into one
+row per example. Layers track ``Variable.lod_level``. As in the runners, where lookup_table is
+the one op that keeps the sequences, ``embedding`` and ``sequence_pool`` are the only layers
+that take a per-id (lod_level 1) tensor: any other layer -- in particular one that would mix it
+with a per-example tensor (concat, elementwise_*, a loss, ...) -- raises ValueError naming the
+layer ("pool it with sequence_pool first").
+
 Ops without a C++ kernel yet (the runners refuse them until one is registered; save_model warns):
-``reduce_sum``, ``reduce_mean`` (also used by ``dot``), ``dropout``, ``sequence_pool``.
-``accuracy`` and ``auc`` add no ops: they declare metrics of the model file, which the trainer
-computes from the prediction on held-out data.
+``dropout``. ``accuracy`` and ``auc`` add no ops: they declare metrics of the model file, which
+the trainer computes from the prediction on held-out data.
 """
 
 import collections
@@ -112,11 +120,35 @@ def _normalize_axis(layer, axis, rank):
     return a
 
 
+def _per_example(layer, inputs):
+    """Raises ValueError if one of `inputs` ((what, Variable) pairs) is per id (lod_level 1).
+
+    Only embedding and sequence_pool take per-id tensors: the runners keep a multi-hot slot's
+    sequences through lookup_table alone, so any other op would either mix one row per id with
+    one row per example or lose the sequences sequence_pool needs.
+    """
+    per_id = [(what, v) for what, v in inputs if v.lod_level]
+    if not per_id:
+        return
+    what1, v1 = per_id[0]
+    for what, v in inputs:
+        if not v.lod_level and len(v.shape) >= 1 and v.shape[0] == -1:
+            raise ValueError(
+                "%s: %s %r is per id (lod_level 1: one row per id of multi-hot input %r) but %s "
+                "%r is per example (lod_level 0); pool it with sequence_pool first" %
+                (layer, what1, v1.name, v1.lod_source, what, v.name))
+    raise ValueError(
+        "%s: %s %r is per id (lod_level 1: one row per id of multi-hot input %r); only "
+        "embedding and sequence_pool take per-id tensors: pool it with sequence_pool first" %
+        (layer, what1, v1.name, v1.lod_source))
+
+
 def _unary(layer, op_type, x, name=None, attrs=()):
     """One-input one-output op whose output has the input's shape and dtype (C++ Unary)."""
     model = _model_of(layer, x)
     x = _var(model, layer, x)
     _check_float(layer, x)
+    _per_example(layer, [("x", x)])
     _out_name(model, layer, name, op_type + ".out")
     out = model.create_var(_take_name(model, name, op_type + ".out"), x.shape, x.dtype)
     model.append_op(op_type, [("X", [x])], [("Out", [out])], attrs)
@@ -125,12 +157,20 @@ def _unary(layer, op_type, x, name=None, attrs=()):
 
 # -- inputs ----------------------------------------------------------------------------------
 
-def data(name, shape, dtype="float32", feed=None, slot=None, id_modulo=None, model=None):
+def data(name, shape, dtype="float32", feed=None, slot=None, id_modulo=None, lod_level=None,
+         model=None):
     """An input the trainer feeds (stop_gradient); optionally bound to a data column.
 
-    feed: "dense" (all dense features, float32 [-1, N]), "label" ([-1, 1]) or "slot"; `slot=k`
-    binds categorical slot k (int64 [-1, 1]) and implies feed="slot". id_modulo: see
-    tessera.Feed (None: the row count of the local tables the ids index, 0 if distributed).
+    feed: "dense" (all dense features, float32 [-1, N]), "label" ([-1, 1]), "slot" or
+    "multi_slot". `slot=k` binds categorical slot k (int64 [-1, 1]) and implies feed="slot";
+    with lod_level=1 it binds multi-hot slot k instead (0-based among the multi-hot columns) and
+    implies feed="multi_slot". id_modulo: see tessera.Feed (None: the row count of the local
+    tables the ids index, 0 if distributed).
+
+    lod_level (Fluid's name): 1 declares a multi-hot input, an int64 [-1, 1] variable holding
+    every id of the batch concatenated, one sequence per example (possibly empty); embed it
+    (rows stay per id) and pool it with sequence_pool. 0 (the default unless feed="multi_slot")
+    is one row per example.
     """
     model = model if model is not None else fw.default_model()
     layer = "data %r" % (name,)
@@ -139,21 +179,39 @@ def data(name, shape, dtype="float32", feed=None, slot=None, id_modulo=None, mod
         raise ValueError("%s: variable %r already exists" % (layer, name))
     dims = fw._check_shape(layer, shape)
     dtype = fw.convert_dtype(dtype)
+    from tessera import io
+    if isinstance(feed, str) and feed.lower() == io.MULTI_SLOT and lod_level is None:
+        lod_level = 1
+    lod_level = 0 if lod_level is None else _int(layer, "lod_level", lod_level)
+    if lod_level not in (0, 1):
+        raise ValueError("%s: lod_level %d is not supported (0: one row per example, 1: a "
+                         "multi-hot input, one sequence of ids per example)" % (layer, lod_level))
+    if lod_level == 1 and (dtype != fw.INT64 or dims != [-1, 1]):
+        raise ValueError("%s: a lod_level 1 input is a multi-hot slot's ids, int64 [-1, 1]; got "
+                         "%s %s" % (layer, fw.dtype_name(dtype), shape_str(dims)))
     if slot is not None and feed is None:
-        feed = "slot"
+        feed = io.MULTI_SLOT if lod_level == 1 else io.SLOT
     feed_spec = None
     if feed is not None:
-        from tessera import io
         feed_spec = io.Feed(name, feed, slot=slot, id_modulo=id_modulo)
+        if feed_spec.source == io.MULTI_SLOT and lod_level != 1:
+            raise ValueError("%s: a multi_slot feed is a lod_level 1 input (lod_level=%d given)"
+                             % (layer, lod_level))
+        if feed_spec.source != io.MULTI_SLOT and lod_level != 0:
+            raise ValueError("%s: a lod_level 1 input is fed by a multi-hot slot (slot=k, or "
+                             "feed='multi_slot'), not a %s feed" % (layer, feed_spec.source))
         for f in model.feeds:
-            if f.source == feed_spec.source and f.source != io.SLOT:
+            if f.source == feed_spec.source and f.source not in io.SLOT_SOURCES:
                 raise ValueError("%s: the model already has a %s feed (%r)" %
                                  (layer, f.source, f.var_name))
-            if f.source == io.SLOT and feed_spec.source == io.SLOT and f.slot == slot:
-                raise ValueError("%s: slot %d is already bound to %r" % (layer, slot, f.var_name))
+            if f.source == feed_spec.source and f.slot == slot:
+                raise ValueError("%s: %s %d is already bound to %r" % (
+                    layer, "slot" if f.source == io.SLOT else "multi-hot slot", slot,
+                    f.var_name))
         want = {io.DENSE: ("float32 [-1, N]", dtype == fw.FLOAT32 and len(dims) == 2 and
                            dims[0] == -1 and dims[1] >= 1),
                 io.SLOT: ("int64 [-1, 1]", dtype == fw.INT64 and dims == [-1, 1]),
+                io.MULTI_SLOT: ("int64 [-1, 1]", dtype == fw.INT64 and dims == [-1, 1]),
                 io.LABEL: ("float32, float64 or int64 [-1, 1]",
                            dtype in (fw.FLOAT32, fw.FLOAT64, fw.INT64) and dims == [-1, 1])}
         desc, ok = want[feed_spec.source]
@@ -165,6 +223,8 @@ def data(name, shape, dtype="float32", feed=None, slot=None, id_modulo=None, mod
     v = model.create_var(name, dims, dtype)
     v.desc.stop_gradient = True
     model._data_vars.add(name)
+    if lod_level:
+        model._lod[name] = name
     if feed_spec is not None:
         model._feeds.append(feed_spec)
     return v
@@ -183,6 +243,7 @@ def fc(input, size, act=None, name=None, param_attr=None, bias_attr=None):
     prefix = name if name is not None else model.peek_unique_name("fc")
     layer = "fc %r" % prefix
     x = _var(model, layer, input)
+    _per_example(layer, [("input", x)])
     size = _int(layer, "size", size, minimum=1)
     in_shape = list(x.shape)
     if len(in_shape) < 2:
@@ -266,6 +327,9 @@ def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=No
               param_attr=None, name=None, dtype="float32"):
     """Looks up rows of a [rows, dim] table: ids [-1, 1] int64 -> [-1, dim].
 
+    The output has the ids' lod_level: the ids of a multi-hot slot (lod_level 1) give one row
+    per id, in the same sequences (pool them with sequence_pool).
+
     size: [rows, dim] (rows is only a hint for a distributed table). name / param_attr.name:
     the table name (default ``embedding_N``); a table of that name that already exists with
     the same shape is shared. is_distributed: the table lives on the pservers (implies
@@ -333,6 +397,8 @@ def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=No
     model.append_op("lookup_table", [("W", [table_name]), ("Ids", [ids])], [("Out", [out])],
                     [("is_sparse", is_sparse, "b"), ("is_distributed", is_distributed, "b"),
                      ("padding_idx", padding_idx, "i")])
+    if ids.lod_level:
+        model._lod[out.name] = ids.lod_source  # lookup_table keeps the ids' sequences
     return out
 
 
@@ -371,6 +437,7 @@ def _elementwise(op_type, x, y, axis, act, name):
     model = _model_of(op_type, x, y)
     x = _var(model, op_type, x, "x")
     y = _var(model, op_type, y, "y")
+    _per_example(op_type, [("x", x), ("y", y)])
     axis = _int(op_type, "axis", axis)
     if x.dtype != y.dtype:
         raise ValueError("%s: x %s and y %s have different dtypes" % (op_type, _desc(x), _desc(y)))
@@ -421,6 +488,7 @@ def concat(input, axis=0, name=None):
         raise ValueError("concat: input must be a non-empty list of variables")
     model = _model_of("concat", *input)
     xs = [_var(model, "concat", x, "input %d" % i) for i, x in enumerate(input)]
+    _per_example("concat", [("input %d" % i, x) for i, x in enumerate(xs)])
     first = list(xs[0].shape)
     a = _normalize_axis("concat", axis, len(first))
     total = 0
@@ -445,6 +513,7 @@ def reshape(x, shape, name=None):
     """x with a new shape: one -1 is inferred, 0 copies x's dim (the attr keeps them as given)."""
     model = _model_of("reshape", x)
     x = _var(model, "reshape", x)
+    _per_example("reshape", [("x", x)])
     target = [_int("reshape", "shape entry", d) for d in shape]
     if not target:
         raise ValueError("reshape: shape is empty")
@@ -493,6 +562,7 @@ def cast(x, dtype, name=None):
     model = _model_of("cast", x)
     x = _var(model, "cast", x)
     dtype = fw.convert_dtype(dtype)
+    _per_example("cast", [("x", x)])
     _out_name(model, "cast", name, "cast.out")
     out = model.create_var(_take_name(model, name, "cast.out"), x.shape, dtype)
     model.append_op("cast", [("X", [x])], [("Out", [out])], [("out_dtype", int(dtype), "i")])
@@ -505,6 +575,7 @@ def sums(input, name=None):
         raise ValueError("sums: input must be a non-empty list of variables")
     model = _model_of("sums", *input)
     xs = [_var(model, "sums", x, "input %d" % i) for i, x in enumerate(input)]
+    _per_example("sums", [("input %d" % i, x) for i, x in enumerate(xs)])
     for i, x in enumerate(xs):
         if not _same_shape(x.shape, xs[0].shape) or x.dtype != xs[0].dtype:
             raise ValueError("sums: input %d %s differs from input 0 %s" %
@@ -520,6 +591,7 @@ def _reduce(op_type, input, dim, keep_dim, name):
     model = _model_of(op_type, input)
     x = _var(model, op_type, input)
     _check_float(op_type, x)
+    _per_example(op_type, [("input", x)])
     shape = list(x.shape)
     rank = len(shape)
     reduce_all = dim is None
@@ -544,12 +616,14 @@ def _reduce(op_type, input, dim, keep_dim, name):
 
 
 def reduce_sum(input, dim=None, keep_dim=False, name=None):
-    """Sum over `dim` (an int or list; None: all dims -> [1]); op reduce_sum (no kernel yet)."""
+    """Sum over `dim` (an int or list, negative from the end; None: all dims -> [1] without
+    keep_dim). Op reduce_sum, attrs dim (normalized, sorted), keep_dim, reduce_all."""
     return _reduce("reduce_sum", input, dim, keep_dim, name)
 
 
 def reduce_mean(input, dim=None, keep_dim=False, name=None):
-    """Mean over `dim` (an int or list; None: all dims -> [1]); op reduce_mean (no kernel yet)."""
+    """Mean over `dim` (an int or list, negative from the end; None: all dims -> [1] without
+    keep_dim). Op reduce_mean, attrs as reduce_sum."""
     return _reduce("reduce_mean", input, dim, keep_dim, name)
 
 
@@ -558,6 +632,7 @@ def matmul(x, y, transpose_x=False, transpose_y=False, alpha=1.0, name=None):
     model = _model_of("matmul", x, y)
     x = _var(model, "matmul", x, "x")
     y = _var(model, "matmul", y, "y")
+    _per_example("matmul", [("x", x), ("y", y)])
     if x.dtype != y.dtype:
         raise ValueError("matmul: x %s and y %s have different dtypes" % (_desc(x), _desc(y)))
     _check_float("matmul", x, "x")
@@ -587,6 +662,7 @@ def dot(x, y, name=None):
     model = _model_of("dot", x, y)
     x = _var(model, "dot", x, "x")
     y = _var(model, "dot", y, "y")
+    _per_example("dot", [("x", x), ("y", y)])
     if len(x.shape) != 2 or not _same_shape(x.shape, y.shape):
         raise ValueError("dot: x %s and y %s must both be [-1, D] of one shape" %
                          (_desc(x), _desc(y)))
@@ -604,6 +680,7 @@ def dropout(x, dropout_prob=0.5, is_test=False, seed=None,
     model = _model_of("dropout", x)
     x = _var(model, "dropout", x)
     _check_float("dropout", x)
+    _per_example("dropout", [("x", x)])
     p = float(dropout_prob)
     if not 0.0 <= p < 1.0:
         raise ValueError("dropout: dropout_prob %r must be in [0, 1)" % (dropout_prob,))
@@ -622,25 +699,37 @@ def dropout(x, dropout_prob=0.5, is_test=False, seed=None,
     return out
 
 
-def sequence_pool(input, pool_type, name=None):
-    """Pools [-1, L, D] over its L positions -> [-1, D]. Op ``sequence_pool`` (no kernel yet).
+# The pool types of the sequence_pool op (its "pooltype" attribute).
+POOL_TYPES = ("SUM", "AVERAGE", "SQRT", "MAX")
 
-    pool_type: "sum", "average", "sqrt" (sum / sqrt(L)), "max", "first" or "last". Without LoD,
-    every example has the same L (e.g. a multi-valued slot's ids padded with padding_idx, whose
-    embedding rows are zeros).
+
+def sequence_pool(input, pool_type, name=None):
+    """Pools each sequence of a per-id input into one row: [-1, D] (lod_level 1) -> [-1, D], one
+    row per example (lod_level 0). Op ``sequence_pool``, attribute ``pooltype``.
+
+    input: float32 [-1, D] with lod_level 1, e.g. the embedding of a multi-hot slot
+    (``layers.data(..., slot=k, lod_level=1)``). pool_type (case-insensitive): "sum",
+    "average", "sqrt" (sum / sqrt(length)) or "max". An empty sequence (an example with no ids)
+    pools to a row of zeros.
     """
-    model = _model_of("sequence_pool", input)
-    x = _var(model, "sequence_pool", input)
-    _check_float("sequence_pool", x)
-    kinds = ("SUM", "AVERAGE", "SQRT", "MAX", "FIRST", "LAST")
-    if not isinstance(pool_type, str) or pool_type.upper() not in kinds:
-        raise ValueError("sequence_pool: pool_type %r is not one of %s" %
-                         (pool_type, ", ".join(k.lower() for k in kinds)))
-    if len(x.shape) != 3:
-        raise ValueError("sequence_pool: input %s must be [-1, L, D]" % _desc(x))
-    _out_name(model, "sequence_pool", name, "sequence_pool.out")
-    out = model.create_var(_take_name(model, name, "sequence_pool.out"),
-                           [x.shape[0], x.shape[2]], x.dtype)
+    layer = "sequence_pool"
+    model = _model_of(layer, input)
+    x = _var(model, layer, input)
+    if not isinstance(pool_type, str) or pool_type.upper() not in POOL_TYPES:
+        raise ValueError("%s: pool_type %r is not one of %s" %
+                         (layer, pool_type, ", ".join(k.lower() for k in POOL_TYPES)))
+    if fw.convert_dtype(x.dtype) != fw.FLOAT32:
+        raise ValueError("%s: input %s must be float32" % (layer, _desc(x)))
+    if len(x.shape) != 2 or x.shape[0] != -1 or x.shape[1] < 1:
+        raise ValueError("%s: input %s must be [-1, D] (one row per id)" % (layer, _desc(x)))
+    if x.lod_level != 1:
+        raise ValueError("%s: input %s has lod_level 0 (one row per example); sequence_pool "
+                         "pools the sequences of a lod_level 1 input, e.g. the embedding of a "
+                         "multi-hot slot declared with layers.data(..., slot=k, lod_level=1)" %
+                         (layer, _desc(x)))
+    _out_name(model, layer, name, "sequence_pool.out")
+    out = model.create_var(_take_name(model, name, "sequence_pool.out"), [-1, x.shape[1]],
+                           x.dtype)
     model.append_op("sequence_pool", [("X", [x])], [("Out", [out])],
                     [("pooltype", pool_type.upper(), "s")])
     return out
@@ -653,6 +742,7 @@ def mean(x, name=None):
     model = _model_of("mean", x)
     x = _var(model, "mean", x)
     _check_float("mean", x)
+    _per_example("mean", [("x", x)])
     _out_name(model, "mean", name, "mean.out")
     out = model.create_var(_take_name(model, name, "mean.out"), [1], x.dtype)
     model.append_op("mean", [("X", [x])], [("Out", [out])])
@@ -664,6 +754,7 @@ def square_error_cost(input, label, name=None):
     model = _model_of("square_error_cost", input, label)
     x = _var(model, "square_error_cost", input)
     y = _var(model, "square_error_cost", label, "label")
+    _per_example("square_error_cost", [("input", x), ("label", y)])
     if not _same_shape(x.shape, y.shape) or x.dtype != y.dtype:
         raise ValueError("square_error_cost: input %s and label %s must have one shape and dtype"
                          % (_desc(x), _desc(y)))
@@ -686,6 +777,7 @@ def softmax_with_cross_entropy(logits, label, soft_label=False, ignore_index=-10
     x = _var(model, layer, logits, "logits")
     y = _var(model, layer, label, "label")
     _check_float(layer, x, "logits")
+    _per_example(layer, [("logits", x), ("label", y)])
     shape = list(x.shape)
     if len(shape) < 2:
         raise ValueError("%s: logits %s must be [-1, C]" % (layer, _desc(x)))
@@ -723,6 +815,7 @@ def sigmoid_cross_entropy_with_logits(x, label, ignore_index=-100, normalize=Fal
     x = _var(model, layer, x, "x")
     y = _var(model, layer, label, "label")
     _check_float(layer, x, "x")
+    _per_example(layer, [("x", x), ("label", y)])
     if not _same_shape(x.shape, y.shape) or x.dtype != y.dtype:
         raise ValueError("%s: x %s and label %s must have one shape and dtype" %
                          (layer, _desc(x), _desc(y)))
@@ -746,6 +839,7 @@ def _metric(metric, input, label):
     model = _model_of(metric, input, label)
     p = _var(model, metric, input)
     y = _var(model, metric, label, "label")
+    _per_example(metric, [("input", p), ("label", y)])
     if len(p.shape) != 2 or p.shape[1] != 1 or fw.convert_dtype(p.dtype) not in fw.FLOAT_DTYPES:
         raise ValueError("%s: input %s must be the [-1, 1] probability of the positive class" %
                          (metric, _desc(p)))

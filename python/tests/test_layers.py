@@ -269,9 +269,173 @@ class ShapeOpsTest(LayerTestCase):
         self.assertEqual(fw.get_attr(op, "seed"),
                          self.model.seed_for("dropout.out_0") & fw.SEED_MASK)
         self.assertUnchangedAfter("dropout_prob 1.0", layers.dropout, x, dropout_prob=1.0)
-        p = layers.sequence_pool(d, "average")
-        self.assertEqual((p.shape, fw.get_attr(self.ops()[-1], "pooltype")), ((-1, 4), "AVERAGE"))
-        self.assertUnchangedAfter("pool_type 'median'", layers.sequence_pool, d, "median")
+        # sequence_pool pools sequences (lod_level 1), not a padded [-1, L, D].
+        self.assertUnchangedAfter(r"^sequence_pool: input 'dropout.out_0' float32 \[-1, 5, 4\] "
+                                  r"must be \[-1, D\]", layers.sequence_pool, d, "sum")
+
+
+class LodTest(LayerTestCase):
+    """Multi-hot inputs (lod_level 1): declared with layers.data, kept by embedding and row-wise
+    layers, pooled by sequence_pool; never mixed with per-example tensors."""
+
+    def multi_hot(self, name="m0", slot=0, dim=4, table=None):
+        ids = layers.data(name, [-1, 1], dtype="int64", slot=slot, lod_level=1)
+        return ids, layers.embedding(ids, size=[100, dim], is_sparse=True, name=table)
+
+    def test_data_and_propagation(self):
+        ids, emb = self.multi_hot(table="t")
+        self.assertEqual((ids.lod_level, ids.lod_source, ids.is_data), (1, "m0", True))
+        self.assertEqual([(f.var_name, f.source, f.slot) for f in self.model.feeds],
+                         [("m0", "multi_slot", 0)])
+        # embedding keeps the sequences: one row per id ...
+        self.assertEqual((emb.name, emb.shape, emb.lod_level, emb.lod_source),
+                         ("t.out_0", (-1, 4), 1, "m0"))
+        self.assertIn("lod_level=1", repr(emb))
+        other = layers.embedding(ids, size=[100, 2], name="u")
+        self.assertEqual((other.lod_level, other.lod_source), (1, "m0"))
+        # ... and sequence_pool makes one row per example.
+        pooled = layers.sequence_pool(emb, "sum")
+        self.assertEqual((pooled.name, pooled.shape, pooled.lod_level, pooled.lod_source),
+                         ("sequence_pool.out_0", (-1, 4), 0, None))
+        self.assertEqual(layers.fc(pooled, 2, act="relu").lod_level, 0)
+        # Per-example inputs and their embeddings stay lod_level 0.
+        s0 = layers.data("s0", [-1, 1], dtype="int64", slot=0)
+        self.assertEqual((s0.lod_level, layers.embedding(s0, size=[9, 2]).lod_level), (0, 0))
+
+    def test_only_embedding_and_sequence_pool_take_per_id_tensors(self):
+        # The runners keep the sequences through lookup_table alone: any other layer on a per-id
+        # tensor would give one sequence_pool cannot pool, so it is refused.
+        _, emb = self.multi_hot(table="t")
+        only = (r"is per id \(lod_level 1: one row per id of multi-hot input 'm0'\); only "
+                r"embedding and sequence_pool take per-id tensors: pool it with sequence_pool "
+                r"first")
+        w = self.model.create_parameter("w", [4, 2])
+        p = self.model.create_parameter("p", [4])
+        calls = [
+            ("fc 'fc_0': input 't.out_0' ", layers.fc, (emb, 3)),
+            ("relu: x 't.out_0' ", layers.relu, (emb,)),
+            ("sigmoid: x ", layers.sigmoid, (emb,)),
+            ("tanh: x ", layers.tanh, (emb,)),
+            ("scale: x ", layers.scale, (emb, 2.0)),
+            ("cast: x ", layers.cast, (emb, "float64")),
+            ("reshape: x ", layers.reshape, (emb, [-1, 2, 2])),
+            ("dropout: x ", layers.dropout, (emb,)),
+            ("mean: x ", layers.mean, (emb,)),
+            ("reduce_sum: input ", layers.reduce_sum, (emb,)),
+            ("reduce_mean: input ", layers.reduce_mean, (emb, 1)),
+            ("elementwise_add: x ", layers.elementwise_add, (emb, emb)),
+            ("elementwise_mul: x ", layers.elementwise_mul, (emb, p)),
+            ("sums: input 0 ", layers.sums, ([emb, emb],)),
+            ("concat: input 0 ", layers.concat, ([emb, emb], 1)),
+            ("matmul: x ", layers.matmul, (emb, w)),
+            ("dot: x ", layers.dot, (emb, emb)),
+        ]
+        for prefix, fn, args in calls:
+            self.assertUnchangedAfter("^" + prefix + ".*" + only, fn, *args)
+        self.assertUnchangedAfter("^cast: x 'm0' " + only, layers.cast, "m0", "float32")
+
+    def test_sequence_pool_op(self):
+        _, emb = self.multi_hot()
+        for i, (given, attr) in enumerate([("sum", "SUM"), ("AVERAGE", "AVERAGE"),
+                                           ("Sqrt", "SQRT"), ("max", "MAX")]):
+            out = layers.sequence_pool(emb, given)
+            op = self.ops()[-1]
+            self.assertEqual(out.name, "sequence_pool.out_%d" % i)
+            self.assertEqual((op.type, testutil.attr_names(op), fw.get_attr(op, "pooltype")),
+                             ("sequence_pool", ["op_role", "pooltype"], attr))
+            self.assertEqual([(s.parameter, list(s.arguments)) for s in op.inputs],
+                             [("X", [emb.name])])
+            self.assertEqual([(s.parameter, list(s.arguments)) for s in op.outputs],
+                             [("Out", [out.name])])
+        named = layers.sequence_pool(emb, "sum", name="pooled")
+        self.assertEqual((named.name, self.model.peek_unique_name("sequence_pool.out")),
+                         ("pooled", "sequence_pool.out_4"))
+
+    def test_sequence_pool_errors(self):
+        _, emb = self.multi_hot()
+        dense = layers.data("dense", [-1, 4], feed="dense")
+        self.assertUnchangedAfter(r"^sequence_pool: input 'dense' float32 \[-1, 4\] has "
+                                  r"lod_level 0 .*lod_level=1", layers.sequence_pool, dense, "sum")
+        self.assertUnchangedAfter(r"^sequence_pool: pool_type 'median' is not one of sum, "
+                                  r"average, sqrt, max", layers.sequence_pool, emb, "median")
+        for kind in ("first", "last", None):
+            self.assertUnchangedAfter("^sequence_pool: pool_type", layers.sequence_pool, emb,
+                                      kind)
+        wide = layers.embedding(layers.data("m9", [-1, 1], dtype="int64", lod_level=1),
+                                size=[10, 4], dtype="float64", name="wide")
+        self.assertUnchangedAfter(r"^sequence_pool: input 'wide.out_0' float64 .* must be "
+                                  "float32", layers.sequence_pool, wide, "sum")
+        pooled = layers.sequence_pool(emb, "sum")
+        self.assertUnchangedAfter(r"^sequence_pool: input 'sequence_pool.out_0' .* lod_level 0",
+                                  layers.sequence_pool, pooled, "sum")
+
+    def test_mixing_per_id_and_per_example_tensors(self):
+        _, emb = self.multi_hot(table="t")
+        dense = layers.data("dense", [-1, 4], feed="dense")
+        label = layers.data("label", [-1, 1], feed="label")
+        mixed = (r"is per id \(lod_level 1: one row per id of multi-hot input 'm0'\) but %s "
+                 r"is per example \(lod_level 0\); pool it with sequence_pool first")
+        self.assertUnchangedAfter("^concat: input 0 't.out_0' " + mixed % "input 1 'dense'",
+                                  layers.concat, [emb, dense], axis=1)
+        self.assertUnchangedAfter("^concat: input 1 't.out_0' " + mixed % "input 0 'dense'",
+                                  layers.concat, [dense, emb], axis=1)
+        for fn in (layers.elementwise_add, layers.elementwise_sub, layers.elementwise_mul):
+            name = fn.__name__
+            self.assertUnchangedAfter("^%s: x 't.out_0' " % name + mixed % "y 'dense'", fn, emb,
+                                      dense)
+            self.assertUnchangedAfter("^%s: y 't.out_0' " % name + mixed % "x 'dense'", fn, dense,
+                                      emb)
+        self.assertUnchangedAfter("^sums: input 0 't.out_0' " + mixed % "input 1 'dense'",
+                                  layers.sums, [emb, dense])
+        self.assertUnchangedAfter("^matmul: x 't.out_0' " + mixed % "y 'dense'", layers.matmul,
+                                  emb, dense, transpose_y=True)
+        one = layers.embedding("m0", size=[100, 1], name="one")
+        self.assertUnchangedAfter("^sigmoid_cross_entropy_with_logits: x 'one.out_0' " +
+                                  mixed % "label 'label'",
+                                  layers.sigmoid_cross_entropy_with_logits, one, label)
+        self.assertUnchangedAfter("^square_error_cost: input 'one.out_0' " +
+                                  mixed % "label 'label'", layers.square_error_cost, one, label)
+        self.assertUnchangedAfter("^auc: input 'one.out_0' " + mixed % "label 'label'",
+                                  layers.auc, one, label)
+        # Per-id tensors of two multi-hot inputs (different row counts) do not mix either.
+        _, other = self.multi_hot("m1", slot=1, table="u")
+        self.assertUnchangedAfter(r"^elementwise_add: x 't.out_0' is per id .* 'm0'\); only "
+                                  "embedding and sequence_pool", layers.elementwise_add, emb,
+                                  other)
+        # Pooled, they mix freely.
+        joined = layers.concat([layers.sequence_pool(emb, "sum"),
+                                layers.sequence_pool(other, "max"), dense], axis=1)
+        self.assertEqual((joined.shape, joined.lod_level), ((-1, 12), 0))
+        self.assertEqual(layers.elementwise_add(layers.sequence_pool(one, "sqrt"), label).shape,
+                         (-1, 1))
+
+    def test_data_lod_level(self):
+        ids = layers.data("m", [-1, 1], dtype="int64", feed="multi_slot", slot=0)
+        self.assertEqual(ids.lod_level, 1)  # feed="multi_slot" implies lod_level 1
+        free = layers.data("free", [-1, 1], dtype="int64", lod_level=1)
+        self.assertEqual((free.lod_level, self.model.feeds[-1].var_name), (1, "m"))
+        self.assertUnchangedAfter(r"^data 'x': a lod_level 1 input is a multi-hot slot's ids, "
+                                  r"int64 \[-1, 1\]; got float32 \[-1, 4\]", layers.data, "x",
+                                  [-1, 4], lod_level=1)
+        self.assertUnchangedAfter(r"^data 'x': a lod_level 1 input .* got int64 \[-1, 2\]",
+                                  layers.data, "x", [-1, 2], dtype="int64", slot=1, lod_level=1)
+        self.assertUnchangedAfter("^data 'x': lod_level 2 is not supported", layers.data, "x",
+                                  [-1, 1], dtype="int64", lod_level=2)
+        self.assertUnchangedAfter("^data 'x': a multi_slot feed is a lod_level 1 input",
+                                  layers.data, "x", [-1, 1], dtype="int64", feed="multi_slot",
+                                  slot=1, lod_level=0)
+        self.assertUnchangedAfter("^data 'x': a lod_level 1 input is fed by a multi-hot slot",
+                                  layers.data, "x", [-1, 1], dtype="int64", feed="slot", slot=1,
+                                  lod_level=1)
+        self.assertUnchangedAfter("^data 'x': multi-hot slot 0 is already bound to 'm'",
+                                  layers.data, "x", [-1, 1], dtype="int64", slot=0, lod_level=1)
+        # Categorical slot 0 and multi-hot slot 0 are different columns.
+        s0 = layers.data("s0", [-1, 1], dtype="int64", slot=0)
+        self.assertEqual((s0.lod_level, [f.source for f in self.model.feeds]),
+                         (0, ["multi_slot", "slot"]))
+        self.assertUnchangedAfter("^data 'x': slot 0 is already bound to 's0'", layers.data, "x",
+                                  [-1, 1], dtype="int64", slot=0)
+        self.assertUnchangedAfter("^reshape: x 'm' is per id", layers.reshape, ids, [1, -1])
 
 
 class LossTest(LayerTestCase):

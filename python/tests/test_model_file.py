@@ -157,19 +157,142 @@ class FeedTest(unittest.TestCase):
         with tessera.model_guard(m):
             x = layers.data("x", [-1, 4], feed="dense")
             y = layers.data("y", [-1, 1], feed="label")
-            pred = layers.reduce_sum(layers.fc(x, 4), dim=1, keep_dim=True)
+            h = layers.dropout(layers.fc(x, 4), dropout_prob=0.1)
+            pred = layers.reduce_sum(h, dim=1, keep_dim=True)
             tessera.optimizer.SGD(0.1).minimize(layers.mean(layers.square_error_cost(pred, y)))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             mf = m.to_proto()
-        self.assertEqual(tessera.unregistered_ops(mf), ["reduce_sum"])
-        self.assertTrue(any("reduce_sum" in str(w.message) for w in caught))
-        with self.assertRaisesRegex(ValueError, "reduce_sum"):
+        self.assertEqual(tessera.unregistered_ops(mf), ["dropout"])  # reduce_sum is registered
+        self.assertTrue(any("dropout" in str(w.message) for w in caught))
+        with self.assertRaisesRegex(ValueError, "dropout"):
             m.to_proto(strict=True)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             testutil.small_model().to_proto()
         self.assertEqual(caught, [])
+
+
+def multi_hot_model(num_multi=2, rows=30, distributed=False):
+    """A model with a dense input, categorical slot 0 and `num_multi` multi-hot slots."""
+    m = tessera.Model()
+    with tessera.model_guard(m):
+        dense = layers.data("dense", [-1, 3], feed="dense")
+        y = layers.data("y", [-1, 1], feed="label")
+        s0 = layers.data("s0", [-1, 1], dtype="int64", slot=0)
+        parts = [layers.embedding(s0, size=[rows, 2], name="e_s0"), dense]
+        for k in range(num_multi):
+            ids = layers.data("m%d" % k, [-1, 1], dtype="int64", slot=k, lod_level=1)
+            e = layers.embedding(ids, size=[rows, 2], is_sparse=True, is_distributed=distributed,
+                                 name="e_m%d" % k)
+            parts.append(layers.sequence_pool(e, "average"))
+        logit = layers.fc(layers.concat(parts, axis=1), 1)
+        loss = layers.mean(layers.sigmoid_cross_entropy_with_logits(logit, y))
+        layers.auc(layers.sigmoid(logit), y)
+        tessera.optimizer.Adagrad(0.1).minimize(loss)
+    return m
+
+
+class MultiSlotFeedTest(unittest.TestCase):
+    """MULTI_SLOT feeds: written after the SLOTs, with slot and id_modulo; indices checked apart
+    from the SLOTs'; only int64 [-1, 1] lod_level 1 variables."""
+
+    def test_saved_bindings(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "m.pbtxt")
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # sequence_pool is registered: no warning
+                written = multi_hot_model(rows=30).save(path)
+            loaded = tessera.load_model(path)
+            with open(path) as f:
+                text = f.read()
+        self.assertEqual(loaded, written)
+        self.assertEqual([(f.var, f.source, f.slot, f.id_modulo) for f in loaded.feeds],
+                         [("dense", FB.DENSE, 0, 0), ("s0", FB.SLOT, 0, 30),
+                          ("m0", FB.MULTI_SLOT, 0, 30), ("m1", FB.MULTI_SLOT, 1, 30),
+                          ("y", FB.LABEL, 0, 0)])
+        self.assertIn('feeds {\n  var: "m1"\n  source: MULTI_SLOT\n  slot: 1\n  id_modulo: 30\n}',
+                      text)
+        pools = [op for op in loaded.forward.blocks[0].ops if op.type == "sequence_pool"]
+        self.assertEqual(len(pools), 2)
+        self.assertEqual(tessera.unregistered_ops(loaded), [])
+        mf = multi_hot_model(distributed=True).to_proto()
+        self.assertEqual([f.id_modulo for f in mf.feeds if f.source == FB.MULTI_SLOT], [0, 0])
+
+    def test_declaration_order_does_not_matter(self):
+        m = tessera.Model()
+        with tessera.model_guard(m):
+            y = layers.data("y", [-1, 1], feed="label")
+            pooled = []
+            for k in (1, 0):
+                ids = layers.data("m%d" % k, [-1, 1], dtype="int64", slot=k, lod_level=1)
+                pooled.append(layers.sequence_pool(layers.embedding(ids, size=[9, 2]), "sum"))
+            s0 = layers.data("s0", [-1, 1], dtype="int64", slot=0)
+            x = layers.concat(pooled + [layers.embedding(s0, size=[5, 2])], axis=1)
+            tessera.optimizer.SGD(0.1).minimize(
+                layers.mean(layers.square_error_cost(layers.fc(x, 1), y)))
+        mf = m.to_proto(metrics=["mse"])
+        self.assertEqual([(f.var, f.slot, f.id_modulo) for f in mf.feeds],
+                         [("s0", 0, 5), ("m0", 0, 9), ("m1", 1, 9), ("y", 0, 0)])
+
+    def test_slot_indices(self):
+        m = multi_hot_model(num_multi=2)
+        dense, label, s0 = (tessera.Feed.dense("dense"), tessera.Feed.label("y"),
+                            tessera.Feed.slot_of("s0", 0))
+        multi = tessera.Feed.multi_slot_of
+        ok = m.to_proto(feeds=[dense, label, s0, multi("m0", 1), multi("m1", 0)])
+        self.assertEqual([(f.var, f.slot) for f in ok.feeds if f.source == FB.MULTI_SLOT],
+                         [("m1", 0), ("m0", 1)])
+        with self.assertRaisesRegex(ValueError, "MULTI_SLOT feeds must bind multi-hot slots "
+                                    "0..1 with none missing; multi-hot slot 0 is not bound"):
+            m.to_proto(feeds=[dense, label, s0, multi("m0", 1), multi("m1", 2)])
+        with self.assertRaisesRegex(ValueError, "feed 'm1': multi-hot slot 0 is bound twice"):
+            m.to_proto(feeds=[dense, label, s0, multi("m0", 0), multi("m1", 0)])
+        # SLOT and MULTI_SLOT indices are counted apart: SLOT 0 and MULTI_SLOT 0 coexist, and
+        # multi-hot slots do not fill a gap in the categorical ones.
+        with self.assertRaisesRegex(ValueError, "SLOT feeds must bind slots 0..0 with none "
+                                    "missing; slot 0 is not bound"):
+            m.to_proto(feeds=[dense, label, tessera.Feed.slot_of("s0", 1), multi("m0", 0),
+                              multi("m1", 1)])
+        with self.assertRaisesRegex(ValueError, "a multi_slot feed needs slot=<index >= 0>"):
+            multi("m0", -1)
+        with self.assertRaisesRegex(ValueError, "feed 'm1': multi_slot 0 is already bound to "
+                                    "'m0'"):
+            m.bind_feed("m1", "multi_slot", slot=0)
+
+    def test_lod_level_must_match_the_source(self):
+        m = multi_hot_model(num_multi=1)
+        dense, label, s0 = (tessera.Feed.dense("dense"), tessera.Feed.label("y"),
+                            tessera.Feed.slot_of("s0", 0))
+        with self.assertRaisesRegex(ValueError, "feed 'm0': a lod_level 1 variable can only be "
+                                    "fed by a multi_slot feed, not slot"):
+            m.to_proto(feeds=[dense, label, s0, tessera.Feed.slot_of("m0", 1)])
+        with self.assertRaisesRegex(ValueError, "feed 's0': a multi_slot feed binds a variable "
+                                    "declared with lod_level=1"):
+            m.to_proto(feeds=[dense, label, tessera.Feed.multi_slot_of("s0", 0),
+                              tessera.Feed.multi_slot_of("m0", 1)])
+        with self.assertRaisesRegex(ValueError, "op .* reads 'm0', which no op writes and no "
+                                    "feed binds"):
+            m.to_proto(feeds=[dense, label, s0])
+
+    def test_check_refuses_a_multi_slot_feed_of_another_shape_or_dtype(self):
+        for field, value, described in (("dtype", tessera.FLOAT32, r"float32 \[-1, 1\]"),
+                                        ("shape", [-1, 3], r"int64 \[-1, 3\]"),
+                                        ("shape", [4, 1], r"int64 \[4, 1\]")):
+            mf = multi_hot_model().to_proto()
+            v = next(v for v in mf.forward.blocks[0].vars if v.name == "m1")
+            if field == "dtype":
+                v.dtype = value
+            else:
+                del v.shape[:]
+                v.shape.extend(value)
+            with self.assertRaisesRegex(ValueError, "MULTI_SLOT feed 'm1' is %s; it must be "
+                                        r"int64 \[-1, 1\]" % described):
+                tessera.check_model_file(mf)
+        mf = multi_hot_model().to_proto()
+        mf.feeds[3].slot = -2
+        with self.assertRaisesRegex(ValueError, "multi-hot slot -2 < 0"):
+            tessera.check_model_file(mf)
 
 
 class OptimizerTest(unittest.TestCase):

@@ -685,6 +685,7 @@ absl::StatusOr<bool> LookupTable(OpContext& ctx, const Place& place) {
   TS_ASSIGN_OR_RETURN(w, PlacedInput(ctx, "W", place));
   TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
   out->Resize(FLOAT32, std::move(shape));
+  out->set_lod(ids->lod());
   if (index.empty()) return true;
   TS_ASSIGN_OR_RETURN(std::shared_ptr<char> dindex,
                       dev->Upload(index.data(), sizeof(int64_t) * index.size()));
