@@ -86,7 +86,7 @@ absl::Status ParameterServer::Init() {
   for (int k = 0; k < num_trainers_; ++k) trainer_scopes_.push_back(scope_->NewScope());
   {
     absl::MutexLock lock(&mu_);
-    for (int k = 0; k < num_trainers_; ++k) active_.insert(k);
+    barrier_ = SyncBarrier(num_trainers_);
   }
   pool_ = std::make_unique<ThreadPool>(std::max(1, options_.optimize_threads));
   checkpoint_pool_ = std::make_unique<ThreadPool>(1);
@@ -229,10 +229,11 @@ absl::StatusOr<Variable*> ParameterServer::PrepareReceive(const RequestMeta& met
           t.dim, ", got ", DataTypeName(h.dtype), ShapeString(h.dims)));
     }
     absl::MutexLock lock(&mu_);
-    if (sync_ && meta.step != step_) {
+    if (sync_ && meta.step != barrier_.step()) {
       return absl::FailedPreconditionError(absl::StrCat("trainer ", meta.trainer_id, " sent '",
                                                         h.name, "' for step ", meta.step,
-                                                        " but pserver is at step ", step_));
+                                                        " but pserver is at step ",
+                                                        barrier_.step()));
     }
     Scope* scope = sync_ ? scope_ : trainer_scopes_[meta.trainer_id];
     Variable* var = scope->Var(sync_ ? TrainerGradName(h.name, meta.trainer_id) : h.name);
@@ -273,10 +274,10 @@ absl::StatusOr<Variable*> ParameterServer::PrepareReceive(const RequestMeta& met
     }
   }
   absl::MutexLock lock(&mu_);
-  if (sync_ && meta.step != step_) {
+  if (sync_ && meta.step != barrier_.step()) {
     return absl::FailedPreconditionError(absl::StrCat("trainer ", meta.trainer_id, " sent '",
                                                       h.name, "' for step ", meta.step,
-                                                      " but pserver is at step ", step_));
+                                                      " but pserver is at step ", barrier_.step()));
   }
   Variable* var = scope->Var(target);
   if (h.type == SELECTED_ROWS) {
@@ -393,7 +394,7 @@ void ParameterServer::HandleGet(const RequestMeta& meta, const std::string& name
   {
     absl::MutexLock lock(&mu_);
     ++stats_.gets;
-    if (sync_ && optimizing_) {
+    if (sync_ && barrier_.optimizing()) {
       pending_gets_.push_back({name, std::move(done)});
       return;
     }
@@ -460,12 +461,13 @@ absl::Status ParameterServer::SaveCheckpoint(const std::string& dir) {
   {
     absl::MutexLock lock(&mu_);
     auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return (!optimizing_ && !checkpointing_) || !failure_.ok();
+      return (!barrier_.optimizing() && !checkpointing_) || !failure_.ok();
     };
     mu_.Await(absl::Condition(&idle));
     if (!failure_.ok()) return failure_;
     checkpointing_ = true;
-    shard.step = step_;
+    barrier_.Pause();
+    shard.step = barrier_.step();
   }
   {
     // Async pushes update a block (parameter and optimizer state) under its mutex: hold them
@@ -484,11 +486,14 @@ absl::Status ParameterServer::SaveCheckpoint(const std::string& dir) {
     shard.tables.push_back({t.name, t.shard, t.table.get(), t.applies});
   }
   absl::Status s = SavePserverShard(fs, dir, shard);
-  absl::MutexLock lock(&mu_);
-  checkpointing_ = false;
-  // Barrier waits do not count the save (the watchdog skipped them meanwhile).
-  if (!send_.waiting.empty()) send_.first_arrival = absl::Now();
-  MaybeCompleteBarriers();  // a send barrier may have completed meanwhile
+  std::vector<SyncBarrier::Reply> replies;
+  {
+    absl::MutexLock lock(&mu_);
+    checkpointing_ = false;
+    // Barrier waits do not count the save; a send barrier may have completed meanwhile.
+    replies = Act(barrier_.Resume(absl::Now()));
+  }
+  for (SyncBarrier::Reply& r : replies) r.done(r.status);
   return s;
 }
 
@@ -507,82 +512,43 @@ absl::Status ParameterServer::RestoreCheckpoint(const std::string& dir) {
     t.table->AdvanceStep(restored.step);
   }
   absl::MutexLock lock(&mu_);
-  step_ = restored.step;
+  barrier_.SetStep(restored.step);
   return absl::OkStatus();
 }
 
-std::string ParameterServer::Missing(const Barrier& b) const {
-  std::vector<int> missing;
-  for (int k : active_) {
-    if (b.arrived.count(k) == 0) missing.push_back(k);
-  }
-  return absl::StrCat("[", absl::StrJoin(missing, ", "), "]");
-}
-
 void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) {
-  absl::MutexLock lock(&mu_);
-  if (!failure_.ok()) {
-    done(failure_);
-    return;
+  std::vector<SyncBarrier::Reply> replies;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) {
+      replies.push_back({std::move(done), failure_});
+    } else if (kind == COMPLETE) {
+      replies = Act(barrier_.Leave(meta.trainer_id));
+      replies.push_back({std::move(done), absl::OkStatus()});
+      if (barrier_.finished()) finished_ = true;
+    } else if (!sync_) {  // async: barriers are no-ops
+      replies.push_back({std::move(done), absl::OkStatus()});
+    } else {
+      if (options_.on_barrier_wait) {
+        done = [on_wait = &options_.on_barrier_wait, kind, arrival = absl::Now(),
+                inner = std::move(done)](absl::Status s) {
+          (*on_wait)(kind, absl::Now() - arrival);
+          inner(std::move(s));
+        };
+      }
+      replies = Act(barrier_.Arrive(
+          meta.trainer_id, meta.step,
+          kind == SEND_BARRIER ? SyncBarrier::Kind::kSend : SyncBarrier::Kind::kFetch,
+          std::move(done), absl::Now(), absl::StrCat("pserver ", options_.endpoint)));
+    }
   }
-  if (kind == COMPLETE) {
-    active_.erase(meta.trainer_id);
-    done(absl::OkStatus());
-    MaybeCompleteBarriers();
-    if (active_.empty()) finished_ = true;
-    return;
-  }
-  if (!sync_) {  // async: barriers are no-ops
-    done(absl::OkStatus());
-    return;
-  }
-  if (meta.step != step_) {
-    done(absl::FailedPreconditionError(absl::StrCat("trainer ", meta.trainer_id, " is at step ",
-                                                    meta.step, " but pserver ", options_.endpoint,
-                                                    " is at step ", step_)));
-    return;
-  }
-  Barrier& b = kind == SEND_BARRIER ? send_ : fetch_;
-  if (kind == FETCH_BARRIER && optimizing_) {
-    done(absl::FailedPreconditionError(absl::StrCat("trainer ", meta.trainer_id,
-                                                    " reached the fetch barrier of step ", step_,
-                                                    " before the send barrier completed")));
-    return;
-  }
-  if (b.arrived.empty() && b.waiting.empty()) b.first_arrival = absl::Now();
-  b.arrived.insert(meta.trainer_id);
-  if (options_.on_barrier_wait) {
-    done = [on_wait = &options_.on_barrier_wait, kind, arrival = absl::Now(),
-            inner = std::move(done)](absl::Status s) {
-      (*on_wait)(kind, absl::Now() - arrival);
-      inner(std::move(s));
-    };
-  }
-  b.waiting.push_back(std::move(done));
-  MaybeCompleteBarriers();
+  for (SyncBarrier::Reply& r : replies) r.done(r.status);
 }
 
-void ParameterServer::MaybeCompleteBarriers() {
-  auto complete = [&](const Barrier& b) {
-    if (b.waiting.empty()) return false;
-    for (int k : active_) {
-      if (b.arrived.count(k) == 0) return false;
-    }
-    return true;
-  };
-  if (!optimizing_ && !checkpointing_ && complete(send_)) {
-    optimizing_ = true;
-    pool_->Schedule([this] { RunSyncOptimize(); });
-    return;
-  }
-  if (!optimizing_ && send_.waiting.empty() && complete(fetch_)) {
-    std::vector<DoneCallback> release;
-    release.swap(fetch_.waiting);
-    fetch_ = Barrier();
-    ++step_;
-    ++stats_.steps;
-    for (auto& d : release) d(absl::OkStatus());
-  }
+std::vector<SyncBarrier::Reply> ParameterServer::Act(SyncBarrier::Actions actions) {
+  if (actions.start_optimize) pool_->Schedule([this] { RunSyncOptimize(); });
+  if (actions.step_advanced) ++stats_.steps;
+  return std::move(actions.replies);
 }
 
 void ParameterServer::RunSyncOptimize() {
@@ -594,7 +560,7 @@ void ParameterServer::RunSyncOptimize() {
   std::vector<std::vector<const SelectedRows*>> table_grads(tables_.size());
   {
     absl::MutexLock lock(&mu_);
-    step = step_;
+    step = barrier_.step();
     for (size_t ti = 0; ti < tables_.size(); ++ti) {
       for (int k = 0; k < num_trainers_; ++k) {
         auto at = table_grad_step_.find({k, tables_[ti].grad});
@@ -624,35 +590,31 @@ void ParameterServer::RunSyncOptimize() {
                                            blocks_[i].grad, ": ", results[i].message()));
     }
   }
-  std::vector<DoneCallback> release;
+  std::vector<SyncBarrier::Reply> replies;
   std::vector<PendingGet> gets;
   {
     absl::MutexLock lock(&mu_);
-    optimizing_ = false;
     if (s.ok()) stats_.grads_applied += static_cast<int64_t>(blocks_.size() + tables_.size());
-    release.swap(send_.waiting);
-    send_ = Barrier();
     gets.swap(pending_gets_);
     if (!s.ok() && failure_.ok()) failure_ = s;
-    MaybeCompleteBarriers();  // a fetch barrier may have been waiting (trainers that completed)
+    // The send barrier's waiters get `s`; a fetch barrier may complete now too (its other
+    // trainers completed meanwhile).
+    replies = Act(barrier_.OptimizeDone(s));
   }
-  for (auto& d : release) d(s);
+  for (SyncBarrier::Reply& r : replies) r.done(r.status);
   for (auto& g : gets) ServeGet(g.name, g.done);
 }
 
 void ParameterServer::Fail(absl::Status reason) {
-  std::vector<DoneCallback> release;
+  std::vector<SyncBarrier::Reply> replies;
   std::vector<PendingGet> gets;
   {
     absl::MutexLock lock(&mu_);
     if (failure_.ok()) failure_ = reason;
-    for (Barrier* b : {&send_, &fetch_}) {
-      for (auto& d : b->waiting) release.push_back(std::move(d));
-      *b = Barrier();
-    }
+    replies = barrier_.FailAll(reason).replies;
     gets.swap(pending_gets_);
   }
-  for (auto& d : release) d(reason);
+  for (SyncBarrier::Reply& r : replies) r.done(r.status);
   for (auto& g : gets) g.done(reason);
 }
 
@@ -681,26 +643,18 @@ void ParameterServer::Watchdog() {
             "TLS settings and job token?)"));
       }
       // Silence from everyone (nobody waits at a barrier, which names the missing instead).
-      if (timeout.ok() && !finished_ && !active_.empty() && last_request_ != absl::InfinitePast() &&
-          absl::Now() - last_request_ > options_.barrier_timeout && !optimizing_ &&
-          send_.waiting.empty() && fetch_.waiting.empty()) {
+      if (timeout.ok() && !finished_ && !barrier_.finished() &&
+          last_request_ != absl::InfinitePast() &&
+          absl::Now() - last_request_ > options_.barrier_timeout && !barrier_.optimizing() &&
+          barrier_.idle()) {
         timeout = absl::DeadlineExceededError(absl::StrCat(
             "pserver ", options_.endpoint, ": no request from any trainer for ",
-            absl::FormatDuration(options_.barrier_timeout), "; trainers ", Missing(Barrier()),
-            " presumed dead (check their logs, then restart the job)"));
+            absl::FormatDuration(options_.barrier_timeout), "; trainers ",
+            barrier_.MissingFromAll(), " presumed dead (check their logs, then restart the job)"));
       }
-      for (auto [b, what] : {std::make_pair(&send_, "send"), std::make_pair(&fetch_, "fetch")}) {
-        if (!timeout.ok()) break;
-        if (b->waiting.empty() || optimizing_ || checkpointing_) continue;
-        absl::Duration waited = absl::Now() - b->first_arrival;
-        if (waited > options_.barrier_timeout) {
-          timeout = absl::DeadlineExceededError(absl::StrCat(
-              "pserver ", options_.endpoint, ": ", what, " barrier of step ", step_,
-              " timed out after ", absl::FormatDuration(options_.barrier_timeout), ": trainers ",
-              Missing(*b),
-              " did not arrive (dead or stuck; check their logs, then restart the job)"));
-          break;
-        }
+      if (timeout.ok()) {
+        timeout = barrier_.CheckTimeout(absl::Now(), options_.barrier_timeout,
+                                        absl::StrCat("pserver ", options_.endpoint));
       }
     }
     if (!timeout.ok()) Fail(timeout);
@@ -710,7 +664,7 @@ void ParameterServer::Watchdog() {
 absl::Status ParameterServer::CheckSilentTrainers() {
   const absl::Time now = absl::Now();
   std::vector<int> silent;
-  for (int k : active_) {
+  for (int k : barrier_.active()) {
     // A trainer that never called counts from the first request of any trainer.
     const absl::Time seen = std::max(last_seen_[k], first_request_);
     if (now - seen > options_.barrier_timeout) silent.push_back(k);
@@ -718,9 +672,9 @@ absl::Status ParameterServer::CheckSilentTrainers() {
   if (silent.empty()) return absl::OkStatus();
   // Dropping everyone when no trainer completed would end a job that trained nobody's data
   // to the end: that is a failure whatever the option says.
-  const bool nobody_completed =
-      active_.size() + stats_.trainers_dropped.size() == static_cast<size_t>(num_trainers_);
-  const bool all_silent = silent.size() == active_.size();
+  const bool nobody_completed = barrier_.active().size() + stats_.trainers_dropped.size() ==
+                                static_cast<size_t>(num_trainers_);
+  const bool all_silent = silent.size() == barrier_.active().size();
   if (!options_.async_drop_silent_trainers || (all_silent && nobody_completed)) {
     return absl::DeadlineExceededError(
         absl::StrCat("pserver ", options_.endpoint, ": trainers [", absl::StrJoin(silent, ", "),
@@ -730,10 +684,11 @@ absl::Status ParameterServer::CheckSilentTrainers() {
                          : " (dead or stuck; --async_drop_silent_trainers lets the others go on)"));
   }
   for (int k : silent) {
-    active_.erase(k);
+    // Async: no barrier waits, so leaving asks nothing of us.
+    (void)barrier_.Leave(k);
     stats_.trainers_dropped.push_back(k);
   }
-  if (active_.empty()) finished_ = true;
+  if (barrier_.finished()) finished_ = true;
   return absl::OkStatus();
 }
 

@@ -36,6 +36,7 @@
 #include "common/rpc/server.h"
 #include "common/thread_pool.h"
 #include "pserver/sparse_table.h"
+#include "pserver/sync_barrier.h"
 #include "transpiler/distribute_transpiler.h"
 
 namespace tessera {
@@ -153,11 +154,6 @@ class ParameterServer : public RequestHandler {
     std::unique_ptr<absl::Mutex> mu = std::make_unique<absl::Mutex>();
     int64_t applies = 0;  // async: optimizer steps taken (Adam's t)
   };
-  struct Barrier {
-    std::set<int> arrived;
-    std::vector<DoneCallback> waiting;
-    absl::Time first_arrival;
-  };
   struct PendingGet {
     std::string name;
     GetDone done;
@@ -173,12 +169,13 @@ class ParameterServer : public RequestHandler {
   float LearningRate(const std::string& var) const;
   // Applies `grads` (rows of one table's gradient) scaled by 1/N at optimizer step `step`.
   absl::Status ApplyTable(Table& t, const std::vector<const SelectedRows*>& grads, int64_t step);
-  // Called with mu_ held: checks whether barrier `kind` is complete and, if so, acts.
-  void MaybeCompleteBarriers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Acts on what a barrier event asks (starts the optimize, counts a step) and returns the
+  // replies, which the caller answers after unlocking mu_.
+  std::vector<SyncBarrier::Reply> Act(SyncBarrier::Actions actions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Watchdog();
   // Async: fails naming the trainers silent for barrier_timeout, or drops them (the option).
   absl::Status CheckSilentTrainers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string Missing(const Barrier& b) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ProgramDesc program_;
   Scope* scope_;
@@ -200,10 +197,9 @@ class ParameterServer : public RequestHandler {
   std::vector<Scope*> trainer_scopes_;  // async: per-trainer receive scopes
 
   mutable absl::Mutex mu_;
-  int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
-  std::set<int> active_ ABSL_GUARDED_BY(mu_);
-  Barrier send_ ABSL_GUARDED_BY(mu_), fetch_ ABSL_GUARDED_BY(mu_);
-  bool optimizing_ ABSL_GUARDED_BY(mu_) = false;
+  // The step protocol: the step, the active trainers, both barriers, the optimize in progress
+  // (its trainers are the active ones in async mode too, where its barriers are not used).
+  SyncBarrier barrier_ ABSL_GUARDED_BY(mu_){0};
   std::vector<PendingGet> pending_gets_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
