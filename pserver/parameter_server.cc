@@ -518,10 +518,20 @@ absl::Status ParameterServer::RestoreCheckpoint(const std::string& dir) {
 
 void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) {
   std::vector<SyncBarrier::Reply> replies;
+  absl::Status abort;
   {
     absl::MutexLock lock(&mu_);
-    if (!failure_.ok()) {
+    if (kind == ABORT) {
+      // The trainer's own log has the cause; every other process learns it from this.
+      abort = absl::AbortedError(absl::StrCat(
+          "trainer ", meta.trainer_id, " stopped with an error (its log says why), so pserver ",
+          options_.endpoint, " stops the job"));
+      replies.push_back({std::move(done), absl::OkStatus()});
+    } else if (!failure_.ok()) {
       replies.push_back({std::move(done), failure_});
+    } else if (kind != SEND_BARRIER && kind != FETCH_BARRIER && kind != COMPLETE) {
+      replies.push_back({std::move(done), absl::InvalidArgumentError(absl::StrCat(
+                                              "unknown barrier kind ", static_cast<int>(kind)))});
     } else if (kind == COMPLETE) {
       replies = Act(barrier_.Leave(meta.trainer_id));
       replies.push_back({std::move(done), absl::OkStatus()});
@@ -542,7 +552,56 @@ void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, D
           std::move(done), absl::Now(), absl::StrCat("pserver ", options_.endpoint)));
     }
   }
+  if (!abort.ok()) Fail(abort);
   for (SyncBarrier::Reply& r : replies) r.done(r.status);
+}
+
+void ParameterServer::HandleRegister(const RequestMeta& meta, const JobFields& fields,
+                                     uint64_t nonce, DoneCallback done) {
+  const std::string me = absl::StrCat("pserver ", options_.endpoint);
+  const int k = meta.trainer_id;
+  absl::Status mismatch;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) return done(failure_);
+    auto seen = registered_.find(k);
+    if (seen != registered_.end() && seen->second != nonce && sync_) {
+      mismatch = absl::FailedPreconditionError(absl::StrCat(
+          "job mismatch: trainer ", k, " registered with ", me,
+          " twice, from two processes (two trainers started with --trainer_id=", k, "?)"));
+    }
+    registered_[k] = nonce;
+    std::map<std::string, std::string> sent(fields.begin(), fields.end());
+    for (const auto& [name, want] : options_.job_fields) {
+      if (!mismatch.ok()) break;
+      auto got = sent.find(name);
+      if (got == sent.end()) {
+        mismatch = absl::FailedPreconditionError(
+            absl::StrCat("job mismatch: trainer ", k, " sent no '", name, "' but ", me, " has ",
+                         name, "=", want, " (is it an older tessera?)"));
+      } else if (got->second != want) {
+        mismatch = absl::FailedPreconditionError(absl::StrCat(
+            "job mismatch: trainer ", k, " has ", name, "=", got->second, " but ", me, " has ",
+            name, "=", want, " (start every process of a job with the same model and flags)"));
+      }
+      if (got != sent.end()) sent.erase(got);
+    }
+    for (const auto& [name, value] : sent) {  // fields only trainers know
+      if (!mismatch.ok()) break;
+      auto first = trainer_fields_.emplace(name, std::make_pair(value, k)).first;
+      if (first->second.first != value) {
+        mismatch = absl::FailedPreconditionError(absl::StrCat(
+            "job mismatch: trainer ", k, " has ", name, "=", value, " but trainer ",
+            first->second.second, " has ", name, "=", first->second.first,
+            " (the same data, batch size and epochs on every trainer?)"));
+      }
+    }
+  }
+  if (!mismatch.ok()) {
+    Fail(mismatch);  // every other waiting trainer gets it too: the job cannot go on
+    return done(mismatch);
+  }
+  done(absl::OkStatus());
 }
 
 std::vector<SyncBarrier::Reply> ParameterServer::Act(SyncBarrier::Actions actions) {

@@ -43,6 +43,10 @@ namespace tessera {
 
 struct ParameterServerOptions {
   std::string job_id;
+  // The job handshake: the fields this pserver's own flags and model give (cluster/job_fields.h).
+  // A trainer's field that differs, or a field it lacks, fails the job naming both values; a
+  // field this list lacks is compared with the first trainer's. Empty: no handshake is checked.
+  JobFields job_fields;
   std::string endpoint;  // for messages
   absl::Duration barrier_timeout = absl::Seconds(60);
   // Async mode: a trainer silent for barrier_timeout (killed, or its machine gone) fails the
@@ -133,6 +137,8 @@ class ParameterServer : public RequestHandler {
                       PrefetchDone done) override;
   void HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) override;
   // `dir` is a "ckpt-<step>" name; the shard goes to <options.checkpoint_dir>/<dir>.
+  void HandleRegister(const RequestMeta& meta, const JobFields& fields, uint64_t nonce,
+                      DoneCallback done) override;
   void HandleCheckpoint(const RequestMeta& meta, const std::string& dir,
                         DoneCallback done) override;
 
@@ -209,6 +215,10 @@ class ParameterServer : public RequestHandler {
   // Sync: the step at which (trainer, table gradient) last arrived.
   std::map<std::pair<int, std::string>, int64_t> table_grad_step_ ABSL_GUARDED_BY(mu_);
   ParameterServerStats stats_ ABSL_GUARDED_BY(mu_);
+  // Job handshake: each registered trainer's process nonce, and the first trainer's value of
+  // each field this pserver does not know itself (with that trainer's id).
+  std::map<int, uint64_t> registered_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::pair<std::string, int>> trainer_fields_ ABSL_GUARDED_BY(mu_);
   // Last request from any trainer (InfinitePast before the first): when every active trainer
   // has been silent for barrier_timeout, they are presumed dead and the server fails.
   absl::Time last_request_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

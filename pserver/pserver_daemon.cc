@@ -19,12 +19,21 @@
 #include "common/status.h"
 #include "pserver/parameter_server.h"
 #include "cluster/cluster_programs.h"
+#include "cluster/job_fields.h"
 
 namespace tessera {
 
+namespace {
+// How long a failed pserver keeps answering requests with its failure before it exits.
+constexpr absl::Duration kFailureLinger = absl::Seconds(2);
+}  // namespace
+
 absl::Status RunPserver(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase) {
   auto registry = NewStandardOpRegistry();
-  TS_ASSIGN_OR_RETURN(DistributeTranspiler t, TranspileFor(config, *registry, config.trainer_id));
+  TS_ASSIGN_OR_RETURN(ModelSpec model, LoadModel(config, *registry));
+  TS_ASSIGN_OR_RETURN(DistributeTranspiler t,
+                      DistributeTranspiler::Transpile(
+                          model.main, model.startup, TranspilerConfigFor(config, config.trainer_id)));
   TS_ASSIGN_OR_RETURN(ProgramDesc program, t.GetPserverProgram(config.current_endpoint));
   TS_ASSIGN_OR_RETURN(ProgramDesc startup, t.GetPserverStartupProgram(config.current_endpoint));
 
@@ -56,6 +65,7 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log, DaemonPh
         ->Observe(absl::ToDoubleSeconds(wait));
   };
   po.job_id = config.job_id;
+  po.job_fields = JobFieldsFor(config, model);
   po.endpoint = config.current_endpoint;
   po.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
   po.async_drop_silent_trainers = config.async_drop_silent_trainers;
@@ -196,6 +206,11 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log, DaemonPh
   }
 
   absl::Status result = ps->Wait();
+  if (!result.ok()) {
+    // A failed server keeps answering a moment (every request gets the failure), so that its
+    // trainers learn the cause, and pass it on, instead of finding the port closed.
+    absl::SleepFor(kFailureLinger);
+  }
   stop_stats.Notify();
   if (stats_logger.joinable()) stats_logger.join();
   exporting = false;

@@ -476,18 +476,18 @@ TEST_P(AsyncTrainerLossTest, SilentTrainerFailsOrIsDropped) {
       "--example=mlp_regression", "--sync_mode=false",
       "--batch_size=32",          "--num_examples=256",
       "--barrier_timeout_s=2",    "--rpc_deadline_s=20",
-      "--log_every_steps=1",      drop ? "--async_drop_silent_trainers=true" : "--seed=1"};
+      "--log_every_steps=1",      drop ? "--async_drop_silent_trainers=true" : "--seed=1",
+      // Trainer 0 outlives trainer 1 by more than the timeout (~10 s of training); without the
+      // option it trains until the pserver's failure reaches it.
+      drop ? "--epochs=1500" : "--epochs=100000"};
   std::vector<std::string> ps_args = {RunfilePath("pserver/tessera_pserver"),
                                       "--current_endpoint=" + (*eps)[0]};
   ps_args.insert(ps_args.end(), common.begin(), common.end());
   pid_t ps = *group.Start(ps_args, dir + "/pserver.0.log");
   std::vector<pid_t> tr;
   for (int k = 0; k < 2; ++k) {
-    // Trainer 0 outlives trainer 1 by more than the timeout (~10 s of training); without the
-    // option it trains until the pserver's failure reaches it.
     std::vector<std::string> args = {RunfilePath("trainer/tessera_trainer"),
-                                     absl::StrCat("--trainer_id=", k),
-                                     k == 0 && drop ? "--epochs=1500" : "--epochs=100000"};
+                                     absl::StrCat("--trainer_id=", k)};
     args.insert(args.end(), common.begin(), common.end());
     tr.push_back(*group.Start(args, absl::StrCat(dir, "/trainer.", k, ".log")));
   }

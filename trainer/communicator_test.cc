@@ -62,6 +62,9 @@ class FakeClient : public PServerClient {
   void CheckpointAsync(const RequestMeta&, const std::string&, DoneCallback done) override {
     done(absl::UnimplementedError("fake"));
   }
+  void RegisterAsync(const RequestMeta&, const JobFields&, uint64_t, DoneCallback done) override {
+    done(absl::UnimplementedError("fake"));
+  }
 
   // Waits (at most 10 s) until `n` sends are pending.
   bool AwaitPending(int n) {

@@ -20,7 +20,9 @@
 #include "trainer/local_trainer.h"
 #include "trainer/op_timing.h"
 #include "trainer/rpc_ops.h"
+#include "absl/random/random.h"
 #include "cluster/cluster_programs.h"
+#include "cluster/job_fields.h"
 #include "examples/registry.h"
 
 namespace tessera {
@@ -163,10 +165,12 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPh
   TS_ASSIGN_OR_RETURN(examples::ExampleData data,
                       examples::LoadExampleData(DataOptionsFor(config, num_multi)));
   // A job that would train no step is a configuration error, refused before anything starts.
+  const int64_t steps_per_epoch = [&] {
+    const int64_t n = static_cast<int64_t>(data.train.examples.size());
+    return n / config.batch_size + (n % config.batch_size >= config.trainers ? 1 : 0);
+  }();
   {
     const int64_t n = static_cast<int64_t>(data.train.examples.size());
-    const int64_t steps_per_epoch =
-        n / config.batch_size + (n % config.batch_size >= config.trainers ? 1 : 0);
     if (steps_per_epoch * config.epochs == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "this job would train 0 steps: ", n, " training examples, --batch_size=",
@@ -339,6 +343,14 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPh
   }
   // Everything local is in place; from here on the trainer depends on its peers.
   phase->Started();
+  // A trainer that stops with an error tells the pservers it reached (ABORT), so that they
+  // fail the job at once instead of waiting for it at a barrier until --barrier_timeout_s.
+  std::vector<std::string> reached;
+  bool succeeded = false;
+  absl::Cleanup abort_pservers = [&] {
+    if (succeeded) return;
+    for (const std::string& ep : reached) (void)pool.Get(ep)->Barrier(rpc.Meta(), ABORT);
+  };
   if (!collective_mode) {
     // Every pserver reachable within --connect_timeout_s (one deadline for all), or the cause.
     const absl::Time connect_deadline = absl::Now() + absl::Seconds(config.connect_timeout_s);
@@ -349,6 +361,20 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPh
         return absl::Status(connected.code(),
                             absl::StrCat(connected.message(), " (waited --connect_timeout_s=",
                                          config.connect_timeout_s, ")"));
+      }
+      reached.push_back(ep);
+    }
+    // The job handshake: every pserver compares what this trainer was started with to its own
+    // flags and model (and to the other trainers'); a mismatch fails the job at once, naming
+    // the field and both values.
+    JobFields fields = JobFieldsFor(config, model);
+    fields.push_back({kStepsPerEpochField, absl::StrCat(steps_per_epoch)});
+    const uint64_t nonce = absl::Uniform<uint64_t>(absl::BitGen());
+    for (const std::string& ep : config.pservers) {
+      absl::Status registered = pool.Get(ep)->Register(rpc.Meta(), fields, nonce);
+      if (!registered.ok()) {
+        return absl::Status(registered.code(),
+                            absl::StrCat("pserver ", ep, ": ", registered.message()));
       }
     }
   }
@@ -389,6 +415,7 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPh
     if (devices.on_gpu()) MoveScopeToHost(trainer->scope());
     TS_RETURN_IF_ERROR(SaveVariables(*trainer->scope(), trainable, config.dump_params));
   }
+  succeeded = true;
   return absl::OkStatus();
 }
 

@@ -49,6 +49,13 @@ absl::Status PServerClient::Barrier(const RequestMeta& meta, BarrierKind kind) {
   return g.Wait();
 }
 
+absl::Status PServerClient::Register(const RequestMeta& meta, const JobFields& fields,
+                                     uint64_t nonce) {
+  StatusGroup g(1);
+  RegisterAsync(meta, fields, nonce, g.Callback());
+  return g.Wait();
+}
+
 absl::Status PServerClient::Checkpoint(const RequestMeta& meta, const std::string& dir) {
   StatusGroup g(1);
   CheckpointAsync(meta, dir, g.Callback());

@@ -45,9 +45,13 @@ class PServerClient {
   // --checkpoint_dir.
   virtual void CheckpointAsync(const RequestMeta& meta, const std::string& dir,
                                DoneCallback done) = 0;
+  // The job handshake (proto RegisterRequest) of this trainer process (`nonce`).
+  virtual void RegisterAsync(const RequestMeta& meta, const JobFields& fields, uint64_t nonce,
+                             DoneCallback done) = 0;
 
   // Blocking forms.
   absl::Status SendVariable(const RequestMeta& meta, const std::string& name, const Variable& var);
+  absl::Status Register(const RequestMeta& meta, const JobFields& fields, uint64_t nonce);
   absl::Status GetVariable(const RequestMeta& meta, const std::string& name, Variable* out);
   absl::Status Prefetch(const RequestMeta& meta, const std::string& table,
                         const std::vector<int64_t>& ids, Tensor* out);

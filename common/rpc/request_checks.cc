@@ -44,6 +44,25 @@ absl::StatusOr<ByteRange> ResolveByteRange(absl::string_view name, int64_t offse
   return ByteRange{offset, length == 0 ? total - offset : length};
 }
 
+absl::Status CheckJobFields(const JobFields& fields) {
+  constexpr size_t kMaxFields = 64, kMaxBytes = 1024;
+  if (fields.size() > kMaxFields) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job handshake has ", fields.size(), " fields (at most ", kMaxFields, ")"));
+  }
+  for (const auto& [name, value] : fields) {
+    if (name.size() > kMaxBytes || value.size() > kMaxBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job handshake field ", Shown(name.substr(0, 64)), " is over ", kMaxBytes,
+                       " bytes"));
+    }
+    absl::Status s = CheckRequestName("job handshake field name", name);
+    if (s.ok() && !value.empty()) s = CheckPrintable("job handshake field value", value);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckPrefetchIds(absl::string_view table, size_t id_bytes) {
   if (id_bytes % sizeof(int64_t) == 0) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("prefetch of ", Shown(table), ": ids field has ",

@@ -36,6 +36,10 @@ struct ByteRange {
 absl::StatusOr<ByteRange> ResolveByteRange(absl::string_view name, int64_t offset, int64_t length,
                                            int64_t total);
 
+// The fields of a job handshake: at most 64, each name and value printable and at most 1024
+// bytes (names non-empty).
+absl::Status CheckJobFields(const JobFields& fields);
+
 // The ids field of a Prefetch of `table`: a whole number of little-endian int64 ids.
 absl::Status CheckPrefetchIds(absl::string_view table, size_t id_bytes);
 

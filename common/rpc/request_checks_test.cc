@@ -79,5 +79,17 @@ TEST(RequestChecksTest, RequestMetaAndNames) {
             absl::string_view::npos);
 }
 
+TEST(RequestChecksTest, JobHandshakeFields) {
+  EXPECT_TRUE(CheckJobFields({{"trainers", "2"}, {"pservers", "a:1,b:2"}, {"model", ""}}).ok());
+  EXPECT_NE(CheckJobFields({{"", "2"}}).message().find("is empty"), absl::string_view::npos);
+  const absl::Status control = CheckJobFields({{"seed", "1\n2"}});
+  EXPECT_FALSE(control.ok());
+  EXPECT_EQ(control.message().find('\n'), absl::string_view::npos);
+  EXPECT_NE(CheckJobFields({{"x", std::string(2000, 'a')}}).message().find("over 1024 bytes"),
+            absl::string_view::npos);
+  JobFields many(65, {"f", "v"});
+  EXPECT_NE(CheckJobFields(many).message().find("65 fields"), absl::string_view::npos);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,6 +38,10 @@ struct VariableHeader {
 };
 
 using DoneCallback = std::function<void(absl::Status)>;
+
+// The job handshake's fields (RegisterRequest): (name, value) pairs every process of a job must
+// agree on.
+using JobFields = std::vector<std::pair<std::string, std::string>>;
 
 }  // namespace tessera
 

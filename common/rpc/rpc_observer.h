@@ -14,8 +14,8 @@
 namespace tessera {
 
 // The methods of the pserver service (proto/pserver.proto).
-enum class RpcMethod { kSend = 0, kGet, kPrefetch, kBarrier, kCheckpoint };
-inline constexpr int kNumRpcMethods = 5;
+enum class RpcMethod { kSend = 0, kGet, kPrefetch, kBarrier, kCheckpoint, kRegister };
+inline constexpr int kNumRpcMethods = 6;
 
 // The metric label of a method: "Send", "Get", "Prefetch", "Barrier", "Checkpoint".
 inline const char* RpcMethodLabel(RpcMethod method) {
@@ -30,6 +30,8 @@ inline const char* RpcMethodLabel(RpcMethod method) {
       return "Barrier";
     case RpcMethod::kCheckpoint:
       return "Checkpoint";
+    case RpcMethod::kRegister:
+      return "Register";
   }
   return "Unknown";
 }
@@ -47,6 +49,8 @@ inline bool RpcMethodFromWireName(absl::string_view name, RpcMethod* method) {
     *method = RpcMethod::kBarrier;
   } else if (name == "Checkpoint") {
     *method = RpcMethod::kCheckpoint;
+  } else if (name == "Register") {
+    *method = RpcMethod::kRegister;
   } else {
     return false;
   }

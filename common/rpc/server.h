@@ -44,6 +44,10 @@ class RequestHandler {
   virtual void HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) = 0;
   virtual void HandleCheckpoint(const RequestMeta& meta, const std::string& dir,
                                 DoneCallback done) = 0;
+  // The job handshake of trainer meta.trainer_id (process `nonce`): a mismatch of `fields` with
+  // the job's is FAILED_PRECONDITION naming the field and both values.
+  virtual void HandleRegister(const RequestMeta& meta, const JobFields& fields, uint64_t nonce,
+                              DoneCallback done) = 0;
 };
 
 }  // namespace tessera

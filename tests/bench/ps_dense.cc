@@ -134,6 +134,9 @@ class StoreHandler : public RequestHandler {
   void HandleCheckpoint(const RequestMeta&, const std::string&, DoneCallback done) override {
     done(absl::UnimplementedError("no checkpoints"));
   }
+  void HandleRegister(const RequestMeta&, const JobFields&, uint64_t, DoneCallback done) override {
+    done(absl::UnimplementedError("no job handshake"));
+  }
 
  private:
   absl::Mutex mu_;

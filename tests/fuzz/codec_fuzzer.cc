@@ -179,8 +179,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   PrefetchRequest prefetch;
   BarrierRequest barrier;
   CheckpointRequest checkpoint;
-  for (google::protobuf::MessageLite* m :
-       std::vector<google::protobuf::MessageLite*>{&get, &prefetch, &barrier, &checkpoint}) {
+  RegisterRequest reg;
+  for (google::protobuf::MessageLite* m : std::vector<google::protobuf::MessageLite*>{
+           &get, &prefetch, &barrier, &checkpoint, &reg}) {
     absl::Status s = ParseProto(buffer, m);
     if (!s.ok()) RequireGoodError(s);
   }
@@ -188,6 +189,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (ParseProto(buffer, &prefetch).ok()) {
     absl::Status ids = CheckPrefetchIds(prefetch.table(), prefetch.ids().size());
     if (!ids.ok()) RequireGoodError(ids);
+  }
+  if (ParseProto(buffer, &reg).ok()) {  // the job handshake's fields, as both transports check
+    JobFields fields;
+    for (const RegisterRequest::Field& f : reg.fields()) fields.push_back({f.name(), f.value()});
+    absl::Status checked = CheckJobFields(fields);
+    if (!checked.ok()) RequireGoodError(checked);
   }
   return 0;
 }

@@ -86,6 +86,17 @@ bool CodecSeeds(const std::string& dir) {
   *barrier.mutable_header() = ToHeader(meta);
   barrier.set_kind(FETCH_BARRIER);
   put("barrier_request", barrier.SerializeAsString());
+  RegisterRequest reg;
+  *reg.mutable_header() = ToHeader(meta);
+  for (const auto& [name, value] : {std::make_pair("trainers", "2"),
+                                    std::make_pair("pservers", "127.0.0.1:6170,127.0.0.1:6171"),
+                                    std::make_pair("learning_rate", "0.001")}) {
+    RegisterRequest::Field* f = reg.add_fields();
+    f->set_name(name);
+    f->set_value(value);
+  }
+  reg.set_nonce(0x123456789abcdef0ULL);
+  put("register_request", reg.SerializeAsString());
   return ok;
 }
 

@@ -304,6 +304,19 @@ void GrpcPServerClient::BarrierAsync(const RequestMeta& meta, BarrierKind kind, 
   Call("Barrier", SerializeProto(req), nullptr, std::move(done));
 }
 
+void GrpcPServerClient::RegisterAsync(const RequestMeta& meta, const JobFields& fields,
+                                      uint64_t nonce, DoneCallback done) {
+  RegisterRequest req;
+  *req.mutable_header() = ToHeader(meta);
+  for (const auto& [name, value] : fields) {
+    RegisterRequest::Field* f = req.add_fields();
+    f->set_name(name);
+    f->set_value(value);
+  }
+  req.set_nonce(nonce);
+  Call("Register", SerializeProto(req), nullptr, std::move(done));
+}
+
 void GrpcPServerClient::CheckpointAsync(const RequestMeta& meta, const std::string& dir,
                                         DoneCallback done) {
   CheckpointRequest req;

@@ -55,6 +55,8 @@ class GrpcPServerClient : public PServerClient {
                      const std::vector<int64_t>* ids, Tensor* out, DoneCallback done) override;
   void BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) override;
   void CheckpointAsync(const RequestMeta& meta, const std::string& dir, DoneCallback done) override;
+  void RegisterAsync(const RequestMeta& meta, const JobFields& fields, uint64_t nonce,
+                     DoneCallback done) override;
 
  private:
   using Stub = grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>;

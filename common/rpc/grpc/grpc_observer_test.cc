@@ -59,6 +59,9 @@ class Handler : public RequestHandler {
   void HandleCheckpoint(const RequestMeta&, const std::string&, DoneCallback done) override {
     done(absl::UnimplementedError("no checkpoints here"));
   }
+  void HandleRegister(const RequestMeta&, const JobFields&, uint64_t, DoneCallback done) override {
+    done(absl::UnimplementedError("no job handshake here"));
+  }
 
  private:
   absl::Mutex mu_;

@@ -70,6 +70,9 @@ class MemoryHandler : public RequestHandler {
                         DoneCallback done) override {
     done(absl::UnimplementedError("no checkpoints here"));
   }
+  void HandleRegister(const RequestMeta&, const JobFields&, uint64_t, DoneCallback done) override {
+    done(absl::UnimplementedError("no job handshake here"));
+  }
   int sends() {
     absl::MutexLock lock(&mu_);
     return sends_;

@@ -18,7 +18,8 @@ namespace tessera {
 using RawService =
     PServer::WithRawCallbackMethod_SendVariable<PServer::WithRawCallbackMethod_GetVariable<
         PServer::WithRawCallbackMethod_Prefetch<PServer::WithRawCallbackMethod_Barrier<
-            PServer::WithRawCallbackMethod_Checkpoint<PServer::Service>>>>>;
+            PServer::WithRawCallbackMethod_Checkpoint<
+                PServer::WithRawCallbackMethod_Register<PServer::Service>>>>>>;
 
 namespace {
 
@@ -206,6 +207,28 @@ class GrpcServer::Service : public RawService {
     *response = SerializeProto(CheckpointResponse());
     handler_->HandleCheckpoint(meta, req.dir(),
                                [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); });
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override {
+    ObservedReactor* reactor = NewReactor(RpcMethod::kRegister, request, response);
+    absl::Status auth = CheckToken(ctx);
+    if (!auth.ok()) return Fail(reactor, auth);
+    RegisterRequest req;
+    absl::Status s = ParseProto(*request, &req);
+    if (!s.ok()) return Fail(reactor, s);
+    RequestMeta meta = FromHeader(req.header());
+    s = Admit(meta);
+    if (!s.ok()) return Fail(reactor, s);
+    JobFields fields;
+    for (const RegisterRequest::Field& f : req.fields()) fields.push_back({f.name(), f.value()});
+    s = CheckJobFields(fields);
+    if (!s.ok()) return Fail(reactor, s);
+    *response = SerializeProto(RegisterResponse());
+    handler_->HandleRegister(meta, fields, req.nonce(),
+                             [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); });
     return reactor;
   }
 
