@@ -229,31 +229,23 @@ absl::Status CheckFeeds(const ModelFile& model, std::set<std::string>* fed,
         }
         break;
       case FeedBinding::SLOT:
-        if (f.slot() < 0) return refuse("feed '", f.var(), "': slot ", f.slot(), " < 0");
-        if (!slots.insert(f.slot()).second) {
-          return refuse("feed '", f.var(), "': slot ", f.slot(), " is bound twice");
+      case FeedBinding::MULTI_SLOT: {
+        const bool multi = f.source() == FeedBinding::MULTI_SLOT;
+        const char* slot_kind = multi ? "multi-hot slot " : "slot ";
+        if (f.slot() < 0) return refuse("feed '", f.var(), "': ", slot_kind, f.slot(), " < 0");
+        if (!(multi ? multi_slots : slots).insert(f.slot()).second) {
+          return refuse("feed '", f.var(), "': ", slot_kind, f.slot(), " is bound twice");
         }
         if (f.id_modulo() < 0) {
           return refuse("feed '", f.var(), "': id_modulo ", f.id_modulo(), " < 0");
         }
         if (v->dtype() != INT64 || v->shape_size() != 2 || !batch_first || v->shape(1) != 1) {
-          return refuse("SLOT feed '", f.var(), "' is ", DataTypeName(v->dtype()), " ", shape,
-                        "; it must be int64 [-1, 1]");
+          return refuse(multi ? "MULTI_SLOT" : "SLOT", " feed '", f.var(), "' is ",
+                        DataTypeName(v->dtype()), " ", shape, "; it must be int64 [-1, 1]",
+                        multi ? " (the ids of all examples)" : "");
         }
         break;
-      case FeedBinding::MULTI_SLOT:
-        if (f.slot() < 0) return refuse("feed '", f.var(), "': multi-hot slot ", f.slot(), " < 0");
-        if (!multi_slots.insert(f.slot()).second) {
-          return refuse("feed '", f.var(), "': multi-hot slot ", f.slot(), " is bound twice");
-        }
-        if (f.id_modulo() < 0) {
-          return refuse("feed '", f.var(), "': id_modulo ", f.id_modulo(), " < 0");
-        }
-        if (v->dtype() != INT64 || v->shape_size() != 2 || !batch_first || v->shape(1) != 1) {
-          return refuse("MULTI_SLOT feed '", f.var(), "' is ", DataTypeName(v->dtype()), " ",
-                        shape, "; it must be int64 [-1, 1] (the ids of all examples)");
-        }
-        break;
+      }
       case FeedBinding::LABEL:
         if (++labels > 1) return refuse("feed '", f.var(), "': a second LABEL feed");
         if ((v->dtype() != FLOAT32 && v->dtype() != FLOAT64 && v->dtype() != INT64) ||

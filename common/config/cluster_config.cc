@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace tessera {
 
@@ -121,7 +122,7 @@ const std::vector<Setting>& Table() {
   static const auto* table = new std::vector<Setting>{
       {{"role",
         {"TESSERA_ROLE", "PADDLE_TRAINING_ROLE"},
-        "pserver or trainer (each binary defaults to its own role)"},
+        "pserver or trainer (each binary defaults to its own role; also TRAINING_ROLE)"},
        Field(
            [](const std::string& v, ClusterConfig* c) {
              c->role = absl::AsciiStrToLower(v);  // PADDLE_TRAINING_ROLE says PSERVER / TRAINER
@@ -131,7 +132,7 @@ const std::vector<Setting>& Table() {
       {{"pservers",
         {"TESSERA_PSERVERS", "PADDLE_PSERVERS_IP_PORT_LIST"},
         "the pserver endpoints, host:port,host:port (the same list, in the same order, for every "
-        "process)"},
+        "process; also PADDLE_PSERVERS=host,host with PADDLE_PORT)"},
        List(&ClusterConfig::pservers)},
       {{"trainers",
         {"TESSERA_TRAINERS", "PADDLE_TRAINERS_NUM"},
@@ -143,7 +144,8 @@ const std::vector<Setting>& Table() {
        Int(&ClusterConfig::trainer_id, "trainer_id", 0)},
       {{"current_endpoint",
         {"TESSERA_CURRENT_ENDPOINT", "PADDLE_CURRENT_ENDPOINT"},
-        "this pserver's own host:port (one of --pservers); it listens only there"},
+        "this pserver's own host:port (one of --pservers); it listens only there (also POD_IP "
+        "with PADDLE_PORT)"},
        Str(&ClusterConfig::current_endpoint)},
       {{"trainer_endpoints",
         {"TESSERA_TRAINER_ENDPOINTS", "PADDLE_TRAINER_ENDPOINTS"},
@@ -427,8 +429,41 @@ absl::Status SetFromString(const std::string& flag, const std::string& value,
   return absl::InvalidArgumentError(absl::StrCat("unknown setting --", flag));
 }
 
-absl::Status ApplyEnvironment(const std::set<std::string>& explicit_flags, const EnvLookup& env,
-                              ClusterConfig* config) {
+namespace {
+
+// Older Fluid launchers' variables, read where the names the table lists are unset:
+// PADDLE_PSERVERS (comma-separated hosts) with PADDLE_PORT stand for PADDLE_PSERVERS_IP_PORT_LIST,
+// POD_IP with PADDLE_PORT for PADDLE_CURRENT_ENDPOINT, and TRAINING_ROLE for PADDLE_TRAINING_ROLE.
+EnvLookup WithFluidCompositeNames(const EnvLookup& env) {
+  return [env](const std::string& name) -> std::optional<std::string> {
+    std::optional<std::string> v = env(name);
+    if (v.has_value()) return v;
+    if (name == "PADDLE_TRAINING_ROLE") return env("TRAINING_ROLE");
+    const std::optional<std::string> port = env("PADDLE_PORT");
+    if (!port.has_value()) return std::nullopt;
+    if (name == "PADDLE_PSERVERS_IP_PORT_LIST") {
+      const std::optional<std::string> hosts = env("PADDLE_PSERVERS");
+      if (!hosts.has_value()) return std::nullopt;
+      std::vector<std::string> endpoints;
+      for (absl::string_view host : absl::StrSplit(*hosts, ',', absl::SkipWhitespace())) {
+        endpoints.push_back(absl::StrCat(absl::StripAsciiWhitespace(host), ":", *port));
+      }
+      return absl::StrJoin(endpoints, ",");
+    }
+    if (name == "PADDLE_CURRENT_ENDPOINT") {
+      const std::optional<std::string> ip = env("POD_IP");
+      if (!ip.has_value()) return std::nullopt;
+      return absl::StrCat(*ip, ":", *port);
+    }
+    return std::nullopt;
+  };
+}
+
+}  // namespace
+
+absl::Status ApplyEnvironment(const std::set<std::string>& explicit_flags,
+                              const EnvLookup& process_env, ClusterConfig* config) {
+  const EnvLookup env = WithFluidCompositeNames(process_env);
   for (const auto& s : Table()) {
     if (explicit_flags.count(s.info.flag) > 0) continue;
     for (const auto& name : s.info.env) {

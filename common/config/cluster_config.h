@@ -123,8 +123,9 @@ const std::vector<SettingInfo>& AllSettings();
 absl::Status SetFromString(const std::string& flag, const std::string& value,
                            ClusterConfig* config);
 
-// For every setting not in `explicit_flags`, applies the first environment variable that is set.
-// Errors name the variable.
+// For every setting not in `explicit_flags`, applies the first environment variable that is set
+// (older Fluid launchers' PADDLE_PSERVERS + PADDLE_PORT, POD_IP + PADDLE_PORT and TRAINING_ROLE
+// stand in for the PADDLE_* names when those are unset). Errors name the variable.
 absl::Status ApplyEnvironment(const std::set<std::string>& explicit_flags, const EnvLookup& env,
                               ClusterConfig* config);
 

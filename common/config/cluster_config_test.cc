@@ -33,6 +33,32 @@ TEST(ClusterConfigTest, PaddleEnvironmentNamesWork) {
   EXPECT_TRUE(Validate(c).ok()) << Validate(c);
 }
 
+// Older Fluid launchers name the pserver hosts and one port apart, and the role without PADDLE_.
+TEST(ClusterConfigTest, FluidCompositeEnvironmentNamesWork) {
+  ClusterConfig c;
+  ASSERT_TRUE(ApplyEnvironment({},
+                               Env({{"TRAINING_ROLE", "PSERVER"},
+                                    {"PADDLE_PSERVERS", "10.0.0.1, 10.0.0.2"},
+                                    {"PADDLE_PORT", "6174"},
+                                    {"POD_IP", "10.0.0.2"},
+                                    {"PADDLE_TRAINERS_NUM", "2"}}),
+                               &c)
+                  .ok());
+  EXPECT_EQ(c.role, "pserver");
+  EXPECT_EQ(c.pservers, (std::vector<std::string>{"10.0.0.1:6174", "10.0.0.2:6174"}));
+  EXPECT_EQ(c.current_endpoint, "10.0.0.2:6174");
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c);
+  // The full names win over the composite ones.
+  ClusterConfig d;
+  ASSERT_TRUE(ApplyEnvironment({},
+                               Env({{"PADDLE_PSERVERS_IP_PORT_LIST", "10.0.0.9:7000"},
+                                    {"PADDLE_PSERVERS", "10.0.0.1"},
+                                    {"PADDLE_PORT", "6174"}}),
+                               &d)
+                  .ok());
+  EXPECT_EQ(d.pservers, (std::vector<std::string>{"10.0.0.9:7000"}));
+}
+
 TEST(ClusterConfigTest, FlagsWinOverTesseraWhichWinsOverPaddle) {
   ClusterConfig c;
   ASSERT_TRUE(SetFromString("trainers", "2", &c).ok());

@@ -333,27 +333,20 @@ def check_model_file(mf):
             if v.dtype != fw.FLOAT32 or len(v.shape) != 2 or not batch_first or v.shape[1] < 1:
                 _refuse("DENSE feed %r is %s; it must be float32 [-1, num_dense]", f.var,
                         describe(v))
-        elif f.source == FB.SLOT:
+        elif f.source in (FB.SLOT, FB.MULTI_SLOT):
+            multi = f.source == FB.MULTI_SLOT
+            kind, bound = ("multi-hot slot", multi_slots) if multi else ("slot", slots)
             if f.slot < 0:
-                _refuse("feed %r: slot %d < 0", f.var, f.slot)
-            if f.slot in slots:
-                _refuse("feed %r: slot %d is bound twice", f.var, f.slot)
-            slots.add(f.slot)
+                _refuse("feed %r: %s %d < 0", f.var, kind, f.slot)
+            if f.slot in bound:
+                _refuse("feed %r: %s %d is bound twice", f.var, kind, f.slot)
+            bound.add(f.slot)
             if f.id_modulo < 0:
                 _refuse("feed %r: id_modulo %d < 0", f.var, f.id_modulo)
             if v.dtype != fw.INT64 or len(v.shape) != 2 or not batch_first or v.shape[1] != 1:
-                _refuse("SLOT feed %r is %s; it must be int64 [-1, 1]", f.var, describe(v))
-        elif f.source == FB.MULTI_SLOT:
-            if f.slot < 0:
-                _refuse("feed %r: multi-hot slot %d < 0", f.var, f.slot)
-            if f.slot in multi_slots:
-                _refuse("feed %r: multi-hot slot %d is bound twice", f.var, f.slot)
-            multi_slots.add(f.slot)
-            if f.id_modulo < 0:
-                _refuse("feed %r: id_modulo %d < 0", f.var, f.id_modulo)
-            if v.dtype != fw.INT64 or len(v.shape) != 2 or not batch_first or v.shape[1] != 1:
-                _refuse("MULTI_SLOT feed %r is %s; it must be int64 [-1, 1] (every id of the "
-                        "batch, one sequence per example)", f.var, describe(v))
+                _refuse("%s feed %r is %s; it must be int64 [-1, 1]%s",
+                        "MULTI_SLOT" if multi else "SLOT", f.var, describe(v),
+                        " (every id of the batch, one sequence per example)" if multi else "")
         elif f.source == FB.LABEL:
             labels += 1
             if labels > 1:
