@@ -533,7 +533,7 @@ void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, D
       replies.push_back({std::move(done), absl::InvalidArgumentError(absl::StrCat(
                                               "unknown barrier kind ", static_cast<int>(kind)))});
     } else if (kind == COMPLETE) {
-      replies = Act(barrier_.Leave(meta.trainer_id));
+      replies = Act(barrier_.Leave(meta.trainer_id, /*completed=*/sync_));
       replies.push_back({std::move(done), absl::OkStatus()});
       if (barrier_.finished()) finished_ = true;
     } else if (!sync_) {  // async: barriers are no-ops
@@ -546,10 +546,12 @@ void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, D
           inner(std::move(s));
         };
       }
-      replies = Act(barrier_.Arrive(
+      SyncBarrier::Actions actions = barrier_.Arrive(
           meta.trainer_id, meta.step,
           kind == SEND_BARRIER ? SyncBarrier::Kind::kSend : SyncBarrier::Kind::kFetch,
-          std::move(done), absl::Now(), absl::StrCat("pserver ", options_.endpoint)));
+          std::move(done), absl::Now(), absl::StrCat("pserver ", options_.endpoint));
+      abort = actions.fail_job;
+      replies = Act(std::move(actions));
     }
   }
   if (!abort.ok()) Fail(abort);

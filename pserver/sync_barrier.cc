@@ -41,6 +41,16 @@ SyncBarrier::Actions SyncBarrier::Advance() {
 SyncBarrier::Actions SyncBarrier::Arrive(int trainer, int64_t step, Kind kind, DoneCallback done,
                                          absl::Time now, const std::string& who) {
   absl::Status refused;
+  if (completed_by_ >= 0 && step >= completed_at_) {
+    refused = absl::FailedPreconditionError(absl::StrCat(
+        "trainer ", trainer, " is at step ", step, " but trainer ", completed_by_,
+        " completed at step ", completed_at_, ": the trainers disagree on how many steps this job "
+        "has (their data, --batch_size or --epochs)"));
+    Actions a;
+    a.fail_job = refused;
+    a.replies.push_back({std::move(done), std::move(refused)});
+    return a;
+  }
   if (step != step_) {
     refused = absl::FailedPreconditionError(absl::StrCat(
         "trainer ", trainer, " is at step ", step, " but ", who, " is at step ", step_));
@@ -61,7 +71,11 @@ SyncBarrier::Actions SyncBarrier::Arrive(int trainer, int64_t step, Kind kind, D
   return Advance();
 }
 
-SyncBarrier::Actions SyncBarrier::Leave(int trainer) {
+SyncBarrier::Actions SyncBarrier::Leave(int trainer, bool completed) {
+  if (completed && completed_by_ < 0 && active_.count(trainer) > 0) {
+    completed_at_ = step_;
+    completed_by_ = trainer;
+  }
   active_.erase(trainer);
   return Advance();
 }

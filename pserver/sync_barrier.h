@@ -36,6 +36,8 @@ class SyncBarrier {
   struct Actions {
     bool start_optimize = false;  // run the step's optimize, then call OptimizeDone
     bool step_advanced = false;   // the fetch barrier completed: a new step began
+    // Not OK: the job cannot go on (trainers disagree on its length); fail it with this.
+    absl::Status fail_job;
     std::vector<Reply> replies;   // answer each (outside the caller's lock if it can)
 
     void Answer() {
@@ -59,8 +61,10 @@ class SyncBarrier {
   // steps (`who` prefixes the message, e.g. "pserver host:port"). Otherwise `done` waits.
   Actions Arrive(int trainer, int64_t step, Kind kind, DoneCallback done, absl::Time now,
                  const std::string& who);
-  // The trainer finished training (COMPLETE) or was dropped: it no longer counts.
-  Actions Leave(int trainer);
+  // The trainer finished training (COMPLETE; `completed`) or was dropped: it no longer counts.
+  // Once a trainer completed at step c, a barrier of step c or later is refused and fails the
+  // job: a trainer with more steps than another would train on without it.
+  Actions Leave(int trainer, bool completed = false);
   // The optimize started by an earlier Arrive/Leave/Resume finished with `status`: the send
   // barrier's waiters get it.
   Actions OptimizeDone(absl::Status status);
@@ -95,6 +99,9 @@ class SyncBarrier {
   Barrier send_, fetch_;
   bool optimizing_ = false;
   bool paused_ = false;
+  // The step at which the first trainer completed, and which (-1: none yet).
+  int64_t completed_at_ = -1;
+  int completed_by_ = -1;
 };
 
 }  // namespace tessera

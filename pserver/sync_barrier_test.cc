@@ -199,6 +199,33 @@ TEST(SyncBarrierTest, NoStepEndsWhileASendWaits) {
   EXPECT_EQ(b.step(), 0);
 }
 
+// Trainer 0 completes after step 0; trainer 1 (more data, or more epochs) arrives at step 1:
+// refused, and the job fails, instead of trainer 1 training on alone.
+TEST(SyncBarrierTest, NoTrainerGoesPastTheStepAnotherCompletedAt) {
+  SyncBarrier b(2);
+  std::vector<absl::Status> got;
+  auto record = [&](absl::Status s) { got.push_back(s); };
+  for (Kind kind : {Kind::kSend, Kind::kFetch}) {
+    b.Arrive(0, 0, kind, record, kT0, "p").Answer();
+    SyncBarrier::Actions a = b.Arrive(1, 0, kind, record, kT0, "p");
+    if (a.start_optimize) a = b.OptimizeDone(absl::OkStatus());
+    a.Answer();
+  }
+  ASSERT_EQ(b.step(), 1);
+  EXPECT_TRUE(b.Leave(0, /*completed=*/true).fail_job.ok());  // completing is fine
+  SyncBarrier::Actions late = b.Arrive(1, 1, Kind::kSend, record, kT0, "p");
+  EXPECT_FALSE(late.fail_job.ok());
+  EXPECT_NE(late.fail_job.message().find("trainer 1 is at step 1 but trainer 0 completed at step 1"),
+            absl::string_view::npos)
+      << late.fail_job;
+  late.Answer();
+  EXPECT_FALSE(got.back().ok());
+  // A dropped trainer (async) is no completion.
+  SyncBarrier d(2);
+  d.Leave(0).Answer();
+  EXPECT_TRUE(d.Arrive(1, 0, Kind::kSend, record, kT0, "p").fail_job.ok());
+}
+
 TEST(SyncBarrierTest, AFailedOptimizeAnswersTheSendersWithItsError) {
   SyncBarrier b(2);
   std::vector<absl::Status> got;

@@ -48,7 +48,8 @@ SRCS[program]="common/tensor.cc common/device/place.cc common/program_io.cc comm
   common/op_desc.cc common/scope.cc common/ops/ops.cc common/ops/basic_ops.cc common/ops/math_ops.cc
   common/ops/activation_ops.cc common/ops/loss_ops.cc common/ops/tensor_ops.cc
   common/ops/random_ops.cc common/ops/embedding_ops.cc common/ops/optimizer_ops.cc
-  common/ops/selected_rows_util.cc common/ops/dist_ops.cc common/layers/program_builder.cc
+  common/ops/selected_rows_util.cc common/ops/dist_ops.cc common/ops/sequence_ops.cc
+  common/layers/program_builder.cc
   transpiler/distribute_transpiler.cc"
 SRCS[model_file]="${SRCS[program]} common/model_file.cc common/layers/optimizer.cc common/layers/backward.cc"
 declare -A PROTOS
