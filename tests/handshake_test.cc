@@ -17,6 +17,58 @@
 namespace tessera {
 namespace {
 
+// What a job of 2 pservers and 2 trainers came to.
+struct Outcome {
+  int exited_zero = 0;
+  std::string logs;  // every process's log, concatenated
+  absl::Duration took;
+};
+
+// Runs tessera_pserver with `pserver_args[p]` and tessera_trainer with `trainer_args[k]` (each
+// followed by `common`, a flag of the same name in `trainer_changes[k]` replacing it), logs in
+// `dir`, and waits (bounded) for every process.
+Outcome RunJob(const std::string& dir, const std::vector<std::string>& common,
+               const std::vector<std::vector<std::string>>& pserver_args,
+               const std::vector<std::vector<std::string>>& trainer_args,
+               const std::vector<std::vector<std::string>>& trainer_changes) {
+  ProcessGroup group;
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  const absl::Time start = absl::Now();
+  auto launch = [&](const std::string& binary, std::vector<std::string> args,
+                    const std::vector<std::string>& changed, const std::string& name) {
+    args.insert(args.begin(), RunfilePath(binary));
+    args.insert(args.end(), common.begin(), common.end());
+    for (const std::string& flag : changed) {
+      const std::string prefix = flag.substr(0, flag.find('=') + 1);
+      args.erase(std::remove_if(args.begin() + 1, args.end(),
+                                [&](const std::string& a) { return a.rfind(prefix, 0) == 0; }),
+                 args.end());
+      args.push_back(flag);
+    }
+    logs.push_back(absl::StrCat(dir, "/", name, ".log"));
+    auto pid = group.Start(args, logs.back());
+    EXPECT_TRUE(pid.ok()) << pid.status();
+    if (pid.ok()) pids.push_back(*pid);
+  };
+  for (size_t p = 0; p < pserver_args.size(); ++p) {
+    launch("pserver/tessera_pserver", pserver_args[p], {}, absl::StrCat("pserver.", p));
+  }
+  for (size_t k = 0; k < trainer_args.size(); ++k) {
+    launch("trainer/tessera_trainer", trainer_args[k], trainer_changes[k],
+           absl::StrCat("trainer.", k));
+  }
+  Outcome out;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    auto status = group.Wait(pids[i], absl::Seconds(60));
+    EXPECT_TRUE(status.ok()) << logs[i] << ": " << status.status();
+    out.exited_zero += status.ok() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+    out.logs += ReadFileOrEmpty(logs[i]);
+  }
+  out.took = absl::Now() - start;
+  return out;
+}
+
 struct Case {
   std::string name;
   // Extra flags of trainer 1 (or of both trainers with `all_trainers`).
@@ -32,62 +84,26 @@ class HandshakeTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(HandshakeTest, OneDifferentFlagFailsTheJobNamingIt) {
   const Case& c = GetParam();
-  const std::string dir = MakeTempDir("handshake_" + c.name);
   auto eps = FreeEndpoints(2);
   ASSERT_TRUE(eps.ok()) << eps.status();
-  const std::vector<std::string> common = {
-      "--trainers=2",          "--example=mlp_regression", "--num_examples=512",
-      "--batch_size=64",       "--epochs=2",               "--barrier_timeout_s=30",
-      "--connect_timeout_s=5", "--startup_timeout_s=20",   "--job_id=handshake"};
-  ProcessGroup group;
-  std::vector<pid_t> pids;
-  std::vector<std::string> logs;
-  const absl::Time start = absl::Now();
-  // `args` + the common flags, `changed` replacing any flag of the same name.
-  auto launch = [&](std::vector<std::string> args, const std::string& name,
-                    const std::vector<std::string>& changed = {}) {
-    args.insert(args.end(), common.begin(), common.end());
-    for (const std::string& flag : changed) {
-      const std::string prefix = flag.substr(0, flag.find('=') + 1);
-      args.erase(std::remove_if(args.begin() + 1, args.end(),
-                                [&](const std::string& a) { return a.rfind(prefix, 0) == 0; }),
-                 args.end());
-      args.push_back(flag);
-    }
-    logs.push_back(absl::StrCat(dir, "/", name, ".log"));
-    auto pid = group.Start(args, logs.back());
-    ASSERT_TRUE(pid.ok()) << pid.status();
-    pids.push_back(*pid);
-  };
-  for (int p = 0; p < 2; ++p) {
-    launch({RunfilePath("pserver/tessera_pserver"), "--pservers=" + absl::StrJoin(*eps, ","),
-            "--current_endpoint=" + (*eps)[p]},
-           absl::StrCat("pserver.", p));
-  }
-  for (int k = 0; k < 2; ++k) {
-    std::vector<std::string> args = {RunfilePath("trainer/tessera_trainer"),
-                                     "--pservers=" + absl::StrJoin(*eps, ","),
-                                     absl::StrCat("--trainer_id=", k)};
-    launch(args, absl::StrCat("trainer.", k),
-           k == 1 || c.all_trainers ? c.trainer1 : std::vector<std::string>{});
-  }
-  int exited_zero = 0;
-  std::string all_logs;
-  for (size_t i = 0; i < pids.size(); ++i) {
-    auto status = group.Wait(pids[i], absl::Seconds(60));
-    ASSERT_TRUE(status.ok()) << logs[i] << ": " << status.status();
-    exited_zero += WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
-    all_logs += ReadFileOrEmpty(logs[i]);
-  }
-  const absl::Duration took = absl::Now() - start;
+  const std::string pservers = "--pservers=" + absl::StrJoin(*eps, ",");
+  const Outcome out =
+      RunJob(MakeTempDir("handshake_" + c.name),
+             {"--trainers=2", "--example=mlp_regression", "--num_examples=512", "--batch_size=64",
+              "--epochs=2", "--barrier_timeout_s=30", "--connect_timeout_s=5",
+              "--startup_timeout_s=20", "--job_id=handshake"},
+             {{pservers, "--current_endpoint=" + (*eps)[0]},
+              {pservers, "--current_endpoint=" + (*eps)[1]}},
+             {{pservers, "--trainer_id=0"}, {pservers, "--trainer_id=1"}},
+             {c.all_trainers ? c.trainer1 : std::vector<std::string>{}, c.trainer1});
   if (c.named.empty()) {
-    EXPECT_EQ(exited_zero, 4) << all_logs;
+    EXPECT_EQ(out.exited_zero, 4) << out.logs;
     return;
   }
-  EXPECT_EQ(exited_zero, 0) << all_logs;
-  EXPECT_LT(took, absl::Seconds(10)) << all_logs;
-  EXPECT_NE(all_logs.find(c.named), std::string::npos) << "no log names '" << c.named << "':\n"
-                                                       << all_logs;
+  EXPECT_EQ(out.exited_zero, 0) << out.logs;
+  EXPECT_LT(out.took, absl::Seconds(10)) << out.logs;
+  EXPECT_NE(out.logs.find(c.named), std::string::npos) << "no log names '" << c.named << "':\n"
+                                                       << out.logs;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -108,45 +124,20 @@ INSTANTIATE_TEST_SUITE_P(
 // The pservers in another order on one trainer: its gradient blocks would go to the wrong
 // pservers.
 TEST(HandshakeOrderTest, PserverOrderMustAgree) {
-  const std::string dir = MakeTempDir("handshake_order");
   auto eps = FreeEndpoints(2);
   ASSERT_TRUE(eps.ok()) << eps.status();
-  const std::string in_order = absl::StrJoin(*eps, ",");
+  const std::string in_order = "--pservers=" + absl::StrJoin(*eps, ",");
   const std::string reversed = (*eps)[1] + "," + (*eps)[0];
-  const std::vector<std::string> common = {"--trainers=2", "--example=mlp_regression",
-                                           "--num_examples=512", "--batch_size=64",
-                                           "--connect_timeout_s=5", "--startup_timeout_s=20"};
-  ProcessGroup group;
-  std::vector<pid_t> pids;
-  std::vector<std::string> logs;
-  const absl::Time start = absl::Now();
-  auto launch = [&](std::vector<std::string> args, const std::string& name) {
-    args.insert(args.end(), common.begin(), common.end());
-    logs.push_back(absl::StrCat(dir, "/", name, ".log"));
-    auto pid = group.Start(args, logs.back());
-    ASSERT_TRUE(pid.ok()) << pid.status();
-    pids.push_back(*pid);
-  };
-  for (int p = 0; p < 2; ++p) {
-    launch({RunfilePath("pserver/tessera_pserver"), "--pservers=" + in_order,
-            "--current_endpoint=" + (*eps)[p]},
-           absl::StrCat("pserver.", p));
-  }
-  launch({RunfilePath("trainer/tessera_trainer"), "--pservers=" + in_order, "--trainer_id=0"},
-         "trainer.0");
-  launch({RunfilePath("trainer/tessera_trainer"), "--pservers=" + reversed, "--trainer_id=1"},
-         "trainer.1");
-  int exited_zero = 0;
-  std::string all_logs;
-  for (size_t i = 0; i < pids.size(); ++i) {
-    auto status = group.Wait(pids[i], absl::Seconds(60));
-    ASSERT_TRUE(status.ok()) << status.status();
-    exited_zero += WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
-    all_logs += ReadFileOrEmpty(logs[i]);
-  }
-  EXPECT_EQ(exited_zero, 0) << all_logs;
-  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << all_logs;
-  EXPECT_NE(all_logs.find("has pservers=" + reversed + " but"), std::string::npos) << all_logs;
+  const Outcome out = RunJob(
+      MakeTempDir("handshake_order"),
+      {"--trainers=2", "--example=mlp_regression", "--num_examples=512", "--batch_size=64",
+       "--connect_timeout_s=5", "--startup_timeout_s=20"},
+      {{in_order, "--current_endpoint=" + (*eps)[0]},
+       {in_order, "--current_endpoint=" + (*eps)[1]}},
+      {{in_order, "--trainer_id=0"}, {"--pservers=" + reversed, "--trainer_id=1"}}, {{}, {}});
+  EXPECT_EQ(out.exited_zero, 0) << out.logs;
+  EXPECT_LT(out.took, absl::Seconds(10)) << out.logs;
+  EXPECT_NE(out.logs.find("has pservers=" + reversed + " but"), std::string::npos) << out.logs;
 }
 
 }  // namespace

@@ -165,18 +165,14 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPh
   TS_ASSIGN_OR_RETURN(examples::ExampleData data,
                       examples::LoadExampleData(DataOptionsFor(config, num_multi)));
   // A job that would train no step is a configuration error, refused before anything starts.
-  const int64_t steps_per_epoch = [&] {
-    const int64_t n = static_cast<int64_t>(data.train.examples.size());
-    return n / config.batch_size + (n % config.batch_size >= config.trainers ? 1 : 0);
-  }();
-  {
-    const int64_t n = static_cast<int64_t>(data.train.examples.size());
-    if (steps_per_epoch * config.epochs == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "this job would train 0 steps: ", n, " training examples, --batch_size=",
-          config.batch_size, ", --trainers=", config.trainers, ", --epochs=", config.epochs,
-          " (a step needs a global batch with at least one example per trainer)"));
-    }
+  const int64_t num_train = static_cast<int64_t>(data.train.examples.size());
+  const int64_t steps_per_epoch = num_train / config.batch_size +
+                                  (num_train % config.batch_size >= config.trainers ? 1 : 0);
+  if (steps_per_epoch * config.epochs == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this job would train 0 steps: ", num_train, " training examples, --batch_size=",
+        config.batch_size, ", --trainers=", config.trainers, ", --epochs=", config.epochs,
+        " (a step needs a global batch with at least one example per trainer)"));
   }
   LocalTrainerOptions lo;
   lo.batch_size = config.batch_size;
