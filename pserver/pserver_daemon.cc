@@ -230,6 +230,9 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log, DaemonPh
       << " gets=" << stats.gets << " prefetches=" << stats.prefetches
       << " table_rows=" << stats.table_rows << " table_refused_ids=" << stats.table_refused_rows
       << " unauthenticated=" << server.unauthenticated_requests();
+  RpcTotals rpc_totals = rpc_metrics->Totals();
+  log << " requests=" << rpc_totals.requests << " bytes_in=" << rpc_totals.bytes_received
+      << " bytes_out=" << rpc_totals.bytes_sent;
   for (const auto& [trainer, n] : stats.grads_received) {
     log << " grads_from_trainer_" << trainer << "=" << n;
   }

@@ -92,7 +92,9 @@ TEST(MetricsScrapeTest, PserverAndTrainerCountersMove) {
     std::string series;
   };
   std::vector<Moving> moving;
-  for (const char* method : {"Send", "Get", "Barrier"}) {
+  // A sync step's requests: one SendBatch (with the send barrier) and one GetBatch (with the
+  // fetch barrier) per pserver.
+  for (const char* method : {"SendBatch", "GetBatch"}) {
     moving.push_back({ps_metrics, Labeled("tessera_rpc_latency_seconds_count", server(method))});
     moving.push_back(
         {ps_metrics, Labeled("tessera_rpc_requests_total", "code=\"OK\"," + server(method))});
@@ -100,10 +102,10 @@ TEST(MetricsScrapeTest, PserverAndTrainerCountersMove) {
     moving.push_back(
         {tr_metrics, Labeled("tessera_rpc_requests_total", "code=\"OK\"," + client(method))});
   }
-  moving.push_back({ps_metrics, Labeled("tessera_rpc_received_bytes_total", server("Send"))});
-  moving.push_back({ps_metrics, Labeled("tessera_rpc_sent_bytes_total", server("Get"))});
-  moving.push_back({tr_metrics, Labeled("tessera_rpc_sent_bytes_total", client("Send"))});
-  moving.push_back({tr_metrics, Labeled("tessera_rpc_received_bytes_total", client("Get"))});
+  moving.push_back({ps_metrics, Labeled("tessera_rpc_received_bytes_total", server("SendBatch"))});
+  moving.push_back({ps_metrics, Labeled("tessera_rpc_sent_bytes_total", server("GetBatch"))});
+  moving.push_back({tr_metrics, Labeled("tessera_rpc_sent_bytes_total", client("SendBatch"))});
+  moving.push_back({tr_metrics, Labeled("tessera_rpc_received_bytes_total", client("GetBatch"))});
   for (const char* kind : {"send", "fetch"}) {
     moving.push_back({ps_metrics, Labeled("tessera_pserver_barrier_wait_seconds_count",
                                           ep + "kind=\"" + kind + "\"")});
@@ -118,9 +120,10 @@ TEST(MetricsScrapeTest, PserverAndTrainerCountersMove) {
     EXPECT_GT(first.back(), 0) << m.series << "\n" << (m.port == ps_metrics ? ps_text : tr_text);
   }
   // A histogram's +Inf bucket counts every observation.
-  double send_count = Series(ps_text, Labeled("tessera_rpc_latency_seconds_count", server("Send")));
-  EXPECT_EQ(Series(ps_text,
-                   Labeled("tessera_rpc_latency_seconds_bucket", server("Send") + ",le=\"+Inf\"")),
+  double send_count =
+      Series(ps_text, Labeled("tessera_rpc_latency_seconds_count", server("SendBatch")));
+  EXPECT_EQ(Series(ps_text, Labeled("tessera_rpc_latency_seconds_bucket",
+                                    server("SendBatch") + ",le=\"+Inf\"")),
             send_count);
   EXPECT_NE(ps_text.find("# TYPE tessera_rpc_latency_seconds histogram"), std::string::npos);
   // No call failed while training ran.

@@ -307,6 +307,18 @@ TEST(PsClusterTest, CtrWithDistributedTablesLearns) {
   std::string ps =
       ReadFileOrEmpty(dir + "/pserver.0.log") + ReadFileOrEmpty(dir + "/pserver.1.log");
   EXPECT_NE(ps.find("table_rows="), std::string::npos) << ps;
+  // A sync step makes at most 3 requests to each pserver (one PrefetchBatch for all tables, one
+  // SendBatch with the send barrier, one GetBatch with the fetch barrier), at least the last
+  // two. Besides the steps, each trainer registers, pulls the initial parameters and completes,
+  // and trainer 0's held-out evaluation prefetches once per batch of 128.
+  const int64_t trainer_steps = 2 * (12000 / 128 + 1);  // 94 steps each (96 examples left over)
+  const int64_t eval_batches = (2000 + 127) / 128;
+  for (int p = 0; p < 2; ++p) {
+    std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
+    int64_t requests = SumAfter(log, " requests=");
+    EXPECT_GE(requests, 2 * trainer_steps) << log;
+    EXPECT_LE(requests, 3 * trainer_steps + 3 * 2 + eval_batches) << log;
+  }
 }
 
 // Collective mode: trainers only (Gloo all-reduce, rendezvous at trainer 0), each fed 1/N of

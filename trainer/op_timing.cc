@@ -19,18 +19,25 @@ absl::Status RegisterTimedOps(const OpRegistry& base, const OpTimingOptions& opt
     const OpInfo* info = base.Find(type);
     OpInfo timed = *info;
     const char* phase = TracePhaseOf(type);
-    Histogram* wait = type == "send_barrier"    ? options.send_barrier_wait
-                      : type == "fetch_barrier" ? options.fetch_barrier_wait
-                                                : nullptr;
+    // A barrier op's time is its wait; a send or recv that carries the barrier (attr
+    // barrier_endpoints / fetch_barrier_endpoints) blocks for the transfer and the wait together.
+    Histogram* wait = type == "send_barrier" || type == "send"    ? options.send_barrier_wait
+                      : type == "fetch_barrier" || type == "recv" ? options.fetch_barrier_wait
+                                                                  : nullptr;
+    const char* carried = type == "send"   ? "barrier_endpoints"
+                          : type == "recv" ? "fetch_barrier_endpoints"
+                                           : nullptr;
     StepTracer* tracer = options.tracer;
     if (info->kernel && (wait != nullptr || tracer != nullptr)) {
-      timed.kernel = [kernel = info->kernel, phase, wait, tracer](OpContext& ctx) {
+      timed.kernel = [kernel = info->kernel, phase, wait, carried, tracer](OpContext& ctx) {
         const bool trace = tracer != nullptr && tracer->recording();
-        if (!trace && wait == nullptr) return kernel(ctx);
+        Histogram* observed =
+            carried == nullptr || !ctx.StringsAttr(carried).empty() ? wait : nullptr;
+        if (!trace && observed == nullptr) return kernel(ctx);
         const int64_t start = Tracer::NowMicros();
         absl::Status s = kernel(ctx);
         const int64_t end = Tracer::NowMicros();
-        if (wait != nullptr) wait->Observe(static_cast<double>(end - start) * 1e-6);
+        if (observed != nullptr) observed->Observe(static_cast<double>(end - start) * 1e-6);
         if (trace) tracer->Phase(phase, start, end);
         return s;
       };

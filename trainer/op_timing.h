@@ -3,7 +3,9 @@
 //   - the ops of a traced step report their phase to a StepTracer (common/metrics/trace.h):
 //     send, send_barrier, recv, fetch_barrier, prefetch, allreduce (c_allreduce_*), and compute
 //     for every other op (forward, backward, split/concat, local optimizer...);
-//   - send_barrier and fetch_barrier observe the time they blocked into histograms.
+//   - send_barrier and fetch_barrier observe the time they blocked into histograms, and so do a
+//     send / recv that carry the barrier (transpiled sync programs: the wait and the transfer
+//     in one request, so the observation includes the transfer).
 // When neither applies to an op (no traced step open, not a barrier), the wrapper costs one
 // atomic load and an extra std::function call.
 #ifndef TESSERA_TRAINER_OP_TIMING_H_

@@ -1,9 +1,10 @@
 #include "trainer/rpc_ops.h"
 
-#include "absl/strings/str_cat.h"
+#include <algorithm>
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "common/ops/sharding.h"
 #include "common/status.h"
 #include "trainer/communicator.h"
@@ -35,10 +36,20 @@ absl::Status Barrier(RpcContext* rpc, const std::vector<std::string>& endpoints,
   return group.Wait();
 }
 
+// The endpoints in first-use order, for per-pserver batches.
+std::vector<std::string> Distinct(const std::vector<std::string>& endpoints) {
+  std::vector<std::string> out;
+  for (const std::string& ep : endpoints) {
+    if (std::find(out.begin(), out.end(), ep) == out.end()) out.push_back(ep);
+  }
+  return out;
+}
+
 // prefetch: Ids[i] (int64, any values) -> Out[i] [N_i, dims[i]], the rows of distributed table
-// tables[i] (single-table form: attrs table, dim). Per table, duplicate ids are fetched once and
-// split by shard (attr shard_method; shard k is served by epmap[k]); the requests of all tables
-// to all pservers are in flight together; rows are gathered back in input order.
+// tables[i] (single-table form: attrs table, dim). Per table (entries naming the same table
+// share its lookups), duplicate ids are fetched once and split by shard (attr shard_method;
+// shard k is served by epmap[k]); each pserver gets one request for all tables, all pservers in
+// flight together; rows are gathered back in input order.
 absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   auto eps = ctx.StringsAttr("epmap");
   std::vector<std::string> tables = ctx.StringsAttr("tables");
@@ -47,12 +58,12 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
     tables = {ctx.StringAttr("table")};
     dims = {ctx.IntAttr("dim", 0)};
   }
-  const int num_tables = static_cast<int>(tables.size());
-  if (static_cast<int>(OpInputs(ctx.op(), "Ids").size()) != num_tables ||
-      static_cast<int>(OpOutputs(ctx.op(), "Out").size()) != num_tables ||
-      static_cast<int>(dims.size()) != num_tables) {
-    return ctx.Error(absl::StrCat("needs one Ids, Out and dim per table (", num_tables,
-                                  " tables)"));
+  const int num_entries = static_cast<int>(tables.size());
+  if (static_cast<int>(OpInputs(ctx.op(), "Ids").size()) != num_entries ||
+      static_cast<int>(OpOutputs(ctx.op(), "Out").size()) != num_entries ||
+      static_cast<int>(dims.size()) != num_entries) {
+    return ctx.Error(
+        absl::StrCat("needs one Ids, Out and dim per table (", num_entries, " tables)"));
   }
   ShardMethod method;
   if (!ParseShardMethod(ctx.StringAttr("shard_method", "hash"), &method)) {
@@ -61,23 +72,33 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   if (eps.empty()) return ctx.Error("needs epmap");
   const int n = static_cast<int>(eps.size());
   struct PerTable {
-    const Tensor* ids;
+    std::string name;
+    int64_t dim = 0;
     absl::flat_hash_map<int64_t, std::pair<int, int64_t>> where;  // id -> (shard, index)
     std::vector<std::vector<int64_t>> shard_ids;
     std::vector<Tensor> rows;
   };
-  std::vector<PerTable> per(num_tables);
-  int calls = 0;
-  for (int t = 0; t < num_tables; ++t) {
+  std::vector<PerTable> per;  // distinct tables
+  std::vector<int> table_of(num_entries);
+  std::vector<const Tensor*> ids_of(num_entries);
+  for (int e = 0; e < num_entries; ++e) {
+    if (dims[e] < 1) return ctx.Error(absl::StrCat("table ", tables[e], " has dim ", dims[e]));
+    int t = 0;
+    while (t < static_cast<int>(per.size()) && per[t].name != tables[e]) ++t;
+    if (t == static_cast<int>(per.size())) {
+      per.push_back(
+          {tables[e], dims[e], {}, std::vector<std::vector<int64_t>>(n), std::vector<Tensor>(n)});
+    } else if (per[t].dim != dims[e]) {
+      return ctx.Error(
+          absl::StrCat("table ", tables[e], " has dims ", per[t].dim, " and ", dims[e]));
+    }
+    table_of[e] = t;
+    TS_ASSIGN_OR_RETURN(ids_of[e], ctx.Input("Ids", e));
+    TS_RETURN_IF_ERROR(ctx.CheckDType("Ids", *ids_of[e], INT64));
     PerTable& p = per[t];
-    if (dims[t] < 1) return ctx.Error(absl::StrCat("table ", tables[t], " has dim ", dims[t]));
-    TS_ASSIGN_OR_RETURN(p.ids, ctx.Input("Ids", t));
-    TS_RETURN_IF_ERROR(ctx.CheckDType("Ids", *p.ids, INT64));
-    p.shard_ids.resize(n);
-    p.rows.resize(n);
-    const int64_t* id = p.ids->data<int64_t>();
-    p.where.reserve(static_cast<size_t>(p.ids->numel()));
-    for (int64_t i = 0; i < p.ids->numel(); ++i) {
+    const int64_t* id = ids_of[e]->data<int64_t>();
+    p.where.reserve(p.where.size() + static_cast<size_t>(ids_of[e]->numel()));
+    for (int64_t i = 0; i < ids_of[e]->numel(); ++i) {
       auto [it, inserted] = p.where.try_emplace(id[i]);
       if (inserted) {
         int k = ShardOf(id[i], n, method);
@@ -85,37 +106,61 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
         p.shard_ids[k].push_back(id[i]);
       }
     }
-    for (int k = 0; k < n; ++k) calls += p.shard_ids[k].empty() ? 0 : 1;
   }
-  StatusGroup group(calls);
-  RequestMeta meta = rpc->Meta();
-  for (int t = 0; t < num_tables; ++t) {
+  // One request per pserver: the shards it serves (several shards may share an endpoint).
+  std::vector<std::string> endpoints = Distinct(eps);
+  std::vector<std::vector<PrefetchItem>> batches(endpoints.size());
+  for (PerTable& p : per) {
     for (int k = 0; k < n; ++k) {
-      if (per[t].shard_ids[k].empty()) continue;
-      rpc->clients->Get(eps[k])->PrefetchAsync(meta, tables[t], &per[t].shard_ids[k],
-                                               &per[t].rows[k], group.Callback());
+      if (p.shard_ids[k].empty()) continue;
+      size_t e = std::find(endpoints.begin(), endpoints.end(), eps[k]) - endpoints.begin();
+      batches[e].push_back({p.name, &p.shard_ids[k], &p.rows[k]});
     }
   }
+  // A table with two shards on one endpoint would appear twice in its request: send such
+  // shards in a further request.
+  std::vector<std::pair<size_t, std::vector<PrefetchItem>>> requests;
+  for (size_t e = 0; e < batches.size(); ++e) {
+    std::vector<std::vector<PrefetchItem>> rounds;
+    for (PrefetchItem& item : batches[e]) {
+      size_t r = 0;
+      while (r < rounds.size() &&
+             std::any_of(rounds[r].begin(), rounds[r].end(),
+                         [&](const PrefetchItem& x) { return x.table == item.table; })) {
+        ++r;
+      }
+      if (r == rounds.size()) rounds.emplace_back();
+      rounds[r].push_back(item);
+    }
+    for (auto& round : rounds) requests.push_back({e, std::move(round)});
+  }
+  StatusGroup group(static_cast<int>(requests.size()));
+  RequestMeta meta = rpc->Meta();
+  for (auto& [e, items] : requests) {
+    rpc->clients->Get(endpoints[e])->PrefetchBatchAsync(meta, std::move(items), group.Callback());
+  }
   TS_RETURN_IF_ERROR(group.Wait());
-  for (int t = 0; t < num_tables; ++t) {
-    PerTable& p = per[t];
-    const int64_t dim = dims[t];
+  for (const PerTable& p : per) {
     for (int k = 0; k < n; ++k) {
       if (p.shard_ids[k].empty()) continue;
       const Tensor& r = p.rows[k];
-      if (r.dtype() != FLOAT32 || r.rank() != 2 || r.dim(1) != dim ||
+      if (r.dtype() != FLOAT32 || r.rank() != 2 || r.dim(1) != p.dim ||
           r.dim(0) != static_cast<int64_t>(p.shard_ids[k].size())) {
         return ctx.Error(absl::StrCat("pserver ", eps[k], " returned ", r.DebugString(), " for ",
-                                      p.shard_ids[k].size(), " ids of table ", tables[t],
-                                      " (dim ", dim, ")"));
+                                      p.shard_ids[k].size(), " ids of table ", p.name, " (dim ",
+                                      p.dim, ")"));
       }
     }
-    TS_ASSIGN_OR_RETURN(Tensor * out, ctx.Output("Out", t));
-    const int64_t count = p.ids->numel();
+  }
+  for (int e = 0; e < num_entries; ++e) {
+    PerTable& p = per[table_of[e]];
+    const int64_t dim = p.dim;
+    TS_ASSIGN_OR_RETURN(Tensor * out, ctx.Output("Out", e));
+    const int64_t count = ids_of[e]->numel();
     out->Resize(FLOAT32, {count, dim});
-    out->set_lod(p.ids->lod());  // a multi-hot slot's sequences, as lookup_table keeps them
+    out->set_lod(ids_of[e]->lod());  // a multi-hot slot's sequences, as lookup_table keeps them
     float* o = out->data<float>();
-    const int64_t* id = p.ids->data<int64_t>();
+    const int64_t* id = ids_of[e]->data<int64_t>();
     for (int64_t i = 0; i < count; ++i) {
       const auto& [k, index] = p.where[id[i]];
       std::memcpy(o + i * dim, p.rows[k].data<float>() + index * dim, sizeof(float) * dim);
@@ -124,60 +169,83 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   return absl::OkStatus();
 }
 
+// send: X[i] to epmap[i], one request per pserver; with attr barrier_endpoints (sync), each of
+// those pservers' requests also carries this trainer's send barrier (a pserver that gets no
+// gradient gets a barrier-only request).
+absl::Status Send(RpcContext* rpc, OpContext& ctx) {
+  auto vars = OpInputs(ctx.op(), "X");
+  auto eps = ctx.StringsAttr("epmap");
+  TS_RETURN_IF_ERROR(CheckParallel(ctx, vars, eps));
+  std::vector<const Variable*> values;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    TS_ASSIGN_OR_RETURN(const Variable* v, ctx.InputVar("X", static_cast<int>(i)));
+    values.push_back(v);
+  }
+  if (!ctx.BoolAttr("sync_mode", true) && rpc->communicator != nullptr) {
+    for (size_t i = 0; i < vars.size(); ++i) {
+      TS_RETURN_IF_ERROR(rpc->communicator->Push(vars[i], eps[i], *values[i]));
+    }
+    return absl::OkStatus();
+  }
+  const std::vector<std::string> barrier = ctx.StringsAttr("barrier_endpoints");
+  std::vector<std::string> endpoints = eps;
+  endpoints.insert(endpoints.end(), barrier.begin(), barrier.end());
+  endpoints = Distinct(endpoints);
+  StatusGroup group(static_cast<int>(endpoints.size()));
+  RequestMeta meta = rpc->Meta();
+  for (const std::string& ep : endpoints) {
+    std::vector<SendItem> items;
+    for (size_t i = 0; i < vars.size(); ++i) {
+      if (eps[i] == ep) items.push_back({vars[i], values[i]});
+    }
+    bool with_barrier = std::find(barrier.begin(), barrier.end(), ep) != barrier.end();
+    rpc->clients->Get(ep)->SendBatchAsync(meta, std::move(items), with_barrier, group.Callback());
+  }
+  return group.Wait();
+}
+
+// recv: Out[i] from epmap[i], one request per pserver; with attr fetch_barrier_endpoints
+// (sync), those pservers' requests also carry this trainer's fetch barrier.
+absl::Status Recv(RpcContext* rpc, OpContext& ctx) {
+  auto vars = OpOutputs(ctx.op(), "Out");
+  auto eps = ctx.StringsAttr("epmap");
+  TS_RETURN_IF_ERROR(CheckParallel(ctx, vars, eps));
+  std::vector<Variable*> outs;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    TS_ASSIGN_OR_RETURN(Variable * v, ctx.OutputVar("Out", static_cast<int>(i)));
+    outs.push_back(v);
+  }
+  // Async with read_own_writes: pull parameters only after this trainer's queued gradients were
+  // applied (staleness comes only from the other trainers).
+  if (rpc->communicator != nullptr && rpc->read_own_writes) {
+    TS_RETURN_IF_ERROR(rpc->communicator->Flush());
+  }
+  const std::vector<std::string> barrier = ctx.StringsAttr("fetch_barrier_endpoints");
+  std::vector<std::string> endpoints = eps;
+  endpoints.insert(endpoints.end(), barrier.begin(), barrier.end());
+  endpoints = Distinct(endpoints);
+  StatusGroup group(static_cast<int>(endpoints.size()));
+  RequestMeta meta = rpc->Meta();
+  for (const std::string& ep : endpoints) {
+    std::vector<GetItem> items;
+    for (size_t i = 0; i < vars.size(); ++i) {
+      if (eps[i] == ep) items.push_back({vars[i], outs[i]});
+    }
+    bool with_barrier = std::find(barrier.begin(), barrier.end(), ep) != barrier.end();
+    rpc->clients->Get(ep)->GetBatchAsync(meta, std::move(items), with_barrier, group.Callback());
+  }
+  return group.Wait();
+}
+
 }  // namespace
 
 absl::Status RegisterRpcOps(OpRegistry* registry, RpcContext* rpc) {
   TS_RETURN_IF_ERROR(registry->Register(
       "prefetch", {[rpc](OpContext& ctx) { return Prefetch(rpc, ctx); }, nullptr}));
-  TS_RETURN_IF_ERROR(registry->Register(
-      "send", {[rpc](OpContext& ctx) -> absl::Status {
-                 auto vars = OpInputs(ctx.op(), "X");
-                 auto eps = ctx.StringsAttr("epmap");
-                 TS_RETURN_IF_ERROR(CheckParallel(ctx, vars, eps));
-                 std::vector<const Variable*> values;
-                 for (size_t i = 0; i < vars.size(); ++i) {
-                   TS_ASSIGN_OR_RETURN(const Variable* v, ctx.InputVar("X", static_cast<int>(i)));
-                   values.push_back(v);
-                 }
-                 if (!ctx.BoolAttr("sync_mode", true) && rpc->communicator != nullptr) {
-                   for (size_t i = 0; i < vars.size(); ++i) {
-                     TS_RETURN_IF_ERROR(rpc->communicator->Push(vars[i], eps[i], *values[i]));
-                   }
-                   return absl::OkStatus();
-                 }
-                 StatusGroup group(static_cast<int>(vars.size()));
-                 RequestMeta meta = rpc->Meta();
-                 for (size_t i = 0; i < vars.size(); ++i) {
-                   rpc->clients->Get(eps[i])->SendVariableAsync(meta, vars[i], values[i],
-                                                                group.Callback());
-                 }
-                 return group.Wait();
-               },
-               nullptr}));
-  TS_RETURN_IF_ERROR(registry->Register(
-      "recv", {[rpc](OpContext& ctx) -> absl::Status {
-                 auto vars = OpOutputs(ctx.op(), "Out");
-                 auto eps = ctx.StringsAttr("epmap");
-                 TS_RETURN_IF_ERROR(CheckParallel(ctx, vars, eps));
-                 std::vector<Variable*> outs;
-                 for (size_t i = 0; i < vars.size(); ++i) {
-                   TS_ASSIGN_OR_RETURN(Variable * v, ctx.OutputVar("Out", static_cast<int>(i)));
-                   outs.push_back(v);
-                 }
-                 // Async with read_own_writes: pull parameters only after this trainer's queued
-                 // gradients were applied (staleness comes only from the other trainers).
-                 if (rpc->communicator != nullptr && rpc->read_own_writes) {
-                   TS_RETURN_IF_ERROR(rpc->communicator->Flush());
-                 }
-                 StatusGroup group(static_cast<int>(vars.size()));
-                 RequestMeta meta = rpc->Meta();
-                 for (size_t i = 0; i < vars.size(); ++i) {
-                   rpc->clients->Get(eps[i])->GetVariableAsync(meta, vars[i], outs[i],
-                                                               group.Callback());
-                 }
-                 return group.Wait();
-               },
-               nullptr}));
+  TS_RETURN_IF_ERROR(
+      registry->Register("send", {[rpc](OpContext& ctx) { return Send(rpc, ctx); }, nullptr}));
+  TS_RETURN_IF_ERROR(
+      registry->Register("recv", {[rpc](OpContext& ctx) { return Recv(rpc, ctx); }, nullptr}));
   TS_RETURN_IF_ERROR(registry->Register(
       "send_barrier", {[rpc](OpContext& ctx) {
                          return Barrier(rpc, ctx.StringsAttr("endpoints"), SEND_BARRIER);

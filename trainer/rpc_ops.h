@@ -1,10 +1,16 @@
-// The trainer's RPC ops, registered into the trainer's OpRegistry with the state they share:
+// The trainer's RPC ops, registered into the trainer's OpRegistry with the state they share.
+// Each op makes one request per pserver (PServerClient's batched calls), all pservers in flight
+// together:
 //   send          X (list) with attr epmap (one endpoint per X): pushes every variable to its
-//                 pserver, all in parallel, and waits for all (with sync_mode=false and a
-//                 communicator: queues them for the background sender and returns).
-//   send_barrier  attr endpoints: tells every pserver this trainer sent all gradients of the step.
-//   recv          Out (list) with attr epmap: pulls every variable from its pserver in parallel.
-//   fetch_barrier attr endpoints: tells every pserver this trainer fetched the step's parameters.
+//                 pserver and waits for all (with sync_mode=false and a communicator: queues them
+//                 for the background sender and returns). Attr barrier_endpoints (sync): those
+//                 pservers' requests carry the send barrier, answered when it is released.
+//   recv          Out (list) with attr epmap: pulls every variable from its pserver. Attr
+//                 fetch_barrier_endpoints (sync): those requests carry the fetch barrier.
+//   prefetch      the rows of every distributed table's ids, one request per pserver.
+//   send_barrier  attr endpoints: the send barrier alone (programs transpiled before the
+//                 barriers rode on send and recv).
+//   fetch_barrier attr endpoints: the fetch barrier alone (likewise).
 // Errors name the endpoint and the variable; nothing waits longer than the client's deadline.
 #ifndef TESSERA_TRAINER_RPC_OPS_H_
 #define TESSERA_TRAINER_RPC_OPS_H_
@@ -54,7 +60,7 @@ struct RpcContext {
   RequestMeta Meta() const { return RequestMeta{job_id, trainer_id, step.load()}; }
 };
 
-// Registers send, send_barrier, recv, fetch_barrier. `context` must outlive the registry.
+// Registers prefetch, send, recv, send_barrier, fetch_barrier. `context` must outlive the registry.
 absl::Status RegisterRpcOps(OpRegistry* registry, RpcContext* context);
 
 // Sends COMPLETE to every endpoint (end of training); returns the first error.

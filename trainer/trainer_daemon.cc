@@ -303,7 +303,8 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPh
   // The kernels the trainer runs, timed for the trace and the barrier waits (op_timing.h).
   auto barrier_wait = [&](const char* kind) {
     return metrics.GetHistogram(
-        "tessera_trainer_barrier_wait_seconds", "Time blocked in send_barrier / fetch_barrier.",
+        "tessera_trainer_barrier_wait_seconds",
+        "Time blocked in the step's send / fetch barrier (with the send or recv that carries it).",
         RpcLatencyBuckets(), {{"trainer_id", std::to_string(config.trainer_id)}, {"kind", kind}});
   };
   OpTimingOptions timing;

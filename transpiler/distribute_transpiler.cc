@@ -358,20 +358,14 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
   OpDesc send = MakeOp("send", {{"X", send_vars}}, {});
   SetAttr(&send, "epmap", send_eps);
   SetAttr(&send, "sync_mode", config.sync_mode);
+  // Sync: the barriers ride on the step's send and recv requests (one request each per pserver;
+  // every pserver gets them, with or without variables).
+  if (config.sync_mode) SetAttr(&send, "barrier_endpoints", config.pservers);
   *tb->add_ops() = RoleOp(send, kRoleRPC);
-  if (config.sync_mode) {
-    OpDesc barrier = MakeOp("send_barrier", {}, {});
-    SetAttr(&barrier, "endpoints", config.pservers);
-    *tb->add_ops() = RoleOp(barrier, kRoleRPC);
-  }
   OpDesc recv = MakeOp("recv", {}, {{"Out", recv_vars}});
   SetAttr(&recv, "epmap", recv_eps);
+  if (config.sync_mode) SetAttr(&recv, "fetch_barrier_endpoints", config.pservers);
   *tb->add_ops() = RoleOp(recv, kRoleRPC);
-  if (config.sync_mode) {
-    OpDesc barrier = MakeOp("fetch_barrier", {}, {});
-    SetAttr(&barrier, "endpoints", config.pservers);
-    *tb->add_ops() = RoleOp(barrier, kRoleRPC);
-  }
   std::vector<OpDesc> concats;
   for (const auto& item : items) {
     if (item.param_blocks.size() < 2) continue;
@@ -433,7 +427,9 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
     if (item.param_blocks.size() < 2) continue;
     for (const auto& b : item.param_blocks) DeclareLike(tsb, block, b, false);
   }
-  OpDesc srecv = recv;
+  // The initial pull precedes step 0: no barrier.
+  OpDesc srecv = MakeOp("recv", {}, {{"Out", recv_vars}});
+  SetAttr(&srecv, "epmap", recv_eps);
   *tsb->add_ops() = RoleOp(srecv, kRoleRPC);
   for (const auto& c : concats) *tsb->add_ops() = c;
 

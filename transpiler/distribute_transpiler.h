@@ -8,16 +8,18 @@
 // in parameter order), by a stable hash of the block name, or by a user dispatcher; a gradient
 // block always goes where its parameter block goes.
 //
-// Trainer program: forward + backward, then split -> send -> send_barrier (sync) -> recv ->
-// fetch_barrier (sync) -> concat. Pserver program: block 0 holds one listen_and_serv op whose
-// attributes describe the service (endpoint, Fanin, sync_mode, optimize_blocks,
-// grad_to_block_id); each optimize block sums the trainers' gradients, scales by 1/N (sync) and
-// runs the optimizer on its slice. Pserver startup initializes each slice so that it equals the
-// same rows of the single-machine initialization (counter-based random ops, `offset` attribute).
-// Distributed tables (embedding with is_distributed): the table never exists on a trainer. Its
-// lookup_table becomes `prefetch` (dedupe ids, one request per owning pserver, rows gathered back
-// in input order), its lookup_table_grad becomes `lookup_sparse_grad` (SelectedRows of the ids),
-// and the gradient is split by owning shard (`split_by_shard`, duplicates merged) and sent. Each
+// Trainer program: forward + backward, then split -> send -> recv -> concat; in sync mode the
+// send carries the send barrier (attr barrier_endpoints) and the recv the fetch barrier (attr
+// fetch_barrier_endpoints), so each pserver gets one request for each. Pserver program: block 0
+// holds one listen_and_serv op whose attributes describe the service (endpoint, Fanin, sync_mode,
+// optimize_blocks, grad_to_block_id); each optimize block sums the trainers' gradients, scales by
+// 1/N (sync) and runs the optimizer on its slice. Pserver startup initializes each slice so that it
+// equals the same rows of the single-machine initialization (counter-based random ops, `offset`
+// attribute). Distributed tables (embedding with is_distributed): the table never exists on a
+// trainer. Its lookup_table becomes `prefetch` (dedupe ids, one request per pserver for all tables,
+// rows gathered back in input order), its lookup_table_grad becomes `lookup_sparse_grad`
+// (SelectedRows of the ids), and the gradient is split by owning shard (`split_by_shard`,
+// duplicates merged) and sent. Each
 // pserver's program gets one `sparse_table` op per table in block 0 describing its shard
 // (initializer, optimizer and hyper-parameters, learning-rate variable).
 // The transpiler is pure: the same inputs give byte-identical outputs.

@@ -22,6 +22,49 @@ absl::Status StatusGroup::Wait() {
   return state_->first_error;
 }
 
+void PServerClient::SendBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
+                                   bool send_barrier, DoneCallback done) {
+  auto shared = std::make_shared<std::vector<SendItem>>(std::move(items));
+  auto then = [this, meta, send_barrier, shared, done] {
+    if (send_barrier) {
+      BarrierAsync(meta, SEND_BARRIER, done);
+    } else {
+      done(absl::OkStatus());
+    }
+  };
+  std::vector<DoneCallback> callbacks = JoinThen(static_cast<int>(shared->size()), then, done);
+  for (size_t i = 0; i < shared->size(); ++i) {
+    SendVariableAsync(meta, (*shared)[i].name, (*shared)[i].var, std::move(callbacks[i]));
+  }
+}
+
+void PServerClient::GetBatchAsync(const RequestMeta& meta, std::vector<GetItem> items,
+                                  bool fetch_barrier, DoneCallback done) {
+  auto shared = std::make_shared<std::vector<GetItem>>(std::move(items));
+  auto then = [this, meta, fetch_barrier, shared, done] {
+    if (fetch_barrier) {
+      BarrierAsync(meta, FETCH_BARRIER, done);
+    } else {
+      done(absl::OkStatus());
+    }
+  };
+  std::vector<DoneCallback> callbacks = JoinThen(static_cast<int>(shared->size()), then, done);
+  for (size_t i = 0; i < shared->size(); ++i) {
+    GetVariableAsync(meta, (*shared)[i].name, (*shared)[i].out, std::move(callbacks[i]));
+  }
+}
+
+void PServerClient::PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,
+                                       DoneCallback done) {
+  auto shared = std::make_shared<std::vector<PrefetchItem>>(std::move(items));
+  std::vector<DoneCallback> callbacks = JoinThen(
+      static_cast<int>(shared->size()), [done] { done(absl::OkStatus()); }, done);
+  for (size_t i = 0; i < shared->size(); ++i) {
+    const PrefetchItem& item = (*shared)[i];
+    PrefetchAsync(meta, item.table, item.ids, item.out, std::move(callbacks[i]));
+  }
+}
+
 absl::Status PServerClient::SendVariable(const RequestMeta& meta, const std::string& name,
                                          const Variable& var) {
   StatusGroup g(1);

@@ -49,6 +49,19 @@ class PServerClient {
   virtual void RegisterAsync(const RequestMeta& meta, const JobFields& fields, uint64_t nonce,
                              DoneCallback done) = 0;
 
+  // Batched forms: all of a step's traffic with this pserver in one request each (README "Wire
+  // protocol"). `items` (and what they point to) must stay valid and unchanged until `done`.
+  // SendBatchAsync sends every gradient, then (send_barrier) the SEND_BARRIER: `done` runs when
+  // the barrier is released. GetBatchAsync fetches every parameter, then (fetch_barrier) the
+  // FETCH_BARRIER. PrefetchBatchAsync looks up the ids of every table (each table at most once).
+  // The defaults compose the single calls above (one request each); transports override them.
+  virtual void SendBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
+                              bool send_barrier, DoneCallback done);
+  virtual void GetBatchAsync(const RequestMeta& meta, std::vector<GetItem> items,
+                             bool fetch_barrier, DoneCallback done);
+  virtual void PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,
+                                  DoneCallback done);
+
   // Blocking forms.
   absl::Status SendVariable(const RequestMeta& meta, const std::string& name, const Variable& var);
   absl::Status Register(const RequestMeta& meta, const JobFields& fields, uint64_t nonce);

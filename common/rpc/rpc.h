@@ -39,6 +39,25 @@ struct VariableHeader {
 
 using DoneCallback = std::function<void(absl::Status)>;
 
+// Returns `n` callbacks for `n` async calls: once all of them ran, `then` runs if none failed,
+// else `done` with the first error (on the thread of the last callback). n == 0 runs `then` now.
+std::vector<DoneCallback> JoinThen(int n, std::function<void()> then, DoneCallback done);
+
+// The entries of batched requests (PServerClient::SendBatchAsync and friends).
+struct SendItem {
+  std::string name;
+  const Variable* var;  // a whole dense tensor or SelectedRows
+};
+struct GetItem {
+  std::string name;
+  Variable* out;  // receives the dense tensor (its buffer reused when the size matches)
+};
+struct PrefetchItem {
+  std::string table;
+  const std::vector<int64_t>* ids;
+  Tensor* out;  // receives [ids->size(), width]
+};
+
 // The job handshake's fields (RegisterRequest): (name, value) pairs every process of a job must
 // agree on.
 using JobFields = std::vector<std::pair<std::string, std::string>>;

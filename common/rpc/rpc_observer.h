@@ -14,10 +14,21 @@
 namespace tessera {
 
 // The methods of the pserver service (proto/pserver.proto).
-enum class RpcMethod { kSend = 0, kGet, kPrefetch, kBarrier, kCheckpoint, kRegister };
-inline constexpr int kNumRpcMethods = 6;
+enum class RpcMethod {
+  kSend = 0,
+  kGet,
+  kPrefetch,
+  kBarrier,
+  kCheckpoint,
+  kRegister,
+  kSendBatch,
+  kGetBatch,
+  kPrefetchBatch
+};
+inline constexpr int kNumRpcMethods = 9;
 
-// The metric label of a method: "Send", "Get", "Prefetch", "Barrier", "Checkpoint".
+// The metric label of a method: "Send", "Get", "Prefetch", "Barrier", "Checkpoint", "Register",
+// "SendBatch", "GetBatch", "PrefetchBatch".
 inline const char* RpcMethodLabel(RpcMethod method) {
   switch (method) {
     case RpcMethod::kSend:
@@ -32,12 +43,18 @@ inline const char* RpcMethodLabel(RpcMethod method) {
       return "Checkpoint";
     case RpcMethod::kRegister:
       return "Register";
+    case RpcMethod::kSendBatch:
+      return "SendBatch";
+    case RpcMethod::kGetBatch:
+      return "GetBatch";
+    case RpcMethod::kPrefetchBatch:
+      return "PrefetchBatch";
   }
   return "Unknown";
 }
 
 // The method of a wire method name ("SendVariable", "GetVariable", "Prefetch", "Barrier",
-// "Checkpoint"); false for any other name.
+// "Checkpoint", "Register", "SendBatch", "GetBatch", "PrefetchBatch"); false for any other name.
 inline bool RpcMethodFromWireName(absl::string_view name, RpcMethod* method) {
   if (name == "SendVariable") {
     *method = RpcMethod::kSend;
@@ -51,6 +68,12 @@ inline bool RpcMethodFromWireName(absl::string_view name, RpcMethod* method) {
     *method = RpcMethod::kCheckpoint;
   } else if (name == "Register") {
     *method = RpcMethod::kRegister;
+  } else if (name == "SendBatch") {
+    *method = RpcMethod::kSendBatch;
+  } else if (name == "GetBatch") {
+    *method = RpcMethod::kGetBatch;
+  } else if (name == "PrefetchBatch") {
+    *method = RpcMethod::kPrefetchBatch;
   } else {
     return false;
   }

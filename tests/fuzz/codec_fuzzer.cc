@@ -3,7 +3,8 @@
 // Input: byte 0 picks how the remaining bytes are cut into gRPC slices (a received ByteBuffer
 // is a list of slices, and a field may straddle them); the rest is the message. Every decoder a
 // pserver or trainer runs on peer bytes gets the buffer: DecodeVariable (SendVariable requests,
-// GetVariable/Prefetch responses) and ParseProto for the small requests.
+// GetVariable/Prefetch responses), DecodeBatch (SendBatch requests, GetBatch/PrefetchBatch
+// responses) and ParseProto for the small requests.
 // The request checks every transport applies (common/rpc/request_checks.h) run on each parsed
 // request: a GetVariable's byte range against variables of several sizes, up to 2^63-1 bytes,
 // and the Prefetch ids field.
@@ -13,6 +14,7 @@
 //   - an accepted message has a self-consistent header (chunk inside the tensor, row ids for
 //     every row) and decodes into a Variable of exactly that header; a whole tensor re-encodes
 //     and decodes to the same bytes;
+//   - an accepted batch has whole, distinctly named entries, each one as an accepted message;
 //   - an accepted byte range lies inside its variable, and the range a server would encode from
 //     it decodes as exactly that chunk.
 #include <cstddef>
@@ -21,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -175,13 +178,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     RequireGoodError(decoded.status());
   }
+  auto batch = DecodeBatch(buffer, kMaxBytes);
+  if (batch.ok()) {
+    std::set<std::string> names;
+    for (const DecodedVariable& d : batch->vars) {
+      Require(d.header().chunk_bytes == d.header().total_bytes, "batch entries are whole");
+      Require(names.insert(d.header().name).second, "batch entry names are distinct");
+      Require(d.meta().job_id == batch->meta.job_id && d.meta().step == batch->meta.step,
+              "batch entries carry the batch's meta");
+      CheckAccepted(d);
+    }
+  } else {
+    RequireGoodError(batch.status());
+  }
   GetRequest get;
+  GetBatchRequest get_batch;
+  PrefetchBatchRequest prefetch_batch;
   PrefetchRequest prefetch;
   BarrierRequest barrier;
   CheckpointRequest checkpoint;
   RegisterRequest reg;
   for (google::protobuf::MessageLite* m : std::vector<google::protobuf::MessageLite*>{
-           &get, &prefetch, &barrier, &checkpoint, &reg}) {
+           &get, &get_batch, &prefetch, &prefetch_batch, &barrier, &checkpoint, &reg}) {
     absl::Status s = ParseProto(buffer, m);
     if (!s.ok()) RequireGoodError(s);
   }
@@ -189,6 +207,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (ParseProto(buffer, &prefetch).ok()) {
     absl::Status ids = CheckPrefetchIds(prefetch.table(), prefetch.ids().size());
     if (!ids.ok()) RequireGoodError(ids);
+  }
+  if (ParseProto(buffer, &get_batch).ok()) {
+    for (const std::string& name : get_batch.names()) {
+      absl::Status checked = CheckRequestName("variable name", name);
+      if (!checked.ok()) RequireGoodError(checked);
+    }
+  }
+  if (ParseProto(buffer, &prefetch_batch).ok()) {
+    for (const PrefetchBatchRequest::Table& t : prefetch_batch.tables()) {
+      absl::Status ids = CheckPrefetchIds(t.table(), t.ids().size());
+      if (!ids.ok()) RequireGoodError(ids);
+    }
   }
   if (ParseProto(buffer, &reg).ok()) {  // the job handshake's fields, as both transports check
     JobFields fields;

@@ -66,6 +66,15 @@ bool CodecSeeds(const std::string& dir) {
   sr->value.Resize(FLOAT32, {3, 2});
   for (int i = 0; i < 6; ++i) sr->value.data<float>()[i] = static_cast<float>(i);
   put("sparse_rows", Flatten(EncodeVariable(meta, "emb@GRAD.shard0", sparse)));
+  put("batch_send", Flatten(EncodeBatch(
+                        meta, {{"fc.w@GRAD", &dense}, {"emb@GRAD.shard0", &sparse}, {"e", &empty}},
+                        /*send_barrier=*/true)));
+  GetBatchRequest get_batch;
+  *get_batch.mutable_header() = ToHeader(meta);
+  get_batch.add_names("fc.w");
+  get_batch.add_names("fc.b");
+  get_batch.set_fetch_barrier(true);
+  put("get_batch_request", get_batch.SerializeAsString());
   GetRequest get;
   *get.mutable_header() = ToHeader(meta);
   get.set_name("fc.w");
@@ -82,6 +91,14 @@ bool CodecSeeds(const std::string& dir) {
   std::vector<int64_t> ids = {0, -5, 42};
   prefetch.set_ids(std::string(reinterpret_cast<const char*>(ids.data()), 24));
   put("prefetch_request", prefetch.SerializeAsString());
+  PrefetchBatchRequest prefetch_batch;
+  *prefetch_batch.mutable_header() = ToHeader(meta);
+  for (const char* table : {"emb_0", "wide_0"}) {
+    PrefetchBatchRequest::Table* entry = prefetch_batch.add_tables();
+    entry->set_table(table);
+    entry->set_ids(std::string(reinterpret_cast<const char*>(ids.data()), 24));
+  }
+  put("prefetch_batch_request", prefetch_batch.SerializeAsString());
   BarrierRequest barrier;
   *barrier.mutable_header() = ToHeader(meta);
   barrier.set_kind(FETCH_BARRIER);

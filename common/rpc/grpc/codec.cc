@@ -4,8 +4,10 @@
 #include <cstring>
 #include <limits>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/printable.h"
+#include "common/status.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -101,10 +103,14 @@ RequestMeta FromHeader(const RequestHeader& header) {
   return RequestMeta{header.job_id(), header.trainer_id(), header.step()};
 }
 
-grpc::ByteBuffer EncodeVariable(const RequestMeta& meta, const std::string& name,
-                                const Variable& var, int64_t offset, int64_t length) {
+namespace {
+
+// Appends the encoding of a VariableMessage (with a header only when `meta` is given) to `out`;
+// returns its length in bytes.
+size_t AppendVariable(const RequestMeta* meta, const std::string& name, const Variable& var,
+                      int64_t offset, int64_t length, std::vector<grpc::Slice>* out) {
   VariableMessage msg;
-  *msg.mutable_header() = ToHeader(meta);
+  if (meta != nullptr) *msg.mutable_header() = ToHeader(*meta);
   msg.set_name(name);
   const Tensor* value = nullptr;
   const SelectedRows* rows = var.GetIf<SelectedRows>();
@@ -127,31 +133,70 @@ grpc::ByteBuffer EncodeVariable(const RequestMeta& meta, const std::string& name
   msg.set_dtype(value->dtype());
   for (int64_t d : value->shape()) msg.add_dims(d);
 
-  std::vector<grpc::Slice> slices;
-  slices.emplace_back(msg.SerializeAsString());
+  const size_t first = out->size();
+  out->emplace_back(msg.SerializeAsString());
   if (rows != nullptr) {
     size_t n = rows->rows.size() * sizeof(int64_t);
-    slices.emplace_back(LengthPrefix(kRowsField, n));
-    if (n > 0) slices.emplace_back(rows->rows.data(), n);  // copies: ids are small
+    out->emplace_back(LengthPrefix(kRowsField, n));
+    if (n > 0) out->emplace_back(rows->rows.data(), n);  // copies: ids are small
   }
-  slices.emplace_back(LengthPrefix(kPayloadField, static_cast<size_t>(length)));
+  out->emplace_back(LengthPrefix(kPayloadField, static_cast<size_t>(length)));
   if (length > 0) {
-    slices.push_back(BufferSlice(value->shared_buffer(), static_cast<size_t>(offset),
-                                 static_cast<size_t>(length)));
+    out->push_back(BufferSlice(value->shared_buffer(), static_cast<size_t>(offset),
+                               static_cast<size_t>(length)));
+  }
+  size_t bytes = 0;
+  for (size_t i = first; i < out->size(); ++i) bytes += (*out)[i].size();
+  return bytes;
+}
+
+constexpr int kBatchHeaderField = 1;
+constexpr int kBatchVarsField = 2;
+constexpr int kBatchSendBarrierField = 3;
+
+}  // namespace
+
+grpc::ByteBuffer EncodeVariable(const RequestMeta& meta, const std::string& name,
+                                const Variable& var, int64_t offset, int64_t length) {
+  std::vector<grpc::Slice> slices;
+  AppendVariable(&meta, name, var, offset, length, &slices);
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem>& entries,
+                             bool send_barrier) {
+  VariableBatch head;
+  *head.mutable_header() = ToHeader(meta);
+  head.set_send_barrier(send_barrier);
+  std::vector<grpc::Slice> slices;
+  slices.emplace_back(head.SerializeAsString());
+  std::vector<grpc::Slice> entry;
+  for (const SendItem& e : entries) {
+    entry.clear();
+    size_t bytes = AppendVariable(nullptr, e.name, *e.var, 0, -1, &entry);
+    slices.emplace_back(LengthPrefix(kBatchVarsField, bytes));
+    for (grpc::Slice& s : entry) slices.push_back(std::move(s));
   }
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
-absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, int64_t max_bytes) {
-  if (static_cast<int64_t>(buffer.Length()) > max_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("variable message of ", buffer.Length(),
-                                                     " bytes exceeds the limit of ", max_bytes));
+// Reads DecodedVariable's private fields for the decoders below.
+class CodecAccess {
+ public:
+  // Parses the fields of one VariableMessage from `in`, up to its end (a top-level message) or
+  // its limit (a batch entry), and validates them; `meta` (a batch's) replaces the message's own
+  // header when given.
+  static absl::Status Parse(google::protobuf::io::CodedInputStream& in, int64_t max_bytes,
+                            const RequestMeta* meta, DecodedVariable* d);
+  static void SetShared(DecodedVariable* d, const RequestMeta& meta,
+                        std::shared_ptr<const std::vector<grpc::Slice>> slices) {
+    d->meta_ = meta;
+    d->slices_ = std::move(slices);
   }
-  DecodedVariable d;
-  if (!buffer.Dump(&d.slices_).ok()) return Bad("unreadable byte buffer");
-  SliceInputStream stream(&d.slices_);
-  google::protobuf::io::CodedInputStream in(&stream);
-  in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+};
+
+absl::Status CodecAccess::Parse(google::protobuf::io::CodedInputStream& in, int64_t max_bytes,
+                                const RequestMeta* meta, DecodedVariable* d) {
   std::string small;  // every field but the two byte fields, re-encoded
   google::protobuf::io::StringOutputStream sos(&small);
   bool have_rows = false, have_payload = false;
@@ -173,11 +218,11 @@ absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, i
         if (!in.Skip(static_cast<int>(len))) return Bad("truncated byte field");
         if (field == kRowsField) {
           have_rows = true;
-          d.rows_begin_ = begin;
+          d->rows_begin_ = begin;
           rows_len = static_cast<int64_t>(len);
         } else {
           have_payload = true;
-          d.payload_begin_ = begin;
+          d->payload_begin_ = begin;
           payload_len = static_cast<int64_t>(len);
         }
         continue;
@@ -189,8 +234,8 @@ absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, i
   VariableMessage msg;
   if (!msg.ParseFromString(small)) return Bad("unparsable header fields");
 
-  d.meta_ = FromHeader(msg.header());
-  VariableHeader& h = d.header_;
+  d->meta_ = meta != nullptr ? *meta : FromHeader(msg.header());
+  VariableHeader& h = d->header_;
   h.name = msg.name();
   h.type = msg.type();
   h.dtype = msg.dtype();
@@ -198,7 +243,7 @@ absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, i
   h.height = msg.height();
   if (h.name.empty()) return Bad("empty variable name");
   for (absl::Status printable :
-       {CheckPrintable("variable name", h.name), CheckPrintable("job id", d.meta_.job_id)}) {
+       {CheckPrintable("variable name", h.name), CheckPrintable("job id", d->meta_.job_id)}) {
     if (!printable.ok()) return Bad(printable.message());
   }
   if (h.type != DENSE_TENSOR && h.type != SELECTED_ROWS) {
@@ -252,13 +297,101 @@ absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, i
                               ") does not fit its ", total, " bytes"));
     }
   }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::StatusOr<std::shared_ptr<const std::vector<grpc::Slice>>> ReceivedSlices(
+    const grpc::ByteBuffer& buffer, int64_t max_bytes, absl::string_view what) {
+  if (static_cast<int64_t>(buffer.Length()) > max_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, " of ", buffer.Length(), " bytes exceeds the limit of ", max_bytes));
+  }
+  auto slices = std::make_shared<std::vector<grpc::Slice>>();
+  if (!buffer.Dump(slices.get()).ok()) return Bad("unreadable byte buffer");
+  return std::shared_ptr<const std::vector<grpc::Slice>>(std::move(slices));
+}
+
+}  // namespace
+
+absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, int64_t max_bytes) {
+  TS_ASSIGN_OR_RETURN(auto slices, ReceivedSlices(buffer, max_bytes, "variable message"));
+  SliceInputStream stream(slices.get());
+  google::protobuf::io::CodedInputStream in(&stream);
+  in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+  DecodedVariable d;
+  TS_RETURN_IF_ERROR(CodecAccess::Parse(in, max_bytes, nullptr, &d));
+  RequestMeta meta = d.meta();
+  CodecAccess::SetShared(&d, meta, std::move(slices));
   return d;
+}
+
+absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t max_bytes) {
+  TS_ASSIGN_OR_RETURN(auto slices, ReceivedSlices(buffer, max_bytes, "variable batch"));
+  SliceInputStream stream(slices.get());
+  google::protobuf::io::CodedInputStream in(&stream);
+  in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+  // The header may follow the entries (protobuf fields come in any order): entries are parsed
+  // with a placeholder meta and given the batch's at the end.
+  DecodedBatch batch;
+  RequestHeader header;
+  bool have_header = false;
+  const RequestMeta none;
+  while (true) {
+    uint32_t tag = in.ReadTag();
+    if (tag == 0) break;
+    int field = WireFormatLite::GetTagFieldNumber(tag);
+    auto wire = WireFormatLite::GetTagWireType(tag);
+    if (field == kBatchVarsField && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t len;
+      if (!in.ReadVarint32(&len) || len > static_cast<uint64_t>(max_bytes)) {
+        return Bad("bad batch entry length");
+      }
+      auto limit = in.PushLimit(static_cast<int>(len));
+      DecodedVariable d;
+      TS_RETURN_IF_ERROR(CodecAccess::Parse(in, max_bytes, &none, &d));
+      in.PopLimit(limit);
+      batch.vars.push_back(std::move(d));
+    } else if (field == kBatchHeaderField && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      std::string bytes;
+      uint32_t len;
+      if (!in.ReadVarint32(&len) || !in.ReadString(&bytes, static_cast<int>(len)) ||
+          !header.ParseFromString(bytes)) {
+        return Bad("unparsable batch header");
+      }
+      have_header = true;
+    } else if (field == kBatchSendBarrierField && wire == WireFormatLite::WIRETYPE_VARINT) {
+      uint64_t v;
+      if (!in.ReadVarint64(&v)) return Bad("truncated send_barrier");
+      batch.send_barrier = v != 0;
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      return Bad("truncated field");
+    }
+  }
+  if (!in.ConsumedEntireMessage()) return Bad("trailing garbage");
+  if (!have_header) return Bad("batch without a header");
+  batch.meta = FromHeader(header);
+  absl::Status printable = CheckPrintable("job id", batch.meta.job_id);
+  if (!printable.ok()) return Bad(printable.message());
+  absl::flat_hash_set<absl::string_view> names;
+  for (DecodedVariable& d : batch.vars) {
+    const VariableHeader& h = d.header();
+    if (h.type == DENSE_TENSOR && h.chunk_bytes != h.total_bytes) {
+      return Bad(absl::StrCat("batch entry ", h.name, " is a chunk"));
+    }
+    if (!names.insert(h.name).second) {
+      return Bad(absl::StrCat("variable ", h.name, " appears twice in one batch"));
+    }
+    CodecAccess::SetShared(&d, batch.meta, slices);
+  }
+  return batch;
 }
 
 void DecodedVariable::CopyRange(int64_t begin, int64_t length, void* dst) const {
   char* out = static_cast<char*>(dst);
   int64_t pos = 0;
-  for (const grpc::Slice& s : slices_) {
+  for (const grpc::Slice& s : *slices_) {
     int64_t size = static_cast<int64_t>(s.size());
     int64_t lo = std::max(begin, pos), hi = std::min(begin + length, pos + size);
     if (lo < hi) {

@@ -11,6 +11,7 @@
 #define TESSERA_COMMON_RPC_GRPC_CODEC_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,8 @@ namespace tessera {
 grpc::ByteBuffer EncodeVariable(const RequestMeta& meta, const std::string& name,
                                 const Variable& var, int64_t offset = 0, int64_t length = -1);
 
-// A received VariableMessage with its byte fields not yet copied out.
+// A received VariableMessage with its byte fields not yet copied out (they stay in the received
+// slices, which every entry of a batch shares).
 class DecodedVariable {
  public:
   const RequestMeta& meta() const { return meta_; }
@@ -37,13 +39,12 @@ class DecodedVariable {
   void CopyRows(int64_t* dst) const;
 
  private:
-  friend absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer,
-                                                        int64_t max_bytes);
+  friend class CodecAccess;
   void CopyRange(int64_t begin, int64_t length, void* dst) const;
 
   RequestMeta meta_;
   VariableHeader header_;
-  std::vector<grpc::Slice> slices_;
+  std::shared_ptr<const std::vector<grpc::Slice>> slices_;
   int64_t payload_begin_ = 0;
   int64_t rows_begin_ = 0;
 };
@@ -52,6 +53,21 @@ class DecodedVariable {
 // consistent with dtype/dims (and with chunk_offset/total_bytes), row count matching the value's
 // first dim, total size at most max_bytes.
 absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, int64_t max_bytes);
+
+// Encodes a VariableBatch (proto/pserver.proto): `meta` once, then every entry (a whole dense
+// tensor or SelectedRows) as a VariableMessage without its own header. Tensor bytes are not
+// copied: the buffer keeps them alive.
+grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem>& entries,
+                             bool send_barrier);
+
+// A received VariableBatch: every entry validated as DecodeVariable validates a message, none of
+// them a chunk, no name twice; each entry's meta() is the batch's.
+struct DecodedBatch {
+  RequestMeta meta;
+  bool send_barrier = false;
+  std::vector<DecodedVariable> vars;
+};
+absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t max_bytes);
 
 // Decodes a whole message into a fresh Variable (dense or SelectedRows).
 absl::Status DecodeVariableInto(const DecodedVariable& decoded, Variable* out);

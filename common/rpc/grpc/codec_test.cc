@@ -127,5 +127,131 @@ TEST(CodecTest, RejectsMalformedMessages) {
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
 }
 
+Variable Sparse(std::vector<int64_t> rows, int64_t width) {
+  Variable v;
+  SelectedRows* sr = v.GetMutable<SelectedRows>();
+  sr->height = 1000;
+  sr->rows = std::move(rows);
+  sr->value.Resize(FLOAT32, {static_cast<int64_t>(sr->rows.size()), width});
+  for (int64_t i = 0; i < sr->value.numel(); ++i) sr->value.data<float>()[i] = 1.5f * i;
+  return v;
+}
+
+// Cuts a byte string into slices of `size` bytes (a received buffer's fields may straddle).
+grpc::ByteBuffer Sliced(const std::string& bytes, size_t size) {
+  std::vector<grpc::Slice> slices;
+  for (size_t pos = 0; pos < bytes.size(); pos += size) {
+    slices.emplace_back(bytes.substr(pos, size));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+std::string Flatten(const grpc::ByteBuffer& bb) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(bb.Dump(&slices).ok());
+  std::string out;
+  for (const grpc::Slice& s : slices)
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+TEST(CodecTest, BatchRoundTripsEveryEntryAndIsAValidProtobuf) {
+  Variable w = Dense(3, 5), e = Dense(0, 4), g = Sparse({7, -3, INT64_MAX}, 2);
+  grpc::ByteBuffer bb =
+      EncodeBatch({"job", 1, 9}, {{"w@GRAD", &w}, {"emb@GRAD", &g}, {"empty", &e}}, true);
+  // Every field may straddle slices.
+  for (size_t cut : {size_t{1}, size_t{7}, size_t{1} << 20}) {
+    auto batch = DecodeBatch(Sliced(Flatten(bb), cut), kMax);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    EXPECT_EQ(batch->meta.job_id, "job");
+    EXPECT_EQ(batch->meta.trainer_id, 1);
+    EXPECT_EQ(batch->meta.step, 9);
+    EXPECT_TRUE(batch->send_barrier);
+    ASSERT_EQ(batch->vars.size(), 3u);
+    EXPECT_EQ(batch->vars[0].header().name, "w@GRAD");
+    EXPECT_EQ(batch->vars[1].header().name, "emb@GRAD");
+    EXPECT_EQ(batch->vars[2].header().name, "empty");
+    EXPECT_EQ(batch->vars[1].meta().step, 9);  // the batch's meta
+    Variable out_w, out_g, out_e;
+    ASSERT_TRUE(DecodeVariableInto(batch->vars[0], &out_w).ok());
+    ASSERT_TRUE(DecodeVariableInto(batch->vars[1], &out_g).ok());
+    ASSERT_TRUE(DecodeVariableInto(batch->vars[2], &out_e).ok());
+    for (int i = 0; i < 15; ++i) EXPECT_EQ(out_w.Get<Tensor>().data<float>()[i], 0.5f * i - 3);
+    EXPECT_EQ(out_g.Get<SelectedRows>().rows, g.Get<SelectedRows>().rows);
+    EXPECT_EQ(out_g.Get<SelectedRows>().height, 1000);
+    EXPECT_EQ(out_g.Get<SelectedRows>().value.data<float>()[5], 7.5f);
+    EXPECT_EQ(out_e.Get<Tensor>().shape(), (Shape{0, 4}));
+  }
+  VariableBatch msg;
+  ASSERT_TRUE(ParseProto(bb, &msg).ok());
+  EXPECT_EQ(msg.header().step(), 9);
+  ASSERT_EQ(msg.vars_size(), 3);
+  EXPECT_EQ(msg.vars(0).payload().size(), 60u);
+  EXPECT_FALSE(msg.vars(0).has_header());  // entries carry no header of their own
+  EXPECT_EQ(msg.vars(1).rows_data().size(), 24u);
+}
+
+TEST(CodecTest, BatchHeaderMayFollowItsEntries) {
+  Variable w = Dense(2, 2);
+  VariableBatch head;
+  *head.mutable_header() = ToHeader({"job", 0, 4});
+  std::string entries = Flatten(EncodeBatch({"", 0, 0}, {{"w", &w}}, false));
+  // EncodeBatch writes its (here empty-job) header first; a peer may order fields otherwise.
+  VariableBatch parsed;
+  ASSERT_TRUE(parsed.ParseFromString(entries));
+  parsed.clear_header();
+  std::string bytes = parsed.SerializeAsString() + head.SerializeAsString();
+  auto batch = DecodeBatch(Sliced(bytes, 3), kMax);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->meta.job_id, "job");
+  EXPECT_EQ(batch->meta.step, 4);
+  ASSERT_EQ(batch->vars.size(), 1u);
+  EXPECT_EQ(batch->vars[0].meta().job_id, "job");
+}
+
+TEST(CodecTest, RejectsMalformedBatches) {
+  auto expect_bad = [](const VariableBatch& m, const std::string& needle) {
+    auto d = DecodeBatch(SerializeProto(m), kMax);
+    ASSERT_FALSE(d.ok()) << needle;
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << d.status();
+    EXPECT_NE(d.status().message().find(needle), std::string::npos) << d.status();
+    EXPECT_EQ(d.status().message().find('\n'), std::string::npos);
+  };
+  VariableBatch good;
+  *good.mutable_header() = ToHeader({"job", 0, 1});
+  VariableMessage* v = good.add_vars();
+  v->set_name("w");
+  v->set_dtype(FLOAT32);
+  v->add_dims(2);
+  v->set_payload(std::string(8, '\0'));
+  ASSERT_TRUE(DecodeBatch(SerializeProto(good), kMax).ok());
+
+  VariableBatch m = good;
+  *m.add_vars() = good.vars(0);
+  expect_bad(m, "appears twice");
+  m = good;
+  m.mutable_vars(0)->set_total_bytes(16);
+  m.mutable_vars(0)->mutable_dims()->Set(0, 4);
+  expect_bad(m, "is a chunk");
+  m = good;
+  m.mutable_vars(0)->set_dims(0, -1);
+  expect_bad(m, "negative dim");
+  m = good;
+  m.clear_header();
+  expect_bad(m, "without a header");
+  m = good;
+  m.mutable_header()->set_job_id("j\nob");
+  expect_bad(m, "job id");
+  // An entry's length that runs past the buffer, and a truncated buffer.
+  std::string bytes = good.SerializeAsString();
+  bytes.resize(bytes.size() - 2);
+  grpc::Slice slice(bytes);
+  EXPECT_EQ(DecodeBatch(grpc::ByteBuffer(&slice, 1), kMax).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Oversized.
+  EXPECT_EQ(DecodeBatch(SerializeProto(good), 8).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 }  // namespace
 }  // namespace tessera

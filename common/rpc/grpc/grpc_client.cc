@@ -11,6 +11,7 @@
 #include "common/rpc/grpc/codec.h"
 #include "common/rpc/grpc/credentials.h"
 #include "common/rpc/grpc/grpc_util.h"
+#include "common/status.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -323,6 +324,175 @@ void GrpcPServerClient::CheckpointAsync(const RequestMeta& meta, const std::stri
   *req.mutable_header() = ToHeader(meta);
   req.set_dir(dir);
   Call("Checkpoint", SerializeProto(req), nullptr, std::move(done));
+}
+
+namespace {
+
+// Cuts `n` items of `bytes(i)` payload bytes into consecutive groups of at most `cap` bytes
+// (an item larger than `cap` alone); returns the first index of each group.
+template <typename Bytes>
+std::vector<size_t> CutBatches(size_t n, int64_t cap, Bytes bytes) {
+  std::vector<size_t> starts;
+  int64_t used = 0;
+  for (size_t i = 0; i < n; ++i) {
+    int64_t b = bytes(i);
+    if (starts.empty() || (cap > 0 && used + b > cap && used > 0)) {
+      starts.push_back(i);
+      used = 0;
+    }
+    used += b;
+  }
+  return starts;
+}
+
+int64_t PayloadBytes(const Variable& var) {
+  if (const SelectedRows* sr = var.GetIf<SelectedRows>()) {
+    return static_cast<int64_t>(sr->value.nbytes() + sr->rows.size() * sizeof(int64_t));
+  }
+  const Tensor* t = var.GetIf<Tensor>();
+  return t == nullptr ? 0 : static_cast<int64_t>(t->nbytes());
+}
+
+}  // namespace
+
+void GrpcPServerClient::SendBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
+                                       bool send_barrier, DoneCallback done) {
+  const int64_t chunk = options_.chunk_bytes;
+  // Large dense tensors go as chunk calls; the rest in batches of at most `chunk` bytes.
+  std::vector<SendItem> large, small;
+  for (SendItem& item : items) {
+    const Tensor* t = item.var->GetIf<Tensor>();
+    bool chunked = t != nullptr && chunk > 0 && static_cast<int64_t>(t->nbytes()) > chunk;
+    (chunked ? large : small).push_back(std::move(item));
+  }
+  std::vector<size_t> starts =
+      CutBatches(small.size(), chunk, [&](size_t i) { return PayloadBytes(*small[i].var); });
+  if (starts.empty() && send_barrier) starts.push_back(0);  // an empty batch carries the barrier
+  auto batch = [this, meta, small = std::make_shared<std::vector<SendItem>>(std::move(small)),
+                starts](size_t b, bool barrier, DoneCallback cb) {
+    size_t end = b + 1 < starts.size() ? starts[b + 1] : small->size();
+    std::vector<SendItem> entries(small->begin() + starts[b], small->begin() + end);
+    Call("SendBatch", EncodeBatch(meta, entries, barrier), nullptr,
+         [small, cb = std::move(cb)](absl::Status s) { cb(std::move(s)); });
+  };
+  // With a barrier, the last batch waits for the other parts, so that the barrier follows every
+  // gradient; without one, everything is in flight at once.
+  const size_t before = send_barrier ? starts.size() - 1 : starts.size();
+  auto last = [batch, last_index = before, send_barrier, done] {
+    if (send_barrier) {
+      batch(last_index, true, done);
+    } else {
+      done(absl::OkStatus());
+    }
+  };
+  std::vector<DoneCallback> callbacks =
+      JoinThen(static_cast<int>(large.size() + before), last, done);
+  size_t c = 0;
+  for (const SendItem& item : large) {
+    SendVariableAsync(meta, item.name, item.var, std::move(callbacks[c++]));
+  }
+  for (size_t b = 0; b < before; ++b) batch(b, false, std::move(callbacks[c++]));
+}
+
+void GrpcPServerClient::GetBatchAsync(const RequestMeta& meta, std::vector<GetItem> items,
+                                      bool fetch_barrier, DoneCallback done) {
+  const int64_t chunk = options_.chunk_bytes;
+  // Destinations that already hold a large tensor are fetched in concurrent chunks; the rest in
+  // batches of at most `chunk` bytes (as far as their current sizes tell).
+  std::vector<GetItem> large, small;
+  for (GetItem& item : items) {
+    const Tensor* t = item.out->GetIf<Tensor>();
+    int64_t known = t != nullptr && t->initialized() ? static_cast<int64_t>(t->nbytes()) : 0;
+    (chunk > 0 && known > chunk ? large : small).push_back(std::move(item));
+  }
+  std::vector<size_t> starts =
+      CutBatches(small.size(), chunk, [&](size_t i) { return PayloadBytes(*small[i].out); });
+  if (starts.empty() && fetch_barrier) starts.push_back(0);
+  const int64_t max_bytes = options_.max_message_bytes;
+  auto batch = [this, meta, small = std::make_shared<std::vector<GetItem>>(std::move(small)),
+                starts, max_bytes](size_t b, bool barrier, DoneCallback cb) {
+    size_t begin = starts[b], end = b + 1 < starts.size() ? starts[b + 1] : small->size();
+    GetBatchRequest req;
+    *req.mutable_header() = ToHeader(meta);
+    for (size_t i = begin; i < end; ++i) req.add_names((*small)[i].name);
+    req.set_fetch_barrier(barrier);
+    Call(
+        "GetBatch", SerializeProto(req),
+        [small, begin, end, max_bytes](const grpc::ByteBuffer& resp) -> absl::Status {
+          TS_ASSIGN_OR_RETURN(DecodedBatch got, DecodeBatch(resp, max_bytes));
+          if (got.vars.size() != end - begin) {
+            return absl::InternalError(absl::StrCat("GetBatch returned ", got.vars.size(),
+                                                    " variables for ", end - begin, " names"));
+          }
+          for (size_t i = begin; i < end; ++i) {
+            const DecodedVariable& d = got.vars[i - begin];
+            if (d.header().name != (*small)[i].name || d.header().type != DENSE_TENSOR) {
+              return absl::InternalError(absl::StrCat("GetBatch returned '", d.header().name,
+                                                      "' where dense '", (*small)[i].name,
+                                                      "' was asked for"));
+            }
+            TS_RETURN_IF_ERROR(DecodeVariableInto(d, (*small)[i].out));
+          }
+          return absl::OkStatus();
+        },
+        std::move(cb));
+  };
+  const size_t before = fetch_barrier ? starts.size() - 1 : starts.size();
+  auto last = [batch, last_index = before, fetch_barrier, done] {
+    if (fetch_barrier) {
+      batch(last_index, true, done);
+    } else {
+      done(absl::OkStatus());
+    }
+  };
+  std::vector<DoneCallback> callbacks =
+      JoinThen(static_cast<int>(large.size() + before), last, done);
+  size_t c = 0;
+  for (const GetItem& item : large) {
+    GetVariableAsync(meta, item.name, item.out, std::move(callbacks[c++]));
+  }
+  for (size_t b = 0; b < before; ++b) batch(b, false, std::move(callbacks[c++]));
+}
+
+void GrpcPServerClient::PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,
+                                           DoneCallback done) {
+  if (items.empty()) {
+    done(absl::OkStatus());
+    return;
+  }
+  PrefetchBatchRequest req;
+  *req.mutable_header() = ToHeader(meta);
+  for (const PrefetchItem& item : items) {
+    PrefetchBatchRequest::Table* t = req.add_tables();
+    t->set_table(item.table);
+    t->set_ids(reinterpret_cast<const char*>(item.ids->data()), item.ids->size() * sizeof(int64_t));
+  }
+  const int64_t max_bytes = options_.max_message_bytes;
+  Call(
+      "PrefetchBatch", SerializeProto(req),
+      [items = std::move(items), max_bytes](const grpc::ByteBuffer& resp) -> absl::Status {
+        TS_ASSIGN_OR_RETURN(DecodedBatch got, DecodeBatch(resp, max_bytes));
+        if (got.vars.size() != items.size()) {
+          return absl::InternalError(absl::StrCat("PrefetchBatch returned ", got.vars.size(),
+                                                  " tables for ", items.size()));
+        }
+        for (size_t i = 0; i < items.size(); ++i) {
+          const VariableHeader& h = got.vars[i].header();
+          const size_t n = items[i].ids->size();
+          if (h.name != items[i].table || h.type != DENSE_TENSOR || h.dims.empty() ||
+              h.dims[0] != static_cast<int64_t>(n)) {
+            return absl::InternalError(absl::StrCat("PrefetchBatch returned ", h.name,
+                                                    ShapeString(h.dims), " for ", n, " ids of ",
+                                                    items[i].table));
+          }
+          Variable v;
+          *v.GetMutable<Tensor>() = *items[i].out;
+          TS_RETURN_IF_ERROR(DecodeVariableInto(got.vars[i], &v));
+          *items[i].out = v.Get<Tensor>();
+        }
+        return absl::OkStatus();
+      },
+      std::move(done));
 }
 
 }  // namespace tessera

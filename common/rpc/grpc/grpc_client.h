@@ -57,6 +57,15 @@ class GrpcPServerClient : public PServerClient {
   void CheckpointAsync(const RequestMeta& meta, const std::string& dir, DoneCallback done) override;
   void RegisterAsync(const RequestMeta& meta, const JobFields& fields, uint64_t nonce,
                      DoneCallback done) override;
+  // One SendBatch / GetBatch / PrefetchBatch request each. Dense tensors over chunk_bytes still
+  // travel as chunk calls, and batches are cut at chunk_bytes of payload; those parts go first,
+  // and the barrier rides on the last request once they are done.
+  void SendBatchAsync(const RequestMeta& meta, std::vector<SendItem> items, bool send_barrier,
+                      DoneCallback done) override;
+  void GetBatchAsync(const RequestMeta& meta, std::vector<GetItem> items, bool fetch_barrier,
+                     DoneCallback done) override;
+  void PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,
+                          DoneCallback done) override;
 
  private:
   using Stub = grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>;

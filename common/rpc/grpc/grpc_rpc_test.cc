@@ -37,9 +37,11 @@ class MemoryHandler : public RequestHandler {
   }
   void HandleSend(const RequestMeta& meta, const VariableHeader& h, Variable* var,
                   DoneCallback done) override {
-    absl::MutexLock lock(&mu_);
-    ++sends_;
-    done(absl::OkStatus());
+    {
+      absl::MutexLock lock(&mu_);
+      ++sends_;
+    }
+    done(absl::OkStatus());  // not under mu_: a batch's barrier may follow from this callback
   }
   void HandleGet(const RequestMeta& meta, const std::string& name, GetDone done) override {
     absl::MutexLock lock(&mu_);
@@ -85,10 +87,38 @@ class MemoryHandler : public RequestHandler {
   int sends_ = 0;
 };
 
+// Counts the server's finished calls by method.
+class CountingObserver : public RpcObserver {
+ public:
+  void OnCall(const RpcCallInfo& call) override {
+    absl::MutexLock lock(&mu_);
+    ++calls_[call.method];
+  }
+  int calls(RpcMethod method) {
+    absl::MutexLock lock(&mu_);
+    return calls_[method];
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<RpcMethod, int> calls_;
+};
+
+// A [rows, cols] float tensor holding start, start + 1, ...
+Variable Dense(int64_t rows, int64_t cols, float start) {
+  Variable v;
+  Tensor* t = v.GetMutable<Tensor>();
+  t->Resize(FLOAT32, {rows, cols});
+  for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = start + static_cast<float>(i);
+  return v;
+}
+
 class GrpcRpcTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = std::make_unique<GrpcServer>(GrpcServerOptions{"127.0.0.1:0"}, &handler_);
+    GrpcServerOptions options{"127.0.0.1:0"};
+    options.observer = &observer_;
+    server_ = std::make_unique<GrpcServer>(options, &handler_);
     ASSERT_TRUE(server_->Start().ok());
     endpoint_ = "127.0.0.1:" + std::to_string(server_->port());
   }
@@ -103,6 +133,7 @@ class GrpcRpcTest : public ::testing::Test {
     return std::make_unique<GrpcPServerClient>(endpoint_, o);
   }
   MemoryHandler handler_;
+  CountingObserver observer_;
   std::unique_ptr<GrpcServer> server_;
   std::string endpoint_;
   RequestMeta meta_{"job", 0, 1};
@@ -173,6 +204,111 @@ TEST_F(GrpcRpcTest, BarrierReleasesBothTrainers) {
   c0->BarrierAsync({"job", 0, 1}, SEND_BARRIER, g.Callback());
   c1->BarrierAsync({"job", 1, 1}, SEND_BARRIER, g.Callback());
   EXPECT_TRUE(g.Wait().ok());
+}
+
+// Two trainers' batches: every gradient arrives, each trainer's batch is one request, and neither
+// returns before both reached the barrier it carries.
+TEST_F(GrpcRpcTest, SendBatchCarriesTheBarrierInOneRequest) {
+  auto c0 = Client();
+  auto c1 = Client();
+  Variable w = Dense(4, 3, 1), b = Dense(1, 3, 2), g;
+  SelectedRows* sr = g.GetMutable<SelectedRows>();
+  sr->rows = {9, -4};
+  sr->value.Resize(FLOAT32, {2, 3});
+  sr->value.SetZero();
+  absl::Notification first_done;
+  absl::Status first;
+  c0->SendBatchAsync({"job", 0, 1}, {{"w", &w}, {"b", &b}, {"emb@GRAD", &g}}, true,
+                     [&](absl::Status s) {
+                       first = s;
+                       first_done.Notify();
+                     });
+  EXPECT_FALSE(first_done.WaitForNotificationWithTimeout(absl::Milliseconds(300)))
+      << "the batch returned before the barrier was released";
+  EXPECT_EQ(handler_.sends(), 3);  // the gradients are in before the barrier
+  StatusGroup second(1);
+  c1->SendBatchAsync({"job", 1, 1}, {}, true, second.Callback());  // a barrier-only batch
+  ASSERT_TRUE(second.Wait().ok());
+  ASSERT_TRUE(first_done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_TRUE(first.ok()) << first;
+  EXPECT_EQ(observer_.calls(RpcMethod::kSendBatch), 2);
+  EXPECT_EQ(observer_.calls(RpcMethod::kSend) + observer_.calls(RpcMethod::kBarrier), 0);
+  Variable back;
+  ASSERT_TRUE(c0->GetVariable(meta_, "w", &back).ok());
+  EXPECT_EQ(back.Get<Tensor>().data<float>()[11], 12.0f);
+}
+
+// A tensor over chunk_bytes still travels in chunks, before the batch that carries the barrier.
+TEST_F(GrpcRpcTest, SendBatchChunksLargeTensorsBeforeTheBarrier) {
+  auto c0 = Client(/*chunk_bytes=*/256);
+  auto c1 = Client();
+  Variable big = Dense(40, 10, 0), small = Dense(2, 2, 5);  // 1600 bytes -> 7 chunks
+  StatusGroup g(2);
+  c0->SendBatchAsync({"job", 0, 1}, {{"big", &big}, {"small", &small}}, true, g.Callback());
+  c1->SendBatchAsync({"job", 1, 1}, {}, true, g.Callback());
+  ASSERT_TRUE(g.Wait().ok());
+  EXPECT_EQ(observer_.calls(RpcMethod::kSend), 7);
+  EXPECT_EQ(observer_.calls(RpcMethod::kSendBatch), 2);
+  Variable back;
+  ASSERT_TRUE(c1->GetVariable(meta_, "big", &back).ok());
+  EXPECT_EQ(back.Get<Tensor>().data<float>()[399], 399.0f);
+}
+
+// One bad entry refuses the whole batch: nothing of it is handled.
+TEST_F(GrpcRpcTest, SendBatchWithABadEntryStoresNothing) {
+  auto c = Client();
+  Variable w = Dense(2, 2, 1);
+  StatusGroup g(1);
+  c->SendBatchAsync(meta_, {{"w", &w}, {"forbidden", &w}}, false, g.Callback());
+  absl::Status s = g.Wait();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("forbidden"), std::string::npos) << s;
+  EXPECT_EQ(handler_.sends(), 0);
+}
+
+TEST_F(GrpcRpcTest, GetBatchAndPrefetchBatchAnswerInOrder) {
+  auto c = Client();
+  Variable w = Dense(3, 2, 1), b = Dense(1, 2, 100);
+  ASSERT_TRUE(c->SendVariable(meta_, "w", w).ok());
+  ASSERT_TRUE(c->SendVariable(meta_, "b", b).ok());
+  Variable out_b, out_w;
+  StatusGroup g(1);
+  c->GetBatchAsync(meta_, {{"b", &out_b}, {"w", &out_w}}, false, g.Callback());
+  ASSERT_TRUE(g.Wait().ok());
+  EXPECT_EQ(out_b.Get<Tensor>().data<float>()[1], 101.0f);
+  EXPECT_EQ(out_w.Get<Tensor>().data<float>()[5], 6.0f);
+  EXPECT_EQ(observer_.calls(RpcMethod::kGetBatch), 1);
+
+  std::vector<int64_t> ids_a = {3, 1005}, ids_b = {-7};
+  Tensor rows_a, rows_b;
+  StatusGroup p(1);
+  c->PrefetchBatchAsync(meta_, {{"emb_a", &ids_a, &rows_a}, {"emb_b", &ids_b, &rows_b}},
+                        p.Callback());
+  ASSERT_TRUE(p.Wait().ok());
+  ASSERT_EQ(rows_a.shape(), (Shape{2, 2}));
+  ASSERT_EQ(rows_b.shape(), (Shape{1, 2}));
+  EXPECT_EQ(rows_a.data<float>()[2], 5.0f);
+  EXPECT_EQ(rows_b.data<float>()[0], -7.0f);
+  EXPECT_EQ(observer_.calls(RpcMethod::kPrefetchBatch), 1);
+
+  // An unknown parameter fails the whole get, naming it.
+  StatusGroup bad(1);
+  c->GetBatchAsync(meta_, {{"w", &out_w}, {"missing", &out_b}}, false, bad.Callback());
+  absl::Status s = bad.Wait();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find("missing"), std::string::npos) << s;
+}
+
+// A hostile prefetch naming one table twice is refused (its answer could not say which is which).
+TEST_F(GrpcRpcTest, PrefetchBatchRefusesATableTwice) {
+  auto c = Client();
+  std::vector<int64_t> ids = {1};
+  Tensor r1, r2;
+  StatusGroup p(1);
+  c->PrefetchBatchAsync(meta_, {{"emb", &ids, &r1}, {"emb", &ids, &r2}}, p.Callback());
+  absl::Status s = p.Wait();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("twice"), std::string::npos) << s;
 }
 
 // The standard gRPC health service answers SERVING for the PServer service.

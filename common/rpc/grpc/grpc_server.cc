@@ -1,13 +1,15 @@
 #include "common/rpc/grpc/grpc_server.h"
 
 #include <atomic>
+#include <cstring>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/rpc/request_checks.h"
 #include "common/rpc/grpc/codec.h"
 #include "common/rpc/grpc/credentials.h"
 #include "common/rpc/grpc/grpc_util.h"
+#include "common/rpc/request_checks.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -18,8 +20,9 @@ namespace tessera {
 using RawService =
     PServer::WithRawCallbackMethod_SendVariable<PServer::WithRawCallbackMethod_GetVariable<
         PServer::WithRawCallbackMethod_Prefetch<PServer::WithRawCallbackMethod_Barrier<
-            PServer::WithRawCallbackMethod_Checkpoint<
-                PServer::WithRawCallbackMethod_Register<PServer::Service>>>>>>;
+            PServer::WithRawCallbackMethod_Checkpoint<PServer::WithRawCallbackMethod_Register<
+                PServer::WithRawCallbackMethod_SendBatch<PServer::WithRawCallbackMethod_GetBatch<
+                    PServer::WithRawCallbackMethod_PrefetchBatch<PServer::Service>>>>>>>>>;
 
 namespace {
 
@@ -79,27 +82,167 @@ class GrpcServer::Service : public RawService {
     auto dest = handler_->PrepareReceive(decoded->meta(), decoded->header());
     if (!dest.ok()) return Fail(reactor, dest.status());
     Variable* var = *dest;
-    const VariableHeader& h = decoded->header();
-    if (h.type == SELECTED_ROWS) {
-      SelectedRows* sr = var->GetIf<SelectedRows>();
-      if (sr == nullptr || sr->value.nbytes() != static_cast<size_t>(h.chunk_bytes) ||
-          sr->rows.size() != static_cast<size_t>(h.num_rows)) {
-        return Fail(reactor, absl::InternalError("receive buffer does not fit " + h.name));
-      }
-      if (h.num_rows > 0) decoded->CopyRows(sr->rows.data());
-      if (h.chunk_bytes > 0) decoded->CopyPayload(sr->value.raw_data());
-    } else {
-      Tensor* t = var->GetIf<Tensor>();
-      if (t == nullptr || t->nbytes() != static_cast<size_t>(h.total_bytes)) {
-        return Fail(reactor, absl::InternalError("receive buffer does not fit " + h.name));
-      }
-      if (h.chunk_bytes > 0) {
-        decoded->CopyPayload(static_cast<char*>(t->raw_data()) + h.chunk_offset);
-      }
+    absl::Status copied = CopyReceived(*decoded, var);
+    if (!copied.ok()) return Fail(reactor, copied);
+    *response = SerializeProto(SendResponse());
+    handler_->HandleSend(decoded->meta(), decoded->header(), var,
+                         [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
+    return reactor;
+  }
+
+  // Every gradient of the batch, then (send_barrier) the send barrier; the reply comes when the
+  // barrier is released. All destinations are prepared before any bytes are stored, so a bad
+  // entry refuses the whole batch and stores nothing.
+  grpc::ServerUnaryReactor* SendBatch(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override {
+    ObservedReactor* reactor = NewReactor(RpcMethod::kSendBatch, request, response);
+    absl::Status auth = CheckToken(ctx);
+    if (!auth.ok()) return Fail(reactor, auth);
+    auto batch = DecodeBatch(*request, max_bytes_);
+    if (!batch.ok()) return Fail(reactor, batch.status());
+    const RequestMeta meta = batch->meta;
+    absl::Status admit = Admit(meta);
+    if (!admit.ok()) return Fail(reactor, admit);
+    std::vector<Variable*> dests;
+    for (const DecodedVariable& d : batch->vars) {
+      auto dest = handler_->PrepareReceive(meta, d.header());
+      if (!dest.ok()) return Fail(reactor, dest.status());
+      dests.push_back(*dest);
+    }
+    for (size_t i = 0; i < dests.size(); ++i) {
+      absl::Status copied = CopyReceived(batch->vars[i], dests[i]);
+      if (!copied.ok()) return Fail(reactor, copied);
     }
     *response = SerializeProto(SendResponse());
-    handler_->HandleSend(decoded->meta(), h, var,
-                         [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); });
+    DoneCallback finish = [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); };
+    const bool barrier = batch->send_barrier;
+    std::vector<DoneCallback> callbacks = JoinThen(
+        static_cast<int>(dests.size()),
+        [this, meta, barrier, finish] {
+          if (barrier) {
+            handler_->HandleBarrier(meta, SEND_BARRIER, finish);
+          } else {
+            finish(absl::OkStatus());
+          }
+        },
+        finish);
+    for (size_t i = 0; i < dests.size(); ++i) {
+      handler_->HandleSend(meta, batch->vars[i].header(), dests[i], std::move(callbacks[i]));
+    }
+    return reactor;
+  }
+
+  // Every named parameter (whole dense tensors, in order), then (fetch_barrier) the fetch
+  // barrier; the reply comes when the barrier is released.
+  grpc::ServerUnaryReactor* GetBatch(grpc::CallbackServerContext* ctx,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override {
+    ObservedReactor* reactor = NewReactor(RpcMethod::kGetBatch, request, response);
+    absl::Status auth = CheckToken(ctx);
+    if (!auth.ok()) return Fail(reactor, auth);
+    GetBatchRequest req;
+    absl::Status s = ParseProto(*request, &req);
+    if (!s.ok()) return Fail(reactor, s);
+    const RequestMeta meta = FromHeader(req.header());
+    s = Admit(meta);
+    if (!s.ok()) return Fail(reactor, s);
+    for (const std::string& name : req.names()) {
+      s = CheckRequestName("variable name", name);
+      if (!s.ok()) return Fail(reactor, s);
+    }
+    struct Gathered {
+      std::vector<std::string> names;
+      std::vector<Variable> values;
+    };
+    auto got = std::make_shared<Gathered>();
+    got->names.assign(req.names().begin(), req.names().end());
+    got->values.resize(got->names.size());
+    DoneCallback finish = [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); };
+    const bool barrier = req.fetch_barrier();
+    std::vector<DoneCallback> callbacks = JoinThen(
+        static_cast<int>(got->names.size()),
+        [this, meta, got, barrier, response, finish] {
+          std::vector<SendItem> entries;
+          for (size_t i = 0; i < got->names.size(); ++i) {
+            entries.push_back({got->names[i], &got->values[i]});
+          }
+          *response = EncodeBatch(meta, entries, /*send_barrier=*/false);
+          if (barrier) {
+            handler_->HandleBarrier(meta, FETCH_BARRIER, finish);
+          } else {
+            finish(absl::OkStatus());
+          }
+        },
+        finish);
+    for (size_t i = 0; i < got->names.size(); ++i) {
+      handler_->HandleGet(meta, got->names[i],
+                          [got, i, cb = std::move(callbacks[i])](absl::StatusOr<Variable> var) {
+                            if (!var.ok()) return cb(var.status());
+                            if (!var->Is<Tensor>()) {
+                              return cb(absl::InvalidArgumentError(
+                                  absl::StrCat("variable ", got->names[i], " is not dense")));
+                            }
+                            got->values[i] = *std::move(var);
+                            cb(absl::OkStatus());
+                          });
+    }
+    return reactor;
+  }
+
+  // The rows of every table's ids, one tensor per table in order.
+  grpc::ServerUnaryReactor* PrefetchBatch(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override {
+    ObservedReactor* reactor = NewReactor(RpcMethod::kPrefetchBatch, request, response);
+    absl::Status auth = CheckToken(ctx);
+    if (!auth.ok()) return Fail(reactor, auth);
+    PrefetchBatchRequest req;
+    absl::Status s = ParseProto(*request, &req);
+    if (!s.ok()) return Fail(reactor, s);
+    const RequestMeta meta = FromHeader(req.header());
+    s = Admit(meta);
+    if (!s.ok()) return Fail(reactor, s);
+    absl::flat_hash_set<std::string> seen;
+    for (const PrefetchBatchRequest::Table& t : req.tables()) {
+      s = CheckRequestName("table name", t.table());
+      if (s.ok()) s = CheckPrefetchIds(t.table(), t.ids().size());
+      if (s.ok() && !seen.insert(t.table()).second) {
+        s = absl::InvalidArgumentError(
+            absl::StrCat("table ", t.table(), " appears twice in one prefetch"));
+      }
+      if (!s.ok()) return Fail(reactor, s);
+    }
+    struct Gathered {
+      std::vector<std::string> tables;
+      std::vector<Variable> rows;
+    };
+    auto got = std::make_shared<Gathered>();
+    got->rows.resize(req.tables_size());
+    DoneCallback finish = [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); };
+    for (const PrefetchBatchRequest::Table& t : req.tables()) got->tables.push_back(t.table());
+    std::vector<DoneCallback> callbacks = JoinThen(
+        req.tables_size(),
+        [meta, got, response, finish] {
+          std::vector<SendItem> entries;
+          for (size_t i = 0; i < got->tables.size(); ++i) {
+            entries.push_back({got->tables[i], &got->rows[i]});
+          }
+          *response = EncodeBatch(meta, entries, /*send_barrier=*/false);
+          finish(absl::OkStatus());
+        },
+        finish);
+    for (int i = 0; i < req.tables_size(); ++i) {
+      const std::string& bytes = req.tables(i).ids();
+      std::vector<int64_t> ids(bytes.size() / sizeof(int64_t));
+      if (!ids.empty()) std::memcpy(ids.data(), bytes.data(), bytes.size());
+      handler_->HandlePrefetch(meta, got->tables[i], std::move(ids),
+                               [got, i, cb = std::move(callbacks[i])](absl::StatusOr<Tensor> rows) {
+                                 if (!rows.ok()) return cb(rows.status());
+                                 *got->rows[i].GetMutable<Tensor>() = *std::move(rows);
+                                 cb(absl::OkStatus());
+                               });
+    }
     return reactor;
   }
 
@@ -233,6 +376,30 @@ class GrpcServer::Service : public RawService {
   }
 
  private:
+  // Stores the bytes of a received message (a whole variable or a chunk) in `var`, which
+  // PrepareReceive returned for its header.
+  static absl::Status CopyReceived(const DecodedVariable& decoded, Variable* var) {
+    const VariableHeader& h = decoded.header();
+    if (h.type == SELECTED_ROWS) {
+      SelectedRows* sr = var->GetIf<SelectedRows>();
+      if (sr == nullptr || sr->value.nbytes() != static_cast<size_t>(h.chunk_bytes) ||
+          sr->rows.size() != static_cast<size_t>(h.num_rows)) {
+        return absl::InternalError("receive buffer does not fit " + h.name);
+      }
+      if (h.num_rows > 0) decoded.CopyRows(sr->rows.data());
+      if (h.chunk_bytes > 0) decoded.CopyPayload(sr->value.raw_data());
+      return absl::OkStatus();
+    }
+    Tensor* t = var->GetIf<Tensor>();
+    if (t == nullptr || t->nbytes() != static_cast<size_t>(h.total_bytes)) {
+      return absl::InternalError("receive buffer does not fit " + h.name);
+    }
+    if (h.chunk_bytes > 0) {
+      decoded.CopyPayload(static_cast<char*>(t->raw_data()) + h.chunk_offset);
+    }
+    return absl::OkStatus();
+  }
+
   // The job id is echoed in the handler's refusals: checked before it sees it.
   absl::Status Admit(const RequestMeta& meta) {
     absl::Status checked = CheckRequestMeta(meta);

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The flagship job end to end: the built-in CTR wide&deep model on the same synthetic data
+# (60k training examples, 10k ids per slot, batch 256, one epoch), trained by one process
+# (examples/ctr/ctr) and by the stock daemons through tessera_launch in several cluster shapes.
+# Configurations alternate within each round, so a busy machine slows all of them alike.
+#
+#   bazel build //deploy/launch:tessera_launch //pserver:tessera_pserver \
+#     //trainer:tessera_trainer //examples/ctr:ctr
+#   tests/bench/ctr_e2e.sh [ROUNDS (default 2)] [EXAMPLES (default 60000)]
+#
+# Per configuration (mean over the rounds, min-max in brackets):
+#   samples/s     all trainers' training examples / the slowest trainer's epoch seconds
+#                 (the single process: its own epoch line), excluding start-up
+#   wall s        the whole command, start-up and held-out evaluation included
+#   CPU s / 1k    user + system CPU seconds of every process of the job per 1000 examples
+#   req/step/ps   requests each pserver served per trainer step (from the pservers' final
+#                 stats lines: requests / (trainers x steps per trainer))
+#   KB/step/ps    bytes in + out of each pserver per trainer step
+#   vs single     samples/s over the single process's
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROUNDS="${1:-2}"
+N="${2:-60000}"
+BATCH=256
+VOCAB=10000
+BIN=bazel-bin
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-ctr-e2e.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+
+CONFIGS=(single "1x1 sync" "2x2 sync" "2x2 async" "2x2 sync cpu_places=2")
+
+# run NAME ROUND: runs one configuration, appends "sps wall cpu req bytes" to $WORK/NAME.rows.
+run() {
+  local name="$1" round="$2" key log
+  key="$(echo "$name" | tr ' =' '__')"
+  log="$WORK/$key.$round"
+  local -a cmd
+  local trainers=1
+  if [ "$name" = single ]; then
+    cmd=("$BIN/examples/ctr/ctr" --train_samples="$N" --test_samples=5000 --vocab="$VOCAB"
+      --dict_size="$VOCAB" --batch_size="$BATCH" --epochs=1 --log_every_steps=0)
+  else
+    local shape="${name%% *}" rest="${name#* }"
+    local ps="${shape%x*}"
+    trainers="${shape#*x}"
+    local sync=true places=1
+    case "$rest" in *async*) sync=false ;; esac
+    case "$rest" in *cpu_places=2*) places=2 ;; esac
+    cmd=("$BIN/deploy/launch/tessera_launch" --pservers="$ps" --trainers="$trainers" --example=ctr
+      --num_examples="$N" --num_test_examples=5000 --vocab_per_slot="$VOCAB"
+      --batch_size="$BATCH" --epochs=1 --sync_mode="$sync" --cpu_places="$places"
+      --log_every_steps=0 --log_dir="$log" --noplot)
+  fi
+  local start end
+  start=$(date +%s.%N)
+  # bash's `time` reports the CPU time of the command and every child it waited for (the
+  # launcher waits for all of its daemons).
+  local TIMEFORMAT="%U %S"
+  { time "${cmd[@]}" >"$log.out" 2>&1; } 2>"$log.time" ||
+    { echo "$name failed:" >&2; tail -5 "$log.out" >&2; exit 1; }
+  end=$(date +%s.%N)
+  local wall cpu sps req=0 bytes=0
+  wall=$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')
+  cpu=$(awk '{ print $1 + $2 }' "$log.time")
+  if [ "$name" = single ]; then
+    sps=$(grep -oE "samples [0-9]+ samples/s [0-9.]+ seconds [0-9.]+" "$log.out" | tail -1 |
+      awk '{ printf "%.1f", $2 / $6 }')
+  else
+    sps=$(cat "$log"/trainer.*.log | grep -oE "samples [0-9]+ samples/s [0-9.]+ seconds [0-9.]+" |
+      awk '{ s += $2; if ($6 > t) t = $6 } END { printf "%.1f", s / t }')
+    local steps=$(((N / BATCH) + ((N % BATCH) >= trainers ? 1 : 0)))
+    read -r req bytes < <(cat "$log"/pserver.*.log | grep -oE "requests=[0-9]+ bytes_in=[0-9]+ bytes_out=[0-9]+" |
+      tr '=' ' ' | awk -v s="$steps" -v t="$trainers" \
+        '{ r += $2; b += $4 + $6; n++ } END { printf "%.1f %.1f\n", r / n / (s * t), b / n / (s * t) / 1024 }')
+  fi
+  echo "$sps $wall $cpu $req $bytes" >>"$WORK/$key.rows"
+}
+
+for ((r = 0; r < ROUNDS; r++)); do
+  for c in "${CONFIGS[@]}"; do run "$c" "$r"; done
+done
+
+single_sps=$(awk '{ s += $1; n++ } END { print s / n }' "$WORK/single.rows")
+echo "| run | samples/s | vs single | wall s | CPU s / 1k samples | req/step/ps | KB/step/ps |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+for c in "${CONFIGS[@]}"; do
+  key="$(echo "$c" | tr ' =' '__')"
+  awk -v name="$c" -v base="$single_sps" -v n="$N" '
+    { sps[NR] = $1; s += $1; w += $2; cpu += $3; req += $4; kb += $5 }
+    END {
+      lo = sps[1]; hi = sps[1]
+      for (i = 2; i <= NR; i++) { if (sps[i] < lo) lo = sps[i]; if (sps[i] > hi) hi = sps[i] }
+      m = s / NR
+      if (name == "single") { rq = "-"; k = "-" }
+      else { rq = sprintf("%.1f", req / NR); k = sprintf("%.1f", kb / NR) }
+      printf "| %s | %.0f (%.0f-%.0f) | %.2f | %.1f | %.3f | %s | %s |\n", name, m, lo, hi,
+        m / base, w / NR, cpu / NR / (n / 1000), rq, k
+    }' "$WORK/$key.rows"
+done
