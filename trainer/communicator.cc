@@ -1,7 +1,9 @@
 #include "trainer/communicator.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -45,33 +47,44 @@ struct AsyncCommunicator::State : std::enable_shared_from_this<State> {
   struct Queue {
     std::string endpoint;
     std::deque<Variable> items;
+    Variable in_flight;  // this variable's part of the push in flight, read until its callback
+  };
+  // One pserver: its variables' queues, and whether a push to it is in flight.
+  struct Endpoint {
+    std::vector<std::pair<const std::string*, Queue*>> queues;  // in first-push order
     bool sending = false;
-    Variable in_flight;  // the push in flight, read by the client until its callback
   };
   // What Send() needs, taken under the lock.
   struct Next {
-    const std::string* name = nullptr;
-    Queue* queue = nullptr;
     std::string endpoint;
+    std::vector<SendItem> items;
   };
 
   RpcContext* rpc;
   CommunicatorOptions options;
   mutable absl::Mutex mu;
-  std::map<std::string, Queue> queues ABSL_GUARDED_BY(mu);  // nodes never move
+  std::map<std::string, Queue> queues ABSL_GUARDED_BY(mu);        // nodes never move
+  std::map<std::string, Endpoint> endpoints ABSL_GUARDED_BY(mu);  // likewise
   int in_flight ABSL_GUARDED_BY(mu) = 0;
   absl::Status error ABSL_GUARDED_BY(mu);
   CommunicatorStats stats ABSL_GUARDED_BY(mu);
 
-  // The next push of queue `it`, if none is in flight and gradients wait (and nothing failed).
-  bool TakeNext(std::map<std::string, Queue>::iterator it, Next* next)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    Queue& q = it->second;
-    if (q.sending || q.items.empty() || !error.ok()) return false;
-    Merge(&q.items, options.max_merge, &q.in_flight);
-    q.sending = true;
+  // The next push to `endpoint`, if none is in flight and gradients wait (and nothing failed):
+  // every variable of the endpoint with queued gradients, each with up to max_merge of them
+  // merged.
+  bool TakeNext(const std::string& endpoint, Next* next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    Endpoint& e = endpoints[endpoint];
+    if (e.sending || !error.ok()) return false;
+    next->endpoint = endpoint;
+    next->items.clear();
+    for (auto& [name, q] : e.queues) {
+      if (q->items.empty()) continue;
+      Merge(&q->items, options.max_merge, &q->in_flight);
+      next->items.push_back({*name, &q->in_flight});
+    }
+    if (next->items.empty()) return false;
+    e.sending = true;
     ++in_flight;
-    *next = Next{&it->first, &q, q.endpoint};
     return true;
   }
 
@@ -79,25 +92,28 @@ struct AsyncCommunicator::State : std::enable_shared_from_this<State> {
   // starts what queued meanwhile: at most queue_capacity nested sends).
   void Send(Next next) ABSL_LOCKS_EXCLUDED(mu) {
     std::shared_ptr<State> self = shared_from_this();
+    const int64_t count = static_cast<int64_t>(next.items.size());
     rpc->clients->Get(next.endpoint)
-        ->SendVariableAsync(rpc->Meta(), *next.name, &next.queue->in_flight,
-                            [self, name = next.name](absl::Status s) { self->Sent(name, s); });
+        ->SendBatchAsync(rpc->Meta(), std::move(next.items), /*send_barrier=*/false,
+                         [self, endpoint = next.endpoint, count](absl::Status s) {
+                           self->Sent(endpoint, count, s);
+                         });
   }
 
-  void Sent(const std::string* name, absl::Status s) ABSL_LOCKS_EXCLUDED(mu) {
+  void Sent(const std::string& endpoint, int64_t count, absl::Status s) ABSL_LOCKS_EXCLUDED(mu) {
     Next next;
     {
       absl::MutexLock lock(&mu);
-      auto it = queues.find(*name);
-      it->second.sending = false;
-      it->second.in_flight = Variable();
+      Endpoint& e = endpoints[endpoint];
+      e.sending = false;
+      for (auto& [name, q] : e.queues) q->in_flight = Variable();
       --in_flight;
       if (s.ok()) {
-        ++stats.sent;
+        stats.sent += count;
       } else if (error.ok()) {
         error = s;
       }
-      if (!TakeNext(it, &next)) return;
+      if (!TakeNext(endpoint, &next)) return;
     }
     Send(std::move(next));
   }
@@ -115,33 +131,56 @@ AsyncCommunicator::~AsyncCommunicator() { Flush().IgnoreError(); }
 
 absl::Status AsyncCommunicator::Push(const std::string& name, const std::string& endpoint,
                                      const Variable& grad) {
-  Variable copy;
-  if (const SelectedRows* sr = grad.GetIf<SelectedRows>()) {
-    SelectedRows* c = copy.GetMutable<SelectedRows>();
-    c->rows = sr->rows;
-    c->height = sr->height;
-    c->value.CopyFrom(sr->value);
-  } else {
-    copy.GetMutable<Tensor>()->CopyFrom(grad.Get<Tensor>());
+  return PushAll({{name, endpoint, &grad}});
+}
+
+absl::Status AsyncCommunicator::PushAll(const std::vector<Gradient>& grads) {
+  std::vector<Variable> copies(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (const SelectedRows* sr = grads[i].value->GetIf<SelectedRows>()) {
+      SelectedRows* c = copies[i].GetMutable<SelectedRows>();
+      c->rows = sr->rows;
+      c->height = sr->height;
+      c->value.CopyFrom(sr->value);
+    } else {
+      copies[i].GetMutable<Tensor>()->CopyFrom(grads[i].value->Get<Tensor>());
+    }
   }
   State& st = *state_;
-  State::Next next;
+  std::vector<State::Next> sends;
   {
     absl::MutexLock lock(&st.mu);
-    auto has_room = [&st, &name]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
-      auto it = st.queues.find(name);
-      return !st.error.ok() || it == st.queues.end() ||
-             static_cast<int>(it->second.items.size()) < st.options.queue_capacity;
-    };
-    st.mu.Await(absl::Condition(&has_room));
-    if (!st.error.ok()) return st.error;
-    auto it = st.queues.try_emplace(name).first;
-    it->second.endpoint = endpoint;
-    it->second.items.push_back(std::move(copy));
-    ++st.stats.pushed;
-    if (!st.TakeNext(it, &next)) return absl::OkStatus();
+    std::vector<std::string> touched;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const std::string& name = grads[i].name;
+      auto has_room = [&st, &name]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
+        auto it = st.queues.find(name);
+        return !st.error.ok() || it == st.queues.end() ||
+               static_cast<int>(it->second.items.size()) < st.options.queue_capacity;
+      };
+      st.mu.Await(absl::Condition(&has_room));
+      if (!st.error.ok()) return st.error;
+      auto [it, created] = st.queues.try_emplace(name);
+      State::Queue& q = it->second;
+      if (created) {
+        q.endpoint = grads[i].endpoint;
+        st.endpoints[q.endpoint].queues.push_back({&it->first, &q});
+      } else if (q.endpoint != grads[i].endpoint) {
+        return absl::InvalidArgumentError(absl::StrCat("gradient ", name, " pushed to ",
+                                                       grads[i].endpoint, " and to ", q.endpoint));
+      }
+      q.items.push_back(std::move(copies[i]));
+      ++st.stats.pushed;
+      if (std::find(touched.begin(), touched.end(), q.endpoint) == touched.end()) {
+        touched.push_back(q.endpoint);
+      }
+    }
+    for (const std::string& endpoint : touched) {
+      State::Next next;
+      if (st.TakeNext(endpoint, &next)) sends.push_back(std::move(next));
+    }
   }
-  st.Send(std::move(next));
+  for (State::Next& next : sends) st.Send(std::move(next));
   return absl::OkStatus();
 }
 

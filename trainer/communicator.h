@@ -1,13 +1,14 @@
-// AsyncCommunicator: the trainer's gradient sender for async mode. The send op hands it each
-// gradient (copied, so the next step may overwrite its own). A variable with no push in flight
-// is pushed at once, from the caller's thread; gradients of a variable pushed while one is in
-// flight queue, and when that push completes (on the RPC's callback thread) up to `max_merge`
-// of them are merged (dense: summed; sparse: rows concatenated, the pserver merges duplicate
-// ids) into the next push. So each variable has at most one push in flight and its pushes
-// arrive in order, a slow network costs merged pushes rather than trainer stalls, and no
-// thread of its own sits between the trainer and the network (a hand-off between threads costs
-// a wake-up each way). A full queue blocks Push (backpressure). Flush() waits until everything
-// pushed has been sent. Thread-safe.
+// AsyncCommunicator: the trainer's gradient sender for async mode. The send op hands it a step's
+// gradients (copied, so the next step may overwrite its own). A pserver with no push in flight
+// gets one at once, from the caller's thread: one SendBatch request with every gradient queued
+// for it. Gradients queued for a pserver while a push to it is in flight wait, and when that
+// push completes (on the RPC's callback thread) the next push takes every waiting variable,
+// with up to `max_merge` gradients of each merged (dense: summed; sparse: rows concatenated, the
+// pserver merges duplicate ids). So each pserver has at most one push in flight, each variable's
+// gradients arrive in order, a slow network costs merged pushes rather than trainer stalls, and
+// no thread of its own sits between the trainer and the network (a hand-off between threads
+// costs a wake-up each way). A full queue (per variable) blocks the push (backpressure).
+// Flush() waits until everything pushed has been sent. Thread-safe.
 #ifndef TESSERA_TRAINER_COMMUNICATOR_H_
 #define TESSERA_TRAINER_COMMUNICATOR_H_
 
@@ -15,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -31,7 +33,7 @@ struct CommunicatorOptions {
 
 struct CommunicatorStats {
   int64_t pushed = 0;  // gradients handed to Push
-  int64_t sent = 0;    // SendVariable calls that succeeded (what the pservers receive)
+  int64_t sent = 0;    // gradients in pushes that succeeded (what the pservers receive)
 };
 
 class AsyncCommunicator {
@@ -40,8 +42,16 @@ class AsyncCommunicator {
   AsyncCommunicator(RpcContext* rpc, CommunicatorOptions options);
   ~AsyncCommunicator();  // flushes (errors are dropped: call Flush() to see them)
 
-  // Queues a copy of `grad` for `name` on `endpoint`, and sends it now if no push of `name` is
-  // in flight. Fails only after a send failed (the error is sticky and names the endpoint).
+  struct Gradient {
+    std::string name;
+    std::string endpoint;  // always the same for one name
+    const Variable* value;
+  };
+  // Queues a copy of every gradient, and starts a push to each pserver that has none in flight.
+  // Fails only after a send failed (the error is sticky and names the endpoint), or when a
+  // variable names another endpoint than before.
+  absl::Status PushAll(const std::vector<Gradient>& grads);
+  // PushAll of one gradient.
   absl::Status Push(const std::string& name, const std::string& endpoint, const Variable& grad);
   // Waits until every queued gradient has been sent; returns the first send error.
   absl::Status Flush();

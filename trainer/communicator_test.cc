@@ -66,6 +66,20 @@ class FakeClient : public PServerClient {
     done(absl::UnimplementedError("fake"));
   }
 
+  // Records each batch's size; its variables then go as SendVariable calls (the default).
+  void SendBatchAsync(const RequestMeta& meta, std::vector<SendItem> items, bool send_barrier,
+                      DoneCallback done) override {
+    {
+      absl::MutexLock lock(&mu_);
+      batch_sizes_.push_back(static_cast<int>(items.size()));
+    }
+    PServerClient::SendBatchAsync(meta, std::move(items), send_barrier, std::move(done));
+  }
+  std::vector<int> batch_sizes() {
+    absl::MutexLock lock(&mu_);
+    return batch_sizes_;
+  }
+
   // Waits (at most 10 s) until `n` sends are pending.
   bool AwaitPending(int n) {
     absl::MutexLock lock(&mu_);
@@ -101,6 +115,7 @@ class FakeClient : public PServerClient {
   const bool inline_done_;
   absl::Mutex mu_;
   std::deque<Call> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> batch_sizes_ ABSL_GUARDED_BY(mu_);
   std::vector<Call> sent_;
 };
 
@@ -163,6 +178,45 @@ TEST(AsyncCommunicatorTest, SendsAtOnceThenMergesWhatQueuedWhileInFlight) {
   CommunicatorStats st = comm.stats();
   EXPECT_EQ(st.pushed, 3);
   EXPECT_EQ(st.sent, 2);
+}
+
+// A step's gradients go to each pserver as one push; what waits while it is in flight goes out
+// as the next one.
+TEST(AsyncCommunicatorTest, OnePushPerPserverCarriesEveryWaitingVariable) {
+  Fixture f;
+  FakeClient* ps0 = f.client("ps0");
+  FakeClient* ps1 = f.client("ps1");
+  AsyncCommunicator comm(&f.rpc, CommunicatorOptions{4, 8});
+  Variable w = Dense(1), b = Dense(2), t = Rows({5}, 3.0f);
+  ASSERT_TRUE(comm.PushAll({{"w", "ps0", &w}, {"t", "ps1", &t}, {"b", "ps0", &b}}).ok());
+  EXPECT_EQ(ps0->batch_sizes(), (std::vector<int>{2}));
+  EXPECT_EQ(ps1->batch_sizes(), (std::vector<int>{1}));
+  Variable w2 = Dense(10), b2 = Dense(20);
+  ASSERT_TRUE(comm.PushAll({{"w", "ps0", &w2}, {"b", "ps0", &b2}}).ok());
+  EXPECT_EQ(ps0->batch_sizes(), (std::vector<int>{2})) << "a second push to ps0 while one is "
+                                                          "in flight";
+  ps0->CompleteOldest(absl::OkStatus());
+  ps0->CompleteOldest(absl::OkStatus());  // the first push is done: the second starts
+  ASSERT_TRUE(ps0->AwaitPending(2));
+  EXPECT_EQ(ps0->batch_sizes(), (std::vector<int>{2, 2}));
+  ps0->CompleteOldest(absl::OkStatus());
+  ps0->CompleteOldest(absl::OkStatus());
+  ps1->CompleteOldest(absl::OkStatus());
+  ASSERT_TRUE(comm.Flush().ok());
+  CommunicatorStats st = comm.stats();
+  EXPECT_EQ(st.pushed, 5);
+  EXPECT_EQ(st.sent, 5);
+  ASSERT_EQ(ps0->sent().size(), 4u);
+  const float want[] = {1, 2, 10, 20};
+  const char* names[] = {"w", "b", "w", "b"};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(ps0->sent()[i].name, names[i]);
+    EXPECT_EQ(ps0->sent()[i].var.Get<Tensor>().data<float>()[0], want[i]);
+  }
+  // A variable pushed to another pserver than before is refused, naming both.
+  absl::Status moved = comm.Push("w", "ps1", w);
+  EXPECT_EQ(moved.code(), absl::StatusCode::kInvalidArgument) << moved;
+  EXPECT_NE(moved.message().find("ps0"), std::string::npos) << moved;
 }
 
 TEST(AsyncCommunicatorTest, DenseGradientsQueuedTogetherAreSummedAndVariablesRunInParallel) {

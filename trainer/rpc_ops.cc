@@ -182,10 +182,9 @@ absl::Status Send(RpcContext* rpc, OpContext& ctx) {
     values.push_back(v);
   }
   if (!ctx.BoolAttr("sync_mode", true) && rpc->communicator != nullptr) {
-    for (size_t i = 0; i < vars.size(); ++i) {
-      TS_RETURN_IF_ERROR(rpc->communicator->Push(vars[i], eps[i], *values[i]));
-    }
-    return absl::OkStatus();
+    std::vector<AsyncCommunicator::Gradient> grads;
+    for (size_t i = 0; i < vars.size(); ++i) grads.push_back({vars[i], eps[i], values[i]});
+    return rpc->communicator->PushAll(grads);
   }
   const std::vector<std::string> barrier = ctx.StringsAttr("barrier_endpoints");
   std::vector<std::string> endpoints = eps;
