@@ -169,6 +169,31 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   return absl::OkStatus();
 }
 
+// One pserver's request of a send or recv: the indices of its variables, and whether it carries
+// the barrier.
+struct PserverPart {
+  std::string endpoint;
+  std::vector<size_t> vars;
+  bool barrier = false;
+};
+
+// The requests for variables at `eps` (one endpoint per variable), pservers in first-use order;
+// the pservers in `barrier` get the barrier, with no variables if they serve none.
+std::vector<PserverPart> PartsByPserver(const std::vector<std::string>& eps,
+                                        const std::vector<std::string>& barrier) {
+  std::vector<std::string> all = eps;
+  all.insert(all.end(), barrier.begin(), barrier.end());
+  std::vector<PserverPart> parts;
+  for (const std::string& ep : Distinct(all)) {
+    PserverPart part{ep, {}, std::find(barrier.begin(), barrier.end(), ep) != barrier.end()};
+    for (size_t i = 0; i < eps.size(); ++i) {
+      if (eps[i] == ep) part.vars.push_back(i);
+    }
+    parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
 // send: X[i] to epmap[i], one request per pserver; with attr barrier_endpoints (sync), each of
 // those pservers' requests also carries this trainer's send barrier (a pserver that gets no
 // gradient gets a barrier-only request).
@@ -186,19 +211,14 @@ absl::Status Send(RpcContext* rpc, OpContext& ctx) {
     for (size_t i = 0; i < vars.size(); ++i) grads.push_back({vars[i], eps[i], values[i]});
     return rpc->communicator->PushAll(grads);
   }
-  const std::vector<std::string> barrier = ctx.StringsAttr("barrier_endpoints");
-  std::vector<std::string> endpoints = eps;
-  endpoints.insert(endpoints.end(), barrier.begin(), barrier.end());
-  endpoints = Distinct(endpoints);
-  StatusGroup group(static_cast<int>(endpoints.size()));
+  std::vector<PserverPart> parts = PartsByPserver(eps, ctx.StringsAttr("barrier_endpoints"));
+  StatusGroup group(static_cast<int>(parts.size()));
   RequestMeta meta = rpc->Meta();
-  for (const std::string& ep : endpoints) {
+  for (const PserverPart& part : parts) {
     std::vector<SendItem> items;
-    for (size_t i = 0; i < vars.size(); ++i) {
-      if (eps[i] == ep) items.push_back({vars[i], values[i]});
-    }
-    bool with_barrier = std::find(barrier.begin(), barrier.end(), ep) != barrier.end();
-    rpc->clients->Get(ep)->SendBatchAsync(meta, std::move(items), with_barrier, group.Callback());
+    for (size_t i : part.vars) items.push_back({vars[i], values[i]});
+    rpc->clients->Get(part.endpoint)
+        ->SendBatchAsync(meta, std::move(items), part.barrier, group.Callback());
   }
   return group.Wait();
 }
@@ -219,19 +239,14 @@ absl::Status Recv(RpcContext* rpc, OpContext& ctx) {
   if (rpc->communicator != nullptr && rpc->read_own_writes) {
     TS_RETURN_IF_ERROR(rpc->communicator->Flush());
   }
-  const std::vector<std::string> barrier = ctx.StringsAttr("fetch_barrier_endpoints");
-  std::vector<std::string> endpoints = eps;
-  endpoints.insert(endpoints.end(), barrier.begin(), barrier.end());
-  endpoints = Distinct(endpoints);
-  StatusGroup group(static_cast<int>(endpoints.size()));
+  std::vector<PserverPart> parts = PartsByPserver(eps, ctx.StringsAttr("fetch_barrier_endpoints"));
+  StatusGroup group(static_cast<int>(parts.size()));
   RequestMeta meta = rpc->Meta();
-  for (const std::string& ep : endpoints) {
+  for (const PserverPart& part : parts) {
     std::vector<GetItem> items;
-    for (size_t i = 0; i < vars.size(); ++i) {
-      if (eps[i] == ep) items.push_back({vars[i], outs[i]});
-    }
-    bool with_barrier = std::find(barrier.begin(), barrier.end(), ep) != barrier.end();
-    rpc->clients->Get(ep)->GetBatchAsync(meta, std::move(items), with_barrier, group.Callback());
+    for (size_t i : part.vars) items.push_back({vars[i], outs[i]});
+    rpc->clients->Get(part.endpoint)
+        ->GetBatchAsync(meta, std::move(items), part.barrier, group.Callback());
   }
   return group.Wait();
 }

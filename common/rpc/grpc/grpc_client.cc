@@ -345,6 +345,28 @@ std::vector<size_t> CutBatches(size_t n, int64_t cap, Bytes bytes) {
   return starts;
 }
 
+// Starts the parts of a batched call: `singles` calls single(i, cb) (chunked tensors) and
+// `batches` calls batch(b, barrier, cb). With a barrier (batches >= 1), the last batch carries
+// it and starts only once every other part is done, so that the barrier follows them all;
+// without one, everything is in flight at once. `done` gets the first error, or OK at the end.
+void RunParts(size_t singles, size_t batches, bool barrier,
+              const std::function<void(size_t, DoneCallback)>& single,
+              std::function<void(size_t, bool, DoneCallback)> batch, DoneCallback done) {
+  const size_t before = barrier ? batches - 1 : batches;
+  auto last = [batch, before, barrier, done] {
+    if (barrier) {
+      batch(before, true, done);
+    } else {
+      done(absl::OkStatus());
+    }
+  };
+  std::vector<DoneCallback> callbacks =
+      JoinThen(static_cast<int>(singles + before), std::move(last), done);
+  size_t c = 0;
+  for (size_t i = 0; i < singles; ++i) single(i, std::move(callbacks[c++]));
+  for (size_t b = 0; b < before; ++b) batch(b, false, std::move(callbacks[c++]));
+}
+
 int64_t PayloadBytes(const Variable& var) {
   if (const SelectedRows* sr = var.GetIf<SelectedRows>()) {
     return static_cast<int64_t>(sr->value.nbytes() + sr->rows.size() * sizeof(int64_t));
@@ -375,23 +397,12 @@ void GrpcPServerClient::SendBatchAsync(const RequestMeta& meta, std::vector<Send
     Call("SendBatch", EncodeBatch(meta, entries, barrier), nullptr,
          [small, cb = std::move(cb)](absl::Status s) { cb(std::move(s)); });
   };
-  // With a barrier, the last batch waits for the other parts, so that the barrier follows every
-  // gradient; without one, everything is in flight at once.
-  const size_t before = send_barrier ? starts.size() - 1 : starts.size();
-  auto last = [batch, last_index = before, send_barrier, done] {
-    if (send_barrier) {
-      batch(last_index, true, done);
-    } else {
-      done(absl::OkStatus());
-    }
-  };
-  std::vector<DoneCallback> callbacks =
-      JoinThen(static_cast<int>(large.size() + before), last, done);
-  size_t c = 0;
-  for (const SendItem& item : large) {
-    SendVariableAsync(meta, item.name, item.var, std::move(callbacks[c++]));
-  }
-  for (size_t b = 0; b < before; ++b) batch(b, false, std::move(callbacks[c++]));
+  RunParts(
+      large.size(), starts.size(), send_barrier,
+      [&](size_t i, DoneCallback cb) {
+        SendVariableAsync(meta, large[i].name, large[i].var, std::move(cb));
+      },
+      batch, std::move(done));
 }
 
 void GrpcPServerClient::GetBatchAsync(const RequestMeta& meta, std::vector<GetItem> items,
@@ -437,21 +448,12 @@ void GrpcPServerClient::GetBatchAsync(const RequestMeta& meta, std::vector<GetIt
         },
         std::move(cb));
   };
-  const size_t before = fetch_barrier ? starts.size() - 1 : starts.size();
-  auto last = [batch, last_index = before, fetch_barrier, done] {
-    if (fetch_barrier) {
-      batch(last_index, true, done);
-    } else {
-      done(absl::OkStatus());
-    }
-  };
-  std::vector<DoneCallback> callbacks =
-      JoinThen(static_cast<int>(large.size() + before), last, done);
-  size_t c = 0;
-  for (const GetItem& item : large) {
-    GetVariableAsync(meta, item.name, item.out, std::move(callbacks[c++]));
-  }
-  for (size_t b = 0; b < before; ++b) batch(b, false, std::move(callbacks[c++]));
+  RunParts(
+      large.size(), starts.size(), fetch_barrier,
+      [&](size_t i, DoneCallback cb) {
+        GetVariableAsync(meta, large[i].name, large[i].out, std::move(cb));
+      },
+      batch, std::move(done));
 }
 
 void GrpcPServerClient::PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,
