@@ -516,18 +516,26 @@ absl::Status ParameterServer::RestoreCheckpoint(const std::string& dir) {
   return absl::OkStatus();
 }
 
+void ParameterServer::HandleAbort(const RequestMeta& meta, const std::string& reason,
+                                  DoneCallback done) {
+  // Every other process learns the cause from this.
+  Fail(absl::AbortedError(
+      reason.empty()
+          ? absl::StrCat("trainer ", meta.trainer_id,
+                         " stopped with an error (its log says why), so pserver ",
+                         options_.endpoint, " stops the job")
+          : absl::StrCat("trainer ", meta.trainer_id, " stopped with an error, so pserver ",
+                         options_.endpoint, " stops the job: ", reason)));
+  done(absl::OkStatus());
+}
+
 void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) {
+  if (kind == ABORT) return HandleAbort(meta, "", std::move(done));
   std::vector<SyncBarrier::Reply> replies;
   absl::Status abort;
   {
     absl::MutexLock lock(&mu_);
-    if (kind == ABORT) {
-      // The trainer's own log has the cause; every other process learns it from this.
-      abort = absl::AbortedError(absl::StrCat(
-          "trainer ", meta.trainer_id, " stopped with an error (its log says why), so pserver ",
-          options_.endpoint, " stops the job"));
-      replies.push_back({std::move(done), absl::OkStatus()});
-    } else if (!failure_.ok()) {
+    if (!failure_.ok()) {
       replies.push_back({std::move(done), failure_});
     } else if (kind != SEND_BARRIER && kind != FETCH_BARRIER && kind != COMPLETE) {
       replies.push_back({std::move(done), absl::InvalidArgumentError(absl::StrCat(

@@ -136,6 +136,9 @@ class ParameterServer : public RequestHandler {
   void HandlePrefetch(const RequestMeta& meta, const std::string& table, std::vector<int64_t> ids,
                       PrefetchDone done) override;
   void HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) override;
+  // Fails the job, passing on the trainer's reason (so that a pserver that lost a peer, or a
+  // trainer refused elsewhere, is named in every process's log).
+  void HandleAbort(const RequestMeta& meta, const std::string& reason, DoneCallback done) override;
   // `dir` is a "ckpt-<step>" name; the shard goes to <options.checkpoint_dir>/<dir>.
   void HandleRegister(const RequestMeta& meta, const JobFields& fields, uint64_t nonce,
                       DoneCallback done) override;

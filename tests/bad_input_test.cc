@@ -329,6 +329,31 @@ TEST_F(BadInputTest, MalformedSmallRequestsAreRefused) {
   EXPECT_EQ(Snapshot(), before);
 }
 
+// A trainer's ABORT passes its error on: the pserver fails the job naming the trainer and the
+// cause. A reason that could forge log lines is refused and fails nothing.
+TEST_F(BadInputTest, AnAbortPassesItsReasonOn) {
+  BarrierRequest forged;
+  *forged.mutable_header() = ToHeader(meta_);
+  forged.set_kind(ABORT);
+  forged.set_reason("x\npserver 0: all is well");
+  grpc::Status s = Raw("Barrier", forged.SerializeAsString());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("abort reason"), std::string::npos) << s.error_message();
+  Variable w;
+  ASSERT_TRUE(client_->GetVariable(meta_, "fc.w", &w).ok()) << "the refused abort failed the job";
+
+  ASSERT_TRUE(client_->Abort(meta_, "pserver 10.0.0.9:6170 SendBatch: connection refused").ok());
+  absl::Status failed = ps_->Wait();
+  EXPECT_EQ(failed.code(), absl::StatusCode::kAborted) << failed;
+  EXPECT_NE(failed.message().find(absl::StrCat("trainer ", meta_.trainer_id,
+                                               " stopped with an error, so pserver ", endpoint_,
+                                               " stops the job: pserver 10.0.0.9:6170 SendBatch: "
+                                               "connection refused")),
+            std::string::npos)
+      << failed;
+  EXPECT_EQ(client_->GetVariable(meta_, "fc.w", &w).code(), absl::StatusCode::kAborted);
+}
+
 TEST_F(BadInputTest, MessageSizeLimitsAreEnforcedOnBothSides) {
   const auto before = Snapshot();
   // A 6 KiB gradient to a server that takes at most 4 KiB.

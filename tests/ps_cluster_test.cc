@@ -464,6 +464,8 @@ TEST_P(KillTest, PserversFailWithinTheTimeoutAndNothingHangs) {
                 log.find("did not arrive") != std::string::npos)
         << log;
     named |= log.find("trainers [1] did not arrive") != std::string::npos;
+    // A pserver stopped by the surviving trainer's ABORT passes that trainer's error on.
+    EXPECT_EQ(log.find("(its log says why)"), std::string::npos) << log;
   }
   if (GetParam() == 1) EXPECT_TRUE(named);
   for (pid_t pid : group.pids()) EXPECT_FALSE(group.Running(pid));

@@ -1,7 +1,10 @@
 #include "trainer/trainer_daemon.h"
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "cluster/cluster_programs.h"
+#include "cluster/job_fields.h"
 #include "common/device/placement.h"
 #include "common/io/checkpoint_io.h"
 #include "common/layers/memory_optimize.h"
@@ -12,18 +15,16 @@
 #include "common/params_io.h"
 #include "common/rpc/grpc/credentials.h"
 #include "common/rpc/grpc/grpc_client.h"
+#include "common/rpc/request_checks.h"
 #include "common/rpc/rpc_metrics.h"
 #include "common/status.h"
+#include "examples/registry.h"
 #include "trainer/collective_ops.h"
 #include "trainer/communicator.h"
 #include "trainer/device_setup.h"
 #include "trainer/local_trainer.h"
 #include "trainer/op_timing.h"
 #include "trainer/rpc_ops.h"
-#include "absl/random/random.h"
-#include "cluster/cluster_programs.h"
-#include "cluster/job_fields.h"
-#include "examples/registry.h"
 
 namespace tessera {
 
@@ -44,6 +45,20 @@ examples::ExampleOptions DataOptionsFor(const ClusterConfig& config, int num_mul
   o.max_line_bytes = config.max_line_bytes;
   o.num_multi = num_multi;
   return o;
+}
+
+// The error a failed trainer passes to the pservers with its ABORT: one printable line of at most
+// kMaxAbortReasonBytes.
+std::string AbortReason(const absl::Status& error) {
+  std::string reason(error.message());
+  for (char& c : reason) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  if (reason.size() > kMaxAbortReasonBytes) {
+    reason.resize(kMaxAbortReasonBytes - 3);
+    reason += "...";
+  }
+  return reason;
 }
 
 }  // namespace
@@ -340,80 +355,82 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPh
   }
   // Everything local is in place; from here on the trainer depends on its peers.
   phase->Started();
-  // A trainer that stops with an error tells the pservers it reached (ABORT), so that they
-  // fail the job at once instead of waiting for it at a barrier until --barrier_timeout_s.
+  // A trainer that stops with an error tells the pservers it reached (ABORT, with the error),
+  // so that they fail the job at once, passing the cause on, instead of waiting for it at a
+  // barrier until --barrier_timeout_s.
   std::vector<std::string> reached;
-  bool succeeded = false;
-  absl::Cleanup abort_pservers = [&] {
-    if (succeeded) return;
-    for (const std::string& ep : reached) (void)pool.Get(ep)->Barrier(rpc.Meta(), ABORT);
-  };
-  if (!collective_mode) {
-    // Every pserver reachable within --connect_timeout_s (one deadline for all), or the cause.
-    const absl::Time connect_deadline = absl::Now() + absl::Seconds(config.connect_timeout_s);
-    for (const std::string& ep : config.pservers) {
-      absl::Status connected = pool.Get(ep)->Connect(
-          std::max(absl::Milliseconds(1), connect_deadline - absl::Now()));
-      if (!connected.ok()) {
-        return absl::Status(connected.code(),
-                            absl::StrCat(connected.message(), " (waited --connect_timeout_s=",
-                                         config.connect_timeout_s, ")"));
+  absl::Status result = [&]() -> absl::Status {
+    if (!collective_mode) {
+      // Every pserver reachable within --connect_timeout_s (one deadline for all), or the cause.
+      const absl::Time connect_deadline = absl::Now() + absl::Seconds(config.connect_timeout_s);
+      for (const std::string& ep : config.pservers) {
+        absl::Status connected =
+            pool.Get(ep)->Connect(std::max(absl::Milliseconds(1), connect_deadline - absl::Now()));
+        if (!connected.ok()) {
+          return absl::Status(connected.code(),
+                              absl::StrCat(connected.message(), " (waited --connect_timeout_s=",
+                                           config.connect_timeout_s, ")"));
+        }
+        reached.push_back(ep);
       }
-      reached.push_back(ep);
-    }
-    // The job handshake: every pserver compares what this trainer was started with to its own
-    // flags and model (and to the other trainers'); a mismatch fails the job at once, naming
-    // the field and both values.
-    JobFields fields = JobFieldsFor(config, model);
-    fields.push_back({kStepsPerEpochField, absl::StrCat(steps_per_epoch)});
-    const uint64_t nonce = absl::Uniform<uint64_t>(absl::BitGen());
-    for (const std::string& ep : config.pservers) {
-      absl::Status registered = pool.Get(ep)->Register(rpc.Meta(), fields, nonce);
-      if (!registered.ok()) {
-        return absl::Status(registered.code(),
-                            absl::StrCat("pserver ", ep, ": ", registered.message()));
+      // The job handshake: every pserver compares what this trainer was started with to its own
+      // flags and model (and to the other trainers'); a mismatch fails the job at once, naming
+      // the field and both values.
+      JobFields fields = JobFieldsFor(config, model);
+      fields.push_back({kStepsPerEpochField, absl::StrCat(steps_per_epoch)});
+      const uint64_t nonce = absl::Uniform<uint64_t>(absl::BitGen());
+      for (const std::string& ep : config.pservers) {
+        absl::Status registered = pool.Get(ep)->Register(rpc.Meta(), fields, nonce);
+        if (!registered.ok()) {
+          return absl::Status(registered.code(),
+                              absl::StrCat("pserver ", ep, ": ", registered.message()));
+        }
       }
     }
+    // Create() runs the startup program, which pulls the initial parameters from the pservers.
+    TS_ASSIGN_OR_RETURN(auto trainer,
+                        LocalTrainer::Create(devices.executor_registry(&timed_registry), dist, lo));
+    if (resumed) trainer->ResumeAt(resume);
+    TS_RETURN_IF_ERROR(trainer->Train(data.train).status());
+    if (devices.on_gpu()) {
+      log << "trainer " << config.trainer_id << ": " << PlaceMemoryReport(devices.places[0])
+          << std::endl;
+    }
+    if (checkpointing && trainer->global_step() != last_checkpoint) {
+      TS_RETURN_IF_ERROR(
+          checkpoint(TrainPosition{trainer->global_step(), trainer->epochs_done(), 0}));
+    }
+    if (config.trainer_id == 0 && !data.test.examples.empty()) {
+      TS_ASSIGN_OR_RETURN(EvalResult eval, trainer->Evaluate(data.test));
+      log << "trainer 0: held-out loss " << eval.mean_loss;
+      if (eval.has_auc) log << " auc " << eval.auc;
+      log << std::endl;
+    }
+    if (communicator != nullptr) {
+      TS_RETURN_IF_ERROR(communicator->Flush());
+      CommunicatorStats cs = communicator->stats();
+      log << "trainer " << config.trainer_id << ": async gradients pushed=" << cs.pushed
+          << " sent=" << cs.sent << std::endl;
+    }
+    if (collective_mode) {
+      log << "trainer " << config.trainer_id
+          << ": gradient all-reduce bytes=" << collective.gradient_bytes << " (compression "
+          << config.allreduce_compression << ")" << std::endl;
+      TS_RETURN_IF_ERROR(collective.context.Shutdown());
+    } else {
+      TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
+    }
+    if (!config.dump_params.empty()) {
+      if (devices.on_gpu()) MoveScopeToHost(trainer->scope());
+      TS_RETURN_IF_ERROR(SaveVariables(*trainer->scope(), trainable, config.dump_params));
+    }
+    return absl::OkStatus();
+  }();
+  if (!result.ok()) {
+    const std::string reason = AbortReason(result);
+    for (const std::string& ep : reached) (void)pool.Get(ep)->Abort(rpc.Meta(), reason);
   }
-  // Create() runs the startup program, which pulls the initial parameters from the pservers.
-  TS_ASSIGN_OR_RETURN(auto trainer,
-                      LocalTrainer::Create(devices.executor_registry(&timed_registry), dist, lo));
-  if (resumed) trainer->ResumeAt(resume);
-  TS_RETURN_IF_ERROR(trainer->Train(data.train).status());
-  if (devices.on_gpu()) {
-    log << "trainer " << config.trainer_id << ": " << PlaceMemoryReport(devices.places[0])
-        << std::endl;
-  }
-  if (checkpointing && trainer->global_step() != last_checkpoint) {
-    TS_RETURN_IF_ERROR(
-        checkpoint(TrainPosition{trainer->global_step(), trainer->epochs_done(), 0}));
-  }
-  if (config.trainer_id == 0 && !data.test.examples.empty()) {
-    TS_ASSIGN_OR_RETURN(EvalResult eval, trainer->Evaluate(data.test));
-    log << "trainer 0: held-out loss " << eval.mean_loss;
-    if (eval.has_auc) log << " auc " << eval.auc;
-    log << std::endl;
-  }
-  if (communicator != nullptr) {
-    TS_RETURN_IF_ERROR(communicator->Flush());
-    CommunicatorStats cs = communicator->stats();
-    log << "trainer " << config.trainer_id << ": async gradients pushed=" << cs.pushed
-        << " sent=" << cs.sent << std::endl;
-  }
-  if (collective_mode) {
-    log << "trainer " << config.trainer_id
-        << ": gradient all-reduce bytes=" << collective.gradient_bytes << " (compression "
-        << config.allreduce_compression << ")" << std::endl;
-    TS_RETURN_IF_ERROR(collective.context.Shutdown());
-  } else {
-    TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
-  }
-  if (!config.dump_params.empty()) {
-    if (devices.on_gpu()) MoveScopeToHost(trainer->scope());
-    TS_RETURN_IF_ERROR(SaveVariables(*trainer->scope(), trainable, config.dump_params));
-  }
-  succeeded = true;
-  return absl::OkStatus();
+  return result;
 }
 
 }  // namespace tessera

@@ -92,6 +92,12 @@ absl::Status PServerClient::Barrier(const RequestMeta& meta, BarrierKind kind) {
   return g.Wait();
 }
 
+absl::Status PServerClient::Abort(const RequestMeta& meta, const std::string& reason) {
+  StatusGroup g(1);
+  AbortAsync(meta, reason, g.Callback());
+  return g.Wait();
+}
+
 absl::Status PServerClient::Register(const RequestMeta& meta, const JobFields& fields,
                                      uint64_t nonce) {
   StatusGroup g(1);

@@ -41,6 +41,12 @@ class PServerClient {
   virtual void PrefetchAsync(const RequestMeta& meta, const std::string& table,
                              const std::vector<int64_t>* ids, Tensor* out, DoneCallback done) = 0;
   virtual void BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) = 0;
+  // Tells the pserver this trainer stopped with an error (BarrierKind ABORT), and why: `reason`
+  // (printable, at most kMaxAbortReasonBytes; request_checks.h) reaches every process of the
+  // job. The default sends the ABORT without its reason.
+  virtual void AbortAsync(const RequestMeta& meta, const std::string& reason, DoneCallback done) {
+    BarrierAsync(meta, ABORT, std::move(done));
+  }
   // Asks the pserver to save its shard of checkpoint `dir` ("ckpt-<step>") under its own
   // --checkpoint_dir.
   virtual void CheckpointAsync(const RequestMeta& meta, const std::string& dir,
@@ -69,6 +75,7 @@ class PServerClient {
   absl::Status Prefetch(const RequestMeta& meta, const std::string& table,
                         const std::vector<int64_t>& ids, Tensor* out);
   absl::Status Barrier(const RequestMeta& meta, BarrierKind kind);
+  absl::Status Abort(const RequestMeta& meta, const std::string& reason);
   absl::Status Checkpoint(const RequestMeta& meta, const std::string& dir);
 };
 

@@ -69,4 +69,12 @@ absl::Status CheckPrefetchIds(absl::string_view table, size_t id_bytes) {
                                                  id_bytes, " bytes, not a multiple of 8"));
 }
 
+absl::Status CheckAbortReason(absl::string_view reason) {
+  if (reason.size() > kMaxAbortReasonBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("abort reason of ", reason.size(), " bytes exceeds ", kMaxAbortReasonBytes));
+  }
+  return CheckPrintable("abort reason", reason);
+}
+
 }  // namespace tessera

@@ -40,6 +40,10 @@ absl::StatusOr<ByteRange> ResolveByteRange(absl::string_view name, int64_t offse
 // bytes (names non-empty).
 absl::Status CheckJobFields(const JobFields& fields);
 
+// The reason an ABORT carries: printable, at most kMaxAbortReasonBytes bytes.
+inline constexpr size_t kMaxAbortReasonBytes = 1024;
+absl::Status CheckAbortReason(absl::string_view reason);
+
 // The ids field of a Prefetch of `table`: a whole number of little-endian int64 ids.
 absl::Status CheckPrefetchIds(absl::string_view table, size_t id_bytes);
 

@@ -79,6 +79,18 @@ TEST(RequestChecksTest, RequestMetaAndNames) {
             absl::string_view::npos);
 }
 
+TEST(RequestChecksTest, AbortReason) {
+  EXPECT_TRUE(CheckAbortReason("").ok());
+  EXPECT_TRUE(CheckAbortReason("pserver 10.0.0.2:6170 SendBatch: Deadline Exceeded").ok());
+  EXPECT_TRUE(CheckAbortReason(std::string(kMaxAbortReasonBytes, 'a')).ok());
+  absl::Status long_reason = CheckAbortReason(std::string(kMaxAbortReasonBytes + 1, 'a'));
+  EXPECT_EQ(long_reason.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(long_reason.message().find("1025 bytes"), absl::string_view::npos) << long_reason;
+  absl::Status forged = CheckAbortReason("ok\npserver 0: all fine");
+  EXPECT_EQ(forged.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(forged.message().find('\n'), absl::string_view::npos);
+}
+
 TEST(RequestChecksTest, JobHandshakeFields) {
   EXPECT_TRUE(CheckJobFields({{"trainers", "2"}, {"pservers", "a:1,b:2"}, {"model", ""}}).ok());
   EXPECT_NE(CheckJobFields({{"", "2"}}).message().find("is empty"), absl::string_view::npos);

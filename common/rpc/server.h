@@ -42,6 +42,11 @@ class RequestHandler {
                               std::vector<int64_t> ids, PrefetchDone done) = 0;
 
   virtual void HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) = 0;
+  // An ABORT with the trainer's reason (already checked: printable and bounded). The default
+  // handles it as HandleBarrier(ABORT).
+  virtual void HandleAbort(const RequestMeta& meta, const std::string& reason, DoneCallback done) {
+    HandleBarrier(meta, ABORT, std::move(done));
+  }
   virtual void HandleCheckpoint(const RequestMeta& meta, const std::string& dir,
                                 DoneCallback done) = 0;
   // The job handshake of trainer meta.trainer_id (process `nonce`): a mismatch of `fields` with

@@ -208,6 +208,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     absl::Status ids = CheckPrefetchIds(prefetch.table(), prefetch.ids().size());
     if (!ids.ok()) RequireGoodError(ids);
   }
+  if (ParseProto(buffer, &barrier).ok()) {
+    absl::Status reason = CheckAbortReason(barrier.reason());
+    if (!reason.ok()) RequireGoodError(reason);
+  }
   if (ParseProto(buffer, &get_batch).ok()) {
     for (const std::string& name : get_batch.names()) {
       absl::Status checked = CheckRequestName("variable name", name);

@@ -305,6 +305,15 @@ void GrpcPServerClient::BarrierAsync(const RequestMeta& meta, BarrierKind kind, 
   Call("Barrier", SerializeProto(req), nullptr, std::move(done));
 }
 
+void GrpcPServerClient::AbortAsync(const RequestMeta& meta, const std::string& reason,
+                                   DoneCallback done) {
+  BarrierRequest req;
+  *req.mutable_header() = ToHeader(meta);
+  req.set_kind(ABORT);
+  req.set_reason(reason);
+  Call("Barrier", SerializeProto(req), nullptr, std::move(done));
+}
+
 void GrpcPServerClient::RegisterAsync(const RequestMeta& meta, const JobFields& fields,
                                       uint64_t nonce, DoneCallback done) {
   RegisterRequest req;

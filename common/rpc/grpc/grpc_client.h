@@ -54,6 +54,7 @@ class GrpcPServerClient : public PServerClient {
   void PrefetchAsync(const RequestMeta& meta, const std::string& table,
                      const std::vector<int64_t>* ids, Tensor* out, DoneCallback done) override;
   void BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) override;
+  void AbortAsync(const RequestMeta& meta, const std::string& reason, DoneCallback done) override;
   void CheckpointAsync(const RequestMeta& meta, const std::string& dir, DoneCallback done) override;
   void RegisterAsync(const RequestMeta& meta, const JobFields& fields, uint64_t nonce,
                      DoneCallback done) override;

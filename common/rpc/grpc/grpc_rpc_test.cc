@@ -1,12 +1,13 @@
 // The gRPC transport end to end on loopback, against a small in-memory handler.
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "common/rpc/grpc/grpc_client.h"
 #include "common/rpc/grpc/grpc_server.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -72,6 +73,17 @@ class MemoryHandler : public RequestHandler {
                         DoneCallback done) override {
     done(absl::UnimplementedError("no checkpoints here"));
   }
+  void HandleAbort(const RequestMeta& meta, const std::string& reason, DoneCallback done) override {
+    {
+      absl::MutexLock lock(&mu_);
+      aborts_.push_back(absl::StrCat(meta.trainer_id, ": ", reason));
+    }
+    done(absl::OkStatus());
+  }
+  std::vector<std::string> aborts() {
+    absl::MutexLock lock(&mu_);
+    return aborts_;
+  }
   void HandleRegister(const RequestMeta&, const JobFields&, uint64_t, DoneCallback done) override {
     done(absl::UnimplementedError("no job handshake here"));
   }
@@ -84,6 +96,7 @@ class MemoryHandler : public RequestHandler {
   absl::Mutex mu_;
   std::map<std::string, Variable> vars_;
   std::vector<DoneCallback> waiting_;
+  std::vector<std::string> aborts_;
   int sends_ = 0;
 };
 
@@ -309,6 +322,18 @@ TEST_F(GrpcRpcTest, PrefetchBatchRefusesATableTwice) {
   absl::Status s = p.Wait();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("twice"), std::string::npos) << s;
+}
+
+// An ABORT carries the trainer's reason to the handler; a reason that could forge log lines is
+// refused before the handler sees it.
+TEST_F(GrpcRpcTest, AbortCarriesItsReason) {
+  auto c = Client();
+  ASSERT_TRUE(c->Abort({"job", 1, 4}, "pserver 10.0.0.9:6170 GetBatch: connection refused").ok());
+  EXPECT_EQ(handler_.aborts(),
+            (std::vector<std::string>{"1: pserver 10.0.0.9:6170 GetBatch: connection refused"}));
+  absl::Status forged = c->Abort({"job", 1, 4}, "x\ntrainer 0: fine");
+  EXPECT_EQ(forged.code(), absl::StatusCode::kInvalidArgument) << forged;
+  EXPECT_EQ(handler_.aborts().size(), 1u);
 }
 
 // The standard gRPC health service answers SERVING for the PServer service.

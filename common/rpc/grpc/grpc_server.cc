@@ -328,8 +328,14 @@ class GrpcServer::Service : public RawService {
     s = Admit(meta);
     if (!s.ok()) return Fail(reactor, s);
     *response = SerializeProto(BarrierResponse());
-    handler_->HandleBarrier(meta, req.kind(),
-                            [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); });
+    DoneCallback finish = [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); };
+    if (req.kind() == ABORT) {
+      s = CheckAbortReason(req.reason());
+      if (!s.ok()) return Fail(reactor, s);
+      handler_->HandleAbort(meta, req.reason(), std::move(finish));
+    } else {
+      handler_->HandleBarrier(meta, req.kind(), std::move(finish));
+    }
     return reactor;
   }
 

@@ -75,6 +75,15 @@ void InProcClient::BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneC
   handler_->HandleBarrier(meta, kind, std::move(done));
 }
 
+void InProcClient::AbortAsync(const RequestMeta& meta, const std::string& reason,
+                              DoneCallback done) {
+  absl::Status s = CheckRequestMeta(meta);
+  if (s.ok()) s = CheckAbortReason(reason);
+  if (s.ok()) s = handler_->Admit(meta);
+  if (!s.ok()) return done(s);
+  handler_->HandleAbort(meta, reason, std::move(done));
+}
+
 void InProcClient::RegisterAsync(const RequestMeta& meta, const JobFields& fields,
                                  uint64_t nonce, DoneCallback done) {
   absl::Status s = CheckRequestMeta(meta);
