@@ -2,9 +2,11 @@
 // (TESSERA_* / PADDLE_*), see common/config/cluster_config.h; --help lists them.
 #include "common/config/daemon_flags.h"
 #include "common/malloc_tuning.h"
+#include "common/mutex_tuning.h"
 #include "pserver/pserver_daemon.h"
 
 int main(int argc, char** argv) {
   tessera::TuneMallocForLargeBuffers();
+  tessera::DisableMutexDeadlockDetection();
   return tessera::DaemonMain(argc, argv, "tessera_pserver", "pserver", tessera::RunPserver);
 }

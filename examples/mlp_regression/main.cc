@@ -17,12 +17,13 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "examples/example_main.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/data/synthetic.h"
+#include "common/mutex_tuning.h"
 #include "common/ops/ops.h"
 #include "common/program_io.h"
+#include "examples/example_main.h"
 #include "examples/mlp_regression/model.h"
 #include "trainer/local_trainer.h"
 
@@ -56,6 +57,7 @@ int BadFlag(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tessera::DisableMutexDeadlockDetection();  // as the daemons do (common/mutex_tuning.h)
   tessera::examples::ParseExampleFlags(
       argc, argv,
       "trains the 10-100-1 perceptron regression model on one machine and "
