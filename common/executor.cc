@@ -1,6 +1,8 @@
 #include "common/executor.h"
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tessera {
 
@@ -8,7 +10,14 @@ namespace {
 // The cause first (it names the endpoint, variable and step where it has them), then which op:
 // its type, index and at most 3 inputs, so that a line stays short whatever the op's size.
 absl::Status Annotate(const absl::Status& s, int index, const OpDesc& op) {
-  return absl::Status(s.code(), absl::StrCat(s.message(), " (op #", index, " ", OpBrief(op), ")"));
+  absl::Status out(s.code(), absl::StrCat(s.message(), " (op #", index, " ", OpBrief(op), ")"));
+  s.ForEachPayload(
+      [&out](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  if (!out.GetPayload(kErrorDetailPayload).has_value()) {
+    out.SetPayload(kErrorDetailPayload,
+                   absl::Cord(absl::StrCat("op #", index, " ", OpSignature(op))));
+  }
+  return out;
 }
 
 absl::Status RunKernel(const OpInfo& info, const OpDesc& op, int index, Scope* scope) {

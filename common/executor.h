@@ -1,8 +1,11 @@
 // Executor: runs the ops of one block of a ProgramDesc, in order, on a Scope.
 //
 // Prepare() resolves every op's kernel once (an unknown op type fails there, naming the op);
-// Run() executes a prepared block. Errors carry the failing op's index and signature, e.g.
-//   op #3 mul(X=x, Y=w) -> (Out=h): X [4, 3] and Y [5, 2] disagree in the inner dimension
+// Run() executes a prepared block. An error leads with its cause, then the failing op's index,
+// type and at most 3 inputs, e.g.
+//   X [4, 3] and Y [5, 2] disagree in the inner dimension (op #3 mul(X=x,Y=w))
+// and carries the op in full (every input and output) as its ErrorDetail (common/status.h); the
+// innermost failed op wins (a control-flow op running a sub-block keeps its inner op's).
 // The Executor itself is stateless and thread-safe; concurrent Runs must use different scopes
 // or touch disjoint variables.
 #ifndef TESSERA_COMMON_EXECUTOR_H_

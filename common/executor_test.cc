@@ -2,6 +2,7 @@
 
 #include "common/ops/ops.h"
 #include "common/program_io.h"
+#include "common/status.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -71,6 +72,12 @@ TEST_F(ExecutorTest, ErrorOfAnOpWithManyInputsLeadsWithTheCauseOnAShortLine) {
   ASSERT_NE(op, std::string::npos) << m;
   EXPECT_LT(cause, op) << m;
   EXPECT_NE(m.find("... and 97 more)"), std::string::npos) << m;
+  // The op in full rides along for a verbose log: every input, and the outputs.
+  const std::string detail = ErrorDetail(s);
+  EXPECT_EQ(detail.rfind("op #0 sum(X=a_rather_long_gradient_name_0@GRAD,", 0), 0u) << detail;
+  EXPECT_NE(detail.find("a_rather_long_gradient_name_99@GRAD) -> (Out=total)"), std::string::npos)
+      << detail;
+  EXPECT_EQ(ErrorDetail(absl::InternalError("no op")), "");
 }
 
 TEST(OpBriefTest, ShowsAtMostThreeInputs) {

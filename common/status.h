@@ -3,8 +3,27 @@
 #ifndef TESSERA_COMMON_STATUS_H_
 #define TESSERA_COMMON_STATUS_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/string_view.h"
+
+namespace tessera {
+
+// An error's detail for a verbose log, carried beside its one-line message as a payload (e.g.
+// the failed op in full, with every input: common/executor.h). The daemons log it with
+// --verbose.
+inline constexpr absl::string_view kErrorDetailPayload = "type.tessera/error_detail";
+
+// The detail of `error`, or "" when it carries none.
+inline std::string ErrorDetail(const absl::Status& error) {
+  auto detail = error.GetPayload(kErrorDetailPayload);  // an absl::optional<absl::Cord>
+  return detail.has_value() ? std::string(*detail) : std::string();
+}
+
+}  // namespace tessera
 
 #define TS_CONCAT_IMPL(a, b) a##b
 #define TS_CONCAT(a, b) TS_CONCAT_IMPL(a, b)

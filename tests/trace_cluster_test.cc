@@ -167,10 +167,11 @@ TEST(TraceClusterTest, FailedRunKeepsTheStepsItRecorded) {
   std::string dir = MakeTempDir("trace_fail");
   auto eps = FreeEndpoints(1);
   ASSERT_TRUE(eps.ok());
-  std::vector<std::string> common = {
-      "--pservers=" + (*eps)[0], "--trainers=1",       "--example=mlp_regression",
-      "--num_examples=256",      "--batch_size=32",    "--epochs=100000",
-      "--log_every_steps=10",    "--rpc_deadline_s=2", "--barrier_timeout_s=20"};
+  std::vector<std::string> common = {"--pservers=" + (*eps)[0],  "--trainers=1",
+                                     "--example=mlp_regression", "--num_examples=256",
+                                     "--batch_size=32",          "--epochs=100000",
+                                     "--log_every_steps=10",     "--rpc_deadline_s=2",
+                                     "--barrier_timeout_s=20",   "--verbose"};
   ProcessGroup group;
   std::string trace = dir + "/trace.json";
   pid_t ps = -1, trainer = -1;
@@ -193,6 +194,11 @@ TEST(TraceClusterTest, FailedRunKeepsTheStepsItRecorded) {
   }
   EXPECT_GE(complete, 20) << ReadFileOrEmpty(dir + "/trainer.log");
   EXPECT_EQ(incomplete, 1) << ReadFileOrEmpty(dir + "/trainer.log");
+  // --verbose: after the one-line cause, the failed op in full (inputs and outputs).
+  const std::string log = ReadFileOrEmpty(dir + "/trainer.log");
+  const size_t full = log.find("tessera_trainer: in full: op #");
+  EXPECT_NE(full, std::string::npos) << log;
+  EXPECT_NE(log.find(") -> (", full), std::string::npos) << log;
 }
 
 TEST(TraceClusterTest, TraceIsWrittenWhenItsLastStepEndsEvenIfTheTrainerIsKilled) {

@@ -205,9 +205,7 @@ const std::vector<Setting>& Table() {
        Int(&ClusterConfig::num_examples, "num_examples", 1)},
       {{"num_test_examples", {"TESSERA_NUM_TEST_EXAMPLES"}, "synthetic held-out examples"},
        Int(&ClusterConfig::num_test_examples, "num_test_examples", 0)},
-      {{"vocab_per_slot",
-        {"TESSERA_VOCAB_PER_SLOT"},
-        "synthetic CTR data: distinct ids per slot"},
+      {{"vocab_per_slot", {"TESSERA_VOCAB_PER_SLOT"}, "synthetic CTR data: distinct ids per slot"},
        Int(&ClusterConfig::vocab_per_slot, "vocab_per_slot", 1)},
       {{"distributed_tables",
         {"TESSERA_DISTRIBUTED_TABLES"},
@@ -349,6 +347,11 @@ const std::vector<Setting>& Table() {
        Str(&ClusterConfig::job_token_file)},
       // Observability: the pserver's per-interval stats line (seconds; 0 = off); the trainer's
       // Chrome-trace timeline file (written at exit), how many steps it records, from which.
+      {{"verbose",
+        {"TESSERA_VERBOSE"},
+        "on an error, also log the failed op in full (every input and output) after the "
+        "one-line cause"},
+       Bool(&ClusterConfig::verbose, "verbose")},
       {{"stats_interval_s",
         {"TESSERA_STATS_INTERVAL_S"},
         "pserver: log a stats line every N seconds (0 = off)"},

@@ -89,6 +89,8 @@ struct ClusterConfig {
   // gradients (error feedback).
   // Observability.
   double stats_interval_s = 10;  // pserver: log a stats line every N seconds; 0 = off
+  // Errors in full besides their one-line cause: a failed op with every input and output.
+  bool verbose = false;
   std::string trace;             // trainer: write a Chrome-trace JSON timeline here at exit
   int64_t trace_steps = 200;     // trainer: steps the trace records (bounds its memory), >= 1
   int64_t trace_first_step = 0;  // trainer: the first traced step (skip a warm-up)

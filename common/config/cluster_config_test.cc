@@ -73,6 +73,15 @@ TEST(ClusterConfigTest, FlagsWinOverTesseraWhichWinsOverPaddle) {
   EXPECT_EQ(c.trainer_id, 1);
 }
 
+TEST(ClusterConfigTest, VerboseFromFlagOrEnvironment) {
+  ClusterConfig c;
+  EXPECT_FALSE(c.verbose);
+  ASSERT_TRUE(ApplyEnvironment({}, Env({{"TESSERA_VERBOSE", "true"}}), &c).ok());
+  EXPECT_TRUE(c.verbose);
+  ASSERT_TRUE(SetFromString("verbose", "false", &c).ok());
+  EXPECT_FALSE(c.verbose);
+}
+
 TEST(ClusterConfigTest, BadValuesNameTheSettingAndSource) {
   ClusterConfig c;
   absl::Status s = ApplyEnvironment({}, Env({{"PADDLE_TRAINERS_NUM", "two"}}), &c);

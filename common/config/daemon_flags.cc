@@ -7,13 +7,17 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 
 namespace tessera {
 
 namespace {
+// A boolean setting (its default is true or false) may be given bare: --verbose, --noverbose.
 bool IsBoolFlag(const std::string& flag) {
-  return flag == "sync_mode" || flag == "slice_var_up" || flag == "async_read_own_writes" ||
-         flag == "distributed_tables" || flag == "memory_optimize";
+  for (const auto& s : AllSettings()) {
+    if (s.flag == flag) return s.default_value == "true" || s.default_value == "false";
+  }
+  return false;
 }
 bool Known(const std::string& flag) {
   for (const auto& s : AllSettings()) {
@@ -101,6 +105,10 @@ int DaemonMain(int argc, char** argv, const std::string& program, const std::str
   absl::Status s = run(*config, std::cerr, &phase);
   if (!s.ok()) {
     std::cerr << program << ": " << s.message() << std::endl;
+    const std::string detail = ErrorDetail(s);
+    if (config->verbose && !detail.empty()) {
+      std::cerr << program << ": in full: " << detail << std::endl;
+    }
     return phase.started() ? 1 : 2;
   }
   return 0;
