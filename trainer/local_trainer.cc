@@ -67,7 +67,9 @@ absl::StatusOr<ProgramDesc> ForwardProgram(const ProgramDesc& main,
   std::set<std::string> used;
   for (int i = 0; i < block.ops_size(); ++i) {
     if (!keep[static_cast<size_t>(i)]) continue;
-    *ob->add_ops() = block.ops(i);
+    OpDesc* op = ob->add_ops();
+    *op = block.ops(i);
+    if (op->type() == "dropout") SetAttr(op, "is_test", true);
     for (const auto& a : AllInputArgs(block.ops(i))) used.insert(a);
     for (const auto& a : AllOutputArgs(block.ops(i))) used.insert(a);
   }

@@ -94,7 +94,8 @@ struct EvalResult {
 
 // The forward part of block 0 of `main` needed to compute `targets`: the ops without a backward,
 // optimize, RPC, distributed or LR-schedule role on which a target depends, in program order,
-// and the variables they use. NotFound if a target is not produced by any such op.
+// and the variables they use, with every op that behaves differently in inference (dropout)
+// switched to it (attr is_test). NotFound if a target is not produced by any such op.
 absl::StatusOr<ProgramDesc> ForwardProgram(const ProgramDesc& main,
                                            const std::vector<std::string>& targets);
 

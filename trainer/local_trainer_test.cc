@@ -82,6 +82,23 @@ TEST_F(LocalTrainerTest, ForwardProgramKeepsOnlyTheForwardOpsOfTheTargets) {
   auto bad = ForwardProgram(m.main, {"fc.w@GRAD"});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("'fc.w@GRAD'"), std::string::npos);
+
+  // Dropout runs in inference mode in the evaluation program (and stays as it was in training).
+  ProgramDesc with_dropout = m.main;
+  OpDesc* first = with_dropout.mutable_blocks(0)->mutable_ops(0);
+  const std::string x = OpInputs(*first, "X")[0];
+  OpDesc dropout = MakeOp("dropout", {{"X", {x}}}, {{"Out", {x + ".dropped"}}, {"Mask", {"mask"}}});
+  SetAttr(&dropout, "is_test", false);
+  SetAttr(&dropout, kOpRoleAttr, int64_t{kRoleForward});
+  SetOpInputs(first, "X", {x + ".dropped"});
+  *with_dropout.mutable_blocks(0)->add_ops() = dropout;
+  auto* ops = with_dropout.mutable_blocks(0)->mutable_ops();
+  for (int i = ops->size() - 1; i > 0; --i) ops->SwapElements(i, i - 1);  // dropout first
+  auto eval = ForwardProgram(with_dropout, {m.loss});
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  ASSERT_EQ(eval->blocks(0).ops(0).type(), "dropout");
+  EXPECT_TRUE(GetBoolAttr(eval->blocks(0).ops(0), "is_test", false));
+  EXPECT_FALSE(GetBoolAttr(with_dropout.blocks(0).ops(0), "is_test", true));
 }
 
 TEST_F(LocalTrainerTest, TrainsLinearRegressionAndLogsProgress) {

@@ -1,10 +1,14 @@
 #include "common/ops/random_ops.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/ops/counter_rng.h"
 #include "common/ops/kernel_util.h"
+#include "common/splitmix64.h"
 
 namespace tessera {
 
@@ -66,11 +70,131 @@ absl::Status GaussianRandom(OpContext& ctx) {
   });
 }
 
+// dropout (training, is_test false): Mask = 1 where a uniform draw is >= dropout_prob, else 0;
+// Out = X * Mask ("downgrade_in_infer", the default) or X * Mask / (1 - p)
+// ("upscale_in_train"). Inference (is_test, which the trainer's evaluation program sets): Out =
+// X * (1 - p), or X. The draws are counter-based on (seed, run, element): `run` counts this op's
+// runs on this scope (variable "<Mask>@runs", kept by the scope, not by checkpoints) and is
+// mixed with the bits of X's first elements, so that consecutive steps, and the places of a
+// multi-place trainer (each on its own part of the batch), get different masks reproducibly.
+struct DropoutAttrs {
+  double p = 0.5;
+  bool upscale = false;
+  bool is_test = false;
+};
+
+absl::StatusOr<DropoutAttrs> ReadDropoutAttrs(OpContext& ctx) {
+  DropoutAttrs a;
+  a.p = ctx.FloatAttr("dropout_prob", 0.5f);
+  if (!(a.p >= 0 && a.p < 1)) {
+    return ctx.Error(absl::StrCat("dropout_prob ", a.p, " must be in [0, 1)"));
+  }
+  const std::string impl = ctx.StringAttr("dropout_implementation", "downgrade_in_infer");
+  if (impl != "downgrade_in_infer" && impl != "upscale_in_train") {
+    return ctx.Error(absl::StrCat("dropout_implementation '", impl,
+                                  "' must be downgrade_in_infer or upscale_in_train"));
+  }
+  a.upscale = impl == "upscale_in_train";
+  a.is_test = ctx.BoolAttr("is_test", false);
+  return a;
+}
+
+// The factor kept elements (training) or all elements (inference) are multiplied by.
+double DropoutScale(const DropoutAttrs& a) {
+  if (a.is_test) return a.upscale ? 1.0 : 1.0 - a.p;
+  return a.upscale ? 1.0 / (1.0 - a.p) : 1.0;
+}
+
+// The key of this run's draws: the seed, the run count on this scope, and X's first bits.
+uint64_t DropoutKey(OpContext& ctx, const Tensor& x) {
+  const std::string runs_name = absl::StrCat(ctx.OutputName("Mask"), "@runs");
+  Variable* runs = ctx.scope()->FindLocalVar(runs_name);
+  if (runs == nullptr) {
+    runs = ctx.scope()->Var(runs_name);
+    Tensor* t = runs->GetMutable<Tensor>();
+    t->Resize(INT64, {1});
+    t->data<int64_t>()[0] = 0;
+  }
+  int64_t& run = runs->GetMutable<Tensor>()->data<int64_t>()[0];
+  uint64_t key = SplitMix64Mix(static_cast<uint64_t>(ctx.IntAttr("seed", 0))) ^
+                 SplitMix64Mix(static_cast<uint64_t>(run) + kSplitMix64Gamma);
+  ++run;
+  const size_t bytes = std::min<size_t>(x.nbytes(), 64);
+  const unsigned char* data = static_cast<const unsigned char*>(x.raw_data());
+  for (size_t i = 0; i < bytes; i += 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, data + i, std::min<size_t>(8, bytes - i));
+    key = SplitMix64Mix(key ^ word);
+  }
+  return key;
+}
+
+absl::Status Dropout(OpContext& ctx) {
+  TS_ASSIGN_OR_RETURN(DropoutAttrs a, ReadDropoutAttrs(ctx));
+  TS_ASSIGN_OR_RETURN(const Tensor* x, ctx.Input("X"));
+  TS_ASSIGN_OR_RETURN(Tensor * out, ctx.Output("Out"));
+  out->Resize(x->dtype(), x->shape());
+  out->set_lod(x->lod());
+  const double scale = DropoutScale(a);
+  if (a.is_test) {
+    return DispatchFloat(ctx, "X", x->dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      out->flat<T>() = x->flat<T>() * static_cast<T>(scale);
+      return absl::OkStatus();
+    });
+  }
+  if (!ctx.HasOutput("Mask")) return ctx.Error("needs output Mask in training (is_test false)");
+  TS_ASSIGN_OR_RETURN(Tensor * mask, ctx.Output("Mask"));
+  mask->Resize(x->dtype(), x->shape());
+  const uint64_t key = DropoutKey(ctx, *x);
+  return DispatchFloat(ctx, "X", x->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = x->data<T>();
+    T* o = out->data<T>();
+    T* m = mask->data<T>();
+    const T kept = static_cast<T>(scale);
+    for (int64_t k = 0; k < x->numel(); ++k) {
+      const bool keep = CounterUniform(key, static_cast<uint64_t>(k)) >= a.p;
+      m[k] = keep ? T(1) : T(0);
+      o[k] = keep ? in[k] * kept : T(0);
+    }
+    return absl::OkStatus();
+  });
+}
+
+// dropout_grad: X@GRAD = Out@GRAD * Mask * scale (training), Out@GRAD * scale (is_test).
+absl::Status DropoutGrad(OpContext& ctx) {
+  TS_ASSIGN_OR_RETURN(DropoutAttrs a, ReadDropoutAttrs(ctx));
+  TS_ASSIGN_OR_RETURN(const Tensor* dout, ctx.Input(GradVarName("Out")));
+  TS_ASSIGN_OR_RETURN(Tensor * dx, ctx.Output(GradVarName("X")));
+  dx->Resize(dout->dtype(), dout->shape());
+  const double scale = DropoutScale(a);
+  const Tensor* mask = nullptr;
+  if (!a.is_test) {
+    TS_ASSIGN_OR_RETURN(mask, ctx.Input("Mask"));
+    if (mask->shape() != dout->shape() || mask->dtype() != dout->dtype()) {
+      return ctx.Error(absl::StrCat("Mask ", mask->DebugString(), " does not match Out@GRAD ",
+                                    dout->DebugString()));
+    }
+  }
+  return DispatchFloat(ctx, GradVarName("Out"), dout->dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (mask == nullptr) {
+      dx->flat<T>() = dout->flat<T>() * static_cast<T>(scale);
+    } else {
+      dx->flat<T>() = dout->flat<T>() * mask->flat<T>() * static_cast<T>(scale);
+    }
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace
 
 absl::Status RegisterRandomOps(OpRegistry* r) {
   TS_RETURN_IF_ERROR(r->Register("uniform_random", {UniformRandom, nullptr}));
   TS_RETURN_IF_ERROR(r->Register("gaussian_random", {GaussianRandom, nullptr}));
+  TS_RETURN_IF_ERROR(r->Register("dropout", {Dropout, DefaultGradMaker({"X"})}));
+  TS_RETURN_IF_ERROR(r->Register("dropout_grad", {DropoutGrad, nullptr}));
   return absl::OkStatus();
 }
 

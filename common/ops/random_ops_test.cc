@@ -167,5 +167,93 @@ TEST(CounterRngTest, UniformInUnitIntervalAndSeedsIndependent) {
   EXPECT_NE(CounterBits(9, 123), CounterBits(9, 124));
 }
 
+// dropout on a [100, 50] input of ones and twos.
+class DropoutTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Tensor* x = scope_.Var("x")->GetMutable<Tensor>();
+    x->Resize(FLOAT32, {100, 50});
+    for (int64_t i = 0; i < x->numel(); ++i) x->data<float>()[i] = 1.0f + static_cast<float>(i % 2);
+  }
+  OpDesc Op(float p, const std::string& impl, bool is_test) {
+    OpDesc op = MakeOp("dropout", {{"X", {"x"}}}, {{"Out", {"out"}}, {"Mask", {"mask"}}});
+    SetAttr(&op, "dropout_prob", p);
+    SetAttr(&op, "dropout_implementation", impl);
+    SetAttr(&op, "is_test", is_test);
+    SetAttr(&op, "seed", int64_t{17});
+    return op;
+  }
+  Tensor Get(const std::string& name) { return scope_.FindVar(name)->Get<Tensor>().Clone(); }
+
+  std::unique_ptr<OpRegistry> registry_ = NewStandardOpRegistry();
+  Executor exec_{registry_.get()};
+  Scope scope_;
+};
+
+TEST_F(DropoutTest, TrainingDropsAboutPAndScalesAsItsImplementationSays) {
+  for (const char* impl : {"downgrade_in_infer", "upscale_in_train"}) {
+    ASSERT_TRUE(exec_.RunOp(Op(0.3f, impl, false), &scope_).ok());
+    Tensor out = Get("out"), mask = Get("mask");
+    const float scale = std::string(impl) == "upscale_in_train" ? 1.0f / 0.7f : 1.0f;
+    int64_t dropped = 0;
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      const float m = mask.data<float>()[i];
+      ASSERT_TRUE(m == 0.0f || m == 1.0f);
+      dropped += m == 0.0f;
+      const float x = 1.0f + static_cast<float>(i % 2);
+      EXPECT_FLOAT_EQ(out.data<float>()[i], m * x * scale) << i;
+    }
+    // 5000 draws of p = 0.3: mean 1500, standard deviation 32.4.
+    EXPECT_NEAR(static_cast<double>(dropped), 1500.0, 130.0) << impl;
+  }
+}
+
+TEST_F(DropoutTest, EveryRunDrawsANewMaskReproducibly) {
+  ASSERT_TRUE(exec_.RunOp(Op(0.5f, "downgrade_in_infer", false), &scope_).ok());
+  Tensor first = Get("mask");
+  ASSERT_TRUE(exec_.RunOp(Op(0.5f, "downgrade_in_infer", false), &scope_).ok());
+  Tensor second = Get("mask");
+  EXPECT_FALSE(SameBits(first, second));
+  // A fresh scope with the same input replays the same sequence.
+  Scope other;
+  *other.Var("x")->GetMutable<Tensor>() = scope_.FindVar("x")->Get<Tensor>().Clone();
+  ASSERT_TRUE(exec_.RunOp(Op(0.5f, "downgrade_in_infer", false), &other).ok());
+  EXPECT_TRUE(SameBits(first, other.FindVar("mask")->Get<Tensor>()));
+  // Another input (another place's part of the batch) draws another mask.
+  Scope third;
+  Tensor* x = third.Var("x")->GetMutable<Tensor>();
+  x->Resize(FLOAT32, {100, 50});
+  for (int64_t i = 0; i < x->numel(); ++i) x->data<float>()[i] = 3.0f;
+  ASSERT_TRUE(exec_.RunOp(Op(0.5f, "downgrade_in_infer", false), &third).ok());
+  EXPECT_FALSE(SameBits(first, third.FindVar("mask")->Get<Tensor>()));
+}
+
+TEST_F(DropoutTest, InferenceScalesAndGradientFollowsTheMask) {
+  ASSERT_TRUE(exec_.RunOp(Op(0.25f, "downgrade_in_infer", true), &scope_).ok());
+  EXPECT_FLOAT_EQ(Get("out").data<float>()[1], 2.0f * 0.75f);
+  ASSERT_TRUE(exec_.RunOp(Op(0.25f, "upscale_in_train", true), &scope_).ok());
+  EXPECT_FLOAT_EQ(Get("out").data<float>()[1], 2.0f);
+
+  OpDesc fwd = Op(0.25f, "upscale_in_train", false);
+  ASSERT_TRUE(exec_.RunOp(fwd, &scope_).ok());
+  Tensor* dout = scope_.Var("out@GRAD")->GetMutable<Tensor>();
+  dout->Resize(FLOAT32, {100, 50});
+  for (int64_t i = 0; i < dout->numel(); ++i) dout->data<float>()[i] = 0.5f;
+  std::vector<OpDesc> grads = registry_->Find("dropout")->grad_maker(fwd);
+  ASSERT_EQ(grads.size(), 1u);
+  ASSERT_TRUE(exec_.RunOp(grads[0], &scope_).ok());
+  Tensor dx = Get("x@GRAD"), mask = Get("mask");
+  for (int64_t i = 0; i < dx.numel(); ++i) {
+    EXPECT_FLOAT_EQ(dx.data<float>()[i], 0.5f * mask.data<float>()[i] / 0.75f) << i;
+  }
+}
+
+TEST_F(DropoutTest, BadAttributesAreNamed) {
+  absl::Status s = exec_.RunOp(Op(1.0f, "downgrade_in_infer", false), &scope_);
+  EXPECT_NE(s.message().find("dropout_prob 1 must be in [0, 1)"), std::string::npos) << s;
+  s = exec_.RunOp(Op(0.5f, "scale_sometimes", false), &scope_);
+  EXPECT_NE(s.message().find("'scale_sometimes'"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace tessera

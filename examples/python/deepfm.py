@@ -4,6 +4,7 @@
   first order:   sum_s w_s(slot_s) + linear(dense_input)          (dimension-1 tables fm_w_<s>)
   second order:  0.5 * sum_k ((sum_s e_s)_k^2 - sum_s (e_s)_k^2)   (tables emb_<s>, dim K)
   deep:          concat(e_0, ..., e_25, dense_input) -> fc relu 400 -> 400 -> 400 -> fc 1
+                 (--dropout=p: dropout after each relu layer in training, scaled at inference)
   logit = first + second + deep;  loss = mean(sigmoid_cross_entropy_with_logits(logit, label));
   prediction = sigmoid(logit); metrics auc, log_loss; Adam.
 
@@ -24,7 +25,7 @@ from tessera import layers
 
 def build(embedding_dim=10, dict_size=10000, hidden=(400, 400, 400), distributed_tables=False,
           learning_rate=0.001, random_seed=0, num_dense=criteo.NUM_DENSE,
-          num_slots=criteo.NUM_SLOTS):
+          num_slots=criteo.NUM_SLOTS, dropout=0.0):
     """Builds DeepFM into a new tessera.Model."""
     model = tessera.Model(random_seed=random_seed)
     with tessera.model_guard(model):
@@ -50,6 +51,8 @@ def build(embedding_dim=10, dict_size=10000, hidden=(400, 400, 400), distributed
         h = layers.concat(emb + [dense], axis=1)
         for i, size in enumerate(hidden):
             h = layers.fc(h, size, act="relu", name="deep_fc_%d" % i)
+            if dropout > 0:
+                h = layers.dropout(h, dropout_prob=dropout, name="deep_dropout_%d" % i)
         y_deep = layers.fc(h, 1, name="deep_out", bias_attr=False)
 
         logit = layers.elementwise_add(layers.elementwise_add(y_first, y_second), y_deep)
@@ -62,12 +65,14 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     criteo.add_flags(p, embedding_dim=10)
     p.add_argument("--hidden", default="400,400,400", help="deep fc sizes, comma-separated")
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="dropout probability after each deep layer (default 0: none)")
     args = p.parse_args(argv)
     try:
         hidden = [int(h) for h in args.hidden.split(",") if h]
         build(embedding_dim=args.embedding_dim, dict_size=args.dict_size, hidden=hidden,
               distributed_tables=args.distributed_tables, learning_rate=args.learning_rate,
-              random_seed=args.random_seed).save(args.out)
+              random_seed=args.random_seed, dropout=args.dropout).save(args.out)
     except (ValueError, TypeError, OSError) as e:
         print("deepfm: %s" % e, file=sys.stderr)
         return 1

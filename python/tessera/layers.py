@@ -671,7 +671,10 @@ def dot(x, y, name=None):
 
 def dropout(x, dropout_prob=0.5, is_test=False, seed=None,
             dropout_implementation="downgrade_in_infer", name=None):
-    """Zeros elements with probability dropout_prob in training; op dropout (no kernel yet).
+    """Zeros elements with probability dropout_prob in training; op dropout.
+
+    A new mask is drawn every step; the trainer's evaluation runs the op in inference mode
+    (is_test). The mask sequence restarts when training resumes from a checkpoint.
 
     seed: None derives one from the model seed and the output's name (like initializers).
     dropout_implementation: "downgrade_in_infer" (train x*mask, infer x*(1-p)) or

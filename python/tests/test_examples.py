@@ -418,6 +418,7 @@ class CppLoaderTest(unittest.TestCase):
         "reduce_sum": "unknown op type 'reduce_sum'",
         "sequence_pool": "unknown op type 'sequence_pool'",
         "MULTI_SLOT": 'Unknown enumeration value of "MULTI_SLOT"',
+        "dropout": "unknown op type 'dropout'",
     }
 
     def transpile_newer(self, mf, name, needs):
@@ -433,6 +434,14 @@ class CppLoaderTest(unittest.TestCase):
     def test_deepfm_loads_with_reduce_sum(self):
         mf = deepfm.build(embedding_dim=4, hidden=(8,)).to_proto(strict=True)
         run = self.transpile_newer(mf, "deepfm", ["reduce_sum"])
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("wrote 6 programs", run.stdout)
+
+    def test_deepfm_with_dropout_loads(self):
+        # The loader's dry run of a batch runs dropout and its gradient.
+        mf = deepfm.build(embedding_dim=4, hidden=(8, 8), dropout=0.2).to_proto(strict=True)
+        self.assertIn("dropout", [op.type for op in mf.forward.blocks[0].ops])
+        run = self.transpile_newer(mf, "deepfm_dropout", ["dropout"])
         self.assertEqual(run.returncode, 0, run.stderr)
         self.assertIn("wrote 6 programs", run.stdout)
 

@@ -158,14 +158,17 @@ class FeedTest(unittest.TestCase):
             x = layers.data("x", [-1, 4], feed="dense")
             y = layers.data("y", [-1, 1], feed="label")
             h = layers.dropout(layers.fc(x, 4), dropout_prob=0.1)
-            pred = layers.reduce_sum(h, dim=1, keep_dim=True)
+            soft = m.create_var("soft.out_0", h.shape, h.dtype)
+            m.append_op("softsign", [("X", [h])], [("Out", [soft])], [])
+            pred = layers.reduce_sum(soft, dim=1, keep_dim=True)
             tessera.optimizer.SGD(0.1).minimize(layers.mean(layers.square_error_cost(pred, y)))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             mf = m.to_proto()
-        self.assertEqual(tessera.unregistered_ops(mf), ["dropout"])  # reduce_sum is registered
-        self.assertTrue(any("dropout" in str(w.message) for w in caught))
-        with self.assertRaisesRegex(ValueError, "dropout"):
+        # dropout and reduce_sum are registered.
+        self.assertEqual(tessera.unregistered_ops(mf), ["softsign"])
+        self.assertTrue(any("softsign" in str(w.message) for w in caught))
+        with self.assertRaisesRegex(ValueError, "softsign"):
             m.to_proto(strict=True)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
