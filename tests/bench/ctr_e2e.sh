@@ -8,6 +8,10 @@
 #     //trainer:tessera_trainer //examples/ctr:ctr
 #   tests/bench/ctr_e2e.sh [ROUNDS (default 2)] [EXAMPLES (default 60000)]
 #
+# The DeepFM rows train examples/python/deepfm.py's model file (every table on the pservers;
+# the single process makes them local) on the same data; their ratio is to the DeepFM single
+# process.
+#
 # Per configuration (mean over the rounds, min-max in brackets):
 #   samples/s     all trainers' training examples / the slowest trainer's epoch seconds
 #                 (the single process: its own epoch line), excluding start-up
@@ -27,20 +31,27 @@ BIN=bazel-bin
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-ctr-e2e.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
-CONFIGS=(single "1x1 sync" "2x2 sync" "2x2 async" "2x2 sync cpu_places=2")
+CONFIGS=(single "1x1 sync" "2x2 sync" "2x2 async" "2x2 sync cpu_places=2" "deepfm single"
+  "deepfm 2x2 sync")
+PYTHONPATH=python /usr/bin/python3 examples/python/deepfm.py --out="$WORK/deepfm.pbtxt" \
+  --distributed_tables --dict_size="$VOCAB"
 
 # run NAME ROUND: runs one configuration, appends "sps wall cpu req bytes" to $WORK/NAME.rows.
 run() {
   local name="$1" round="$2" key log
   key="$(echo "$name" | tr ' =' '__')"
   log="$WORK/$key.$round"
-  local -a cmd
-  local trainers=1
-  if [ "$name" = single ]; then
+  local -a cmd model=()
+  local trainers=1 cfg="$name"
+  if [[ "$name" == deepfm* ]]; then
+    model=(--model="$WORK/deepfm.pbtxt")
+    cfg="${name#deepfm }"
+  fi
+  if [ "$cfg" = single ]; then
     cmd=("$BIN/examples/ctr/ctr" --train_samples="$N" --test_samples=5000 --vocab="$VOCAB"
-      --dict_size="$VOCAB" --batch_size="$BATCH" --epochs=1 --log_every_steps=0)
+      --dict_size="$VOCAB" --batch_size="$BATCH" --epochs=1 --log_every_steps=0 "${model[@]}")
   else
-    local shape="${name%% *}" rest="${name#* }"
+    local shape="${cfg%% *}" rest="${cfg#* }"
     local ps="${shape%x*}"
     trainers="${shape#*x}"
     local sync=true places=1
@@ -49,7 +60,7 @@ run() {
     cmd=("$BIN/deploy/launch/tessera_launch" --pservers="$ps" --trainers="$trainers" --example=ctr
       --num_examples="$N" --num_test_examples=5000 --vocab_per_slot="$VOCAB"
       --batch_size="$BATCH" --epochs=1 --sync_mode="$sync" --cpu_places="$places"
-      --log_every_steps=0 --log_dir="$log" --noplot)
+      --log_every_steps=0 --log_dir="$log" --noplot "${model[@]}")
   fi
   local start end
   start=$(date +%s.%N)
@@ -62,7 +73,7 @@ run() {
   local wall cpu sps req=0 bytes=0
   wall=$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')
   cpu=$(awk '{ print $1 + $2 }' "$log.time")
-  if [ "$name" = single ]; then
+  if [ "$cfg" = single ]; then
     sps=$(grep -oE "samples [0-9]+ samples/s [0-9.]+ seconds [0-9.]+" "$log.out" | tail -1 |
       awk '{ printf "%.1f", $2 / $6 }')
   else
@@ -81,17 +92,20 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 
 single_sps=$(awk '{ s += $1; n++ } END { print s / n }' "$WORK/single.rows")
+deepfm_sps=$(awk '{ s += $1; n++ } END { print s / n }' "$WORK/deepfm_single.rows")
 echo "| run | samples/s | vs single | wall s | CPU s / 1k samples | req/step/ps | KB/step/ps |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 for c in "${CONFIGS[@]}"; do
   key="$(echo "$c" | tr ' =' '__')"
-  awk -v name="$c" -v base="$single_sps" -v n="$N" '
+  base="$single_sps"
+  [[ "$c" == deepfm* ]] && base="$deepfm_sps"
+  awk -v name="$c" -v base="$base" -v n="$N" '
     { sps[NR] = $1; s += $1; w += $2; cpu += $3; req += $4; kb += $5 }
     END {
       lo = sps[1]; hi = sps[1]
       for (i = 2; i <= NR; i++) { if (sps[i] < lo) lo = sps[i]; if (sps[i] > hi) hi = sps[i] }
       m = s / NR
-      if (name == "single") { rq = "-"; k = "-" }
+      if (name ~ /single/) { rq = "-"; k = "-" }
       else { rq = sprintf("%.1f", req / NR); k = sprintf("%.1f", kb / NR) }
       printf "| %s | %.0f (%.0f-%.0f) | %.2f | %.1f | %.3f | %s | %s |\n", name, m, lo, hi,
         m / base, w / NR, cpu / NR / (n / 1000), rq, k
