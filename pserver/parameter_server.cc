@@ -578,7 +578,8 @@ void ParameterServer::HandleRegister(const RequestMeta& meta, const JobFields& f
     if (seen != registered_.end() && seen->second != nonce && sync_) {
       mismatch = absl::FailedPreconditionError(absl::StrCat(
           "job mismatch: trainer ", k, " registered with ", me,
-          " twice, from two processes (two trainers started with --trainer_id=", k, "?)"));
+          " twice, from two processes (two trainers started with --trainer_id=", k,
+          "? or a trainer restarted without a checkpoint: a sync job cannot take one back)"));
     }
     registered_[k] = nonce;
     std::map<std::string, std::string> sent(fields.begin(), fields.end());

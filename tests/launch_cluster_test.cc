@@ -176,7 +176,13 @@ TEST_F(LaunchClusterTest, RestartFailedRestartsADeadTrainer) {
   EXPECT_NE(WaitExit(absl::Seconds(30)), 0) << Output();
   EXPECT_THAT(ReadFileOrEmpty(dir_ + "/logs/trainer.1.log"),
               HasSubstr("==== tessera_launch: restart 1 of 1 ===="));
-  EXPECT_EQ(PrintedPids(Output()).size(), 5u) << Output();
+  // 2 pservers, 2 trainers and the restarted trainer.1. The restarted trainer registers again
+  // with the pservers, which fail the sync job (it cannot take a trainer back without a
+  // checkpoint); when that reaches the other processes before the launcher stops the job, each
+  // of them may spend its one restart too (4 + 4 at most).
+  const size_t pids = PrintedPids(Output()).size();
+  EXPECT_GE(pids, 5u) << Output();
+  EXPECT_LE(pids, 8u) << Output();
   ExpectNothingLeft();
 }
 

@@ -10,6 +10,7 @@
 #include "common/rpc/grpc/credentials.h"
 #include "common/rpc/grpc/grpc_util.h"
 #include "common/rpc/request_checks.h"
+#include "common/status.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -139,13 +140,9 @@ class GrpcServer::Service : public RawService {
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override {
     ObservedReactor* reactor = NewReactor(RpcMethod::kGetBatch, request, response);
-    absl::Status auth = CheckToken(ctx);
-    if (!auth.ok()) return Fail(reactor, auth);
     GetBatchRequest req;
-    absl::Status s = ParseProto(*request, &req);
-    if (!s.ok()) return Fail(reactor, s);
-    const RequestMeta meta = FromHeader(req.header());
-    s = Admit(meta);
+    RequestMeta meta;
+    absl::Status s = Begin(ctx, *request, &req, &meta);
     if (!s.ok()) return Fail(reactor, s);
     for (const std::string& name : req.names()) {
       s = CheckRequestName("variable name", name);
@@ -195,13 +192,9 @@ class GrpcServer::Service : public RawService {
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) override {
     ObservedReactor* reactor = NewReactor(RpcMethod::kPrefetchBatch, request, response);
-    absl::Status auth = CheckToken(ctx);
-    if (!auth.ok()) return Fail(reactor, auth);
     PrefetchBatchRequest req;
-    absl::Status s = ParseProto(*request, &req);
-    if (!s.ok()) return Fail(reactor, s);
-    const RequestMeta meta = FromHeader(req.header());
-    s = Admit(meta);
+    RequestMeta meta;
+    absl::Status s = Begin(ctx, *request, &req, &meta);
     if (!s.ok()) return Fail(reactor, s);
     absl::flat_hash_set<std::string> seen;
     for (const PrefetchBatchRequest::Table& t : req.tables()) {
@@ -250,13 +243,9 @@ class GrpcServer::Service : public RawService {
                                         const grpc::ByteBuffer* request,
                                         grpc::ByteBuffer* response) override {
     ObservedReactor* reactor = NewReactor(RpcMethod::kGet, request, response);
-    absl::Status auth = CheckToken(ctx);
-    if (!auth.ok()) return Fail(reactor, auth);
     GetRequest req;
-    absl::Status s = ParseProto(*request, &req);
-    if (!s.ok()) return Fail(reactor, s);
-    RequestMeta meta = FromHeader(req.header());
-    s = Admit(meta);
+    RequestMeta meta;
+    absl::Status s = Begin(ctx, *request, &req, &meta);
     if (!s.ok()) return Fail(reactor, s);
     int64_t offset = req.offset(), length = req.length();
     std::string name = req.name();
@@ -288,13 +277,9 @@ class GrpcServer::Service : public RawService {
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override {
     ObservedReactor* reactor = NewReactor(RpcMethod::kPrefetch, request, response);
-    absl::Status auth = CheckToken(ctx);
-    if (!auth.ok()) return Fail(reactor, auth);
     PrefetchRequest req;
-    absl::Status s = ParseProto(*request, &req);
-    if (!s.ok()) return Fail(reactor, s);
-    RequestMeta meta = FromHeader(req.header());
-    s = Admit(meta);
+    RequestMeta meta;
+    absl::Status s = Begin(ctx, *request, &req, &meta);
     if (!s.ok()) return Fail(reactor, s);
     s = CheckRequestName("table name", req.table());
     if (s.ok()) s = CheckPrefetchIds(req.table(), req.ids().size());
@@ -319,13 +304,9 @@ class GrpcServer::Service : public RawService {
                                     const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override {
     ObservedReactor* reactor = NewReactor(RpcMethod::kBarrier, request, response);
-    absl::Status auth = CheckToken(ctx);
-    if (!auth.ok()) return Fail(reactor, auth);
     BarrierRequest req;
-    absl::Status s = ParseProto(*request, &req);
-    if (!s.ok()) return Fail(reactor, s);
-    RequestMeta meta = FromHeader(req.header());
-    s = Admit(meta);
+    RequestMeta meta;
+    absl::Status s = Begin(ctx, *request, &req, &meta);
     if (!s.ok()) return Fail(reactor, s);
     *response = SerializeProto(BarrierResponse());
     DoneCallback finish = [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); };
@@ -343,13 +324,9 @@ class GrpcServer::Service : public RawService {
                                        const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override {
     ObservedReactor* reactor = NewReactor(RpcMethod::kCheckpoint, request, response);
-    absl::Status auth = CheckToken(ctx);
-    if (!auth.ok()) return Fail(reactor, auth);
     CheckpointRequest req;
-    absl::Status s = ParseProto(*request, &req);
-    if (!s.ok()) return Fail(reactor, s);
-    RequestMeta meta = FromHeader(req.header());
-    s = Admit(meta);
+    RequestMeta meta;
+    absl::Status s = Begin(ctx, *request, &req, &meta);
     if (!s.ok()) return Fail(reactor, s);
     s = CheckRequestName("checkpoint dir", req.dir());
     if (!s.ok()) return Fail(reactor, s);
@@ -363,13 +340,9 @@ class GrpcServer::Service : public RawService {
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override {
     ObservedReactor* reactor = NewReactor(RpcMethod::kRegister, request, response);
-    absl::Status auth = CheckToken(ctx);
-    if (!auth.ok()) return Fail(reactor, auth);
     RegisterRequest req;
-    absl::Status s = ParseProto(*request, &req);
-    if (!s.ok()) return Fail(reactor, s);
-    RequestMeta meta = FromHeader(req.header());
-    s = Admit(meta);
+    RequestMeta meta;
+    absl::Status s = Begin(ctx, *request, &req, &meta);
     if (!s.ok()) return Fail(reactor, s);
     JobFields fields;
     for (const RegisterRequest::Field& f : req.fields()) fields.push_back({f.name(), f.value()});
@@ -404,6 +377,17 @@ class GrpcServer::Service : public RawService {
       decoded.CopyPayload(static_cast<char*>(t->raw_data()) + h.chunk_offset);
     }
     return absl::OkStatus();
+  }
+
+  // The start of every handler of a small request: the job token (before anything is decoded),
+  // the request parsed, its header checked and admitted.
+  template <typename Request>
+  absl::Status Begin(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer& request,
+                     Request* req, RequestMeta* meta) {
+    TS_RETURN_IF_ERROR(CheckToken(ctx));
+    TS_RETURN_IF_ERROR(ParseProto(request, req));
+    *meta = FromHeader(req->header());
+    return Admit(*meta);
   }
 
   // The job id is echoed in the handler's refusals: checked before it sees it.
