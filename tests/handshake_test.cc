@@ -2,6 +2,7 @@
 // with one flag different (a stale ConfigMap, a typo). Every such job fails in under 10 s, no
 // process exits 0, and a log names the field with both values. The same job without the
 // difference trains to the end (the control case).
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -118,7 +119,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"trainer_count", {"--trainers=3"}, true, "has trainers=3 but"},
         Case{"duplicate_id", {"--trainer_id=0"}, false, "registered with"},
         Case{"example", {"--example=ctr"}, false, "has model=ctr#"},
-        Case{"sync_mode", {"--sync_mode=false"}, false, "has sync_mode=false but"}),
+        Case{"sync_mode", {"--sync_mode=false"}, false, "has sync_mode=false but"},
+        // Failures at start, before a trainer connects: its ABORT still reaches the pservers,
+        // which pass the cause on instead of waiting for it until a timeout.
+        Case{"zero_steps", {"--num_examples=1"}, true, "this job would train 0 steps"},
+        Case{"empty_data", {"--train_data=/dev/null"}, false, "stopped with an error, so pserver"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 // The pservers in another order on one trainer: its gradient blocks would go to the wrong
@@ -138,6 +143,51 @@ TEST(HandshakeOrderTest, PserverOrderMustAgree) {
   EXPECT_EQ(out.exited_zero, 0) << out.logs;
   EXPECT_LT(out.took, absl::Seconds(10)) << out.logs;
   EXPECT_NE(out.logs.find("has pservers=" + reversed + " but"), std::string::npos) << out.logs;
+}
+
+// A pserver killed mid-training: every other process ends within --connect_timeout_s + 5 s, and
+// the surviving pserver's log names the lost one (passed on by the trainers' ABORT), not the
+// trainers it stopped hearing from.
+TEST(LostPeerTest, SurvivingPserverNamesTheKilledOne) {
+  auto eps = FreeEndpoints(2);
+  ASSERT_TRUE(eps.ok()) << eps.status();
+  const std::string dir = MakeTempDir("handshake_lost_peer");
+  const std::vector<std::string> common = {
+      "--pservers=" + absl::StrJoin(*eps, ","), "--trainers=2", "--example=mlp_regression",
+      "--num_examples=512", "--batch_size=64", "--epochs=100000", "--log_every_steps=1",
+      "--connect_timeout_s=5", "--job_id=lost_peer"};
+  ProcessGroup group;
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  auto launch = [&](const std::string& binary, const std::string& flag, const std::string& name) {
+    std::vector<std::string> args = {RunfilePath(binary), flag};
+    args.insert(args.end(), common.begin(), common.end());
+    logs.push_back(absl::StrCat(dir, "/", name, ".log"));
+    auto pid = group.Start(args, logs.back());
+    ASSERT_TRUE(pid.ok()) << pid.status();
+    pids.push_back(*pid);
+  };
+  launch("pserver/tessera_pserver", "--current_endpoint=" + (*eps)[0], "pserver.0");
+  launch("pserver/tessera_pserver", "--current_endpoint=" + (*eps)[1], "pserver.1");
+  launch("trainer/tessera_trainer", "--trainer_id=0", "trainer.0");
+  launch("trainer/tessera_trainer", "--trainer_id=1", "trainer.1");
+  const absl::Time training_by = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < training_by && ReadFileOrEmpty(logs[2]).find("step 5 ") == std::string::npos) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_NE(ReadFileOrEmpty(logs[2]).find("step 5 "), std::string::npos) << ReadFileOrEmpty(logs[2]);
+  group.Kill(pids[1], SIGKILL);
+  const absl::Time killed = absl::Now();
+  for (int i : {0, 2, 3}) {
+    auto status = group.Wait(pids[i], absl::Seconds(15));
+    ASSERT_TRUE(status.ok()) << logs[i] << " still running " << absl::Now() - killed
+                             << " after pserver.1 was killed:\n"
+                             << ReadFileOrEmpty(logs[i]);
+    EXPECT_FALSE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << ReadFileOrEmpty(logs[i]);
+  }
+  const std::string survivor = ReadFileOrEmpty(logs[0]);
+  EXPECT_NE(survivor.find("pserver " + (*eps)[1]), std::string::npos) << survivor;
+  EXPECT_EQ(survivor.find("presumed dead"), std::string::npos) << survivor;
 }
 
 }  // namespace

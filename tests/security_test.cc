@@ -720,14 +720,19 @@ TEST(SecurityTest, PserverThatNoTrainerReachesFailsAfterTheStartupTimeout) {
       << ReadAllOf(ps.log);
 }
 
-TEST(SecurityTest, KilledPserverEndsItsTrainerWithinSecondsNamingIt) {
-  const std::string dir = MakeTempDir("sec_killed");
+// A trainer (with `trainer_flags`) trains against a pserver until the pserver gets `signal`;
+// the trainer must then exit 1 within `bound`, naming the pserver.
+void ExpectTrainerEndsSoonAfterItsPserverGets(int signal, const std::string& name,
+                                              const std::vector<std::string>& trainer_flags,
+                                              absl::Duration bound) {
+  const std::string dir = MakeTempDir(name);
   ProcessGroup group;
   Pserver ps = StartPserver(&group, dir, {"--epochs=100000"});
   ASSERT_GT(ps.pid, 0);
   std::vector<std::string> args = {RunfilePath("trainer/tessera_trainer")};
   for (const auto& f : JobFlags(ps.endpoint)) args.push_back(f);
   args.push_back("--epochs=100000");  // trains until the pserver goes
+  args.insert(args.end(), trainer_flags.begin(), trainer_flags.end());
   const std::string log = dir + "/trainer.log";
   auto trainer = group.Start(args, log);
   ASSERT_TRUE(trainer.ok());
@@ -739,13 +744,28 @@ TEST(SecurityTest, KilledPserverEndsItsTrainerWithinSecondsNamingIt) {
   }
   ASSERT_GE(Sample(HttpGet(ps.metrics_port, "/metrics"), "tessera_pserver_steps_total"), 5)
       << ReadAllOf(log);
-  group.Kill(ps.pid, SIGKILL);
-  // Not the 30 s RPC deadline of JobFlags: the trainer stops waiting for a pserver that is gone.
-  auto st = group.Wait(*trainer, absl::Seconds(15));
-  ASSERT_TRUE(st.ok()) << "trainer still running 15 s after its pserver was killed:\n"
+  group.Kill(ps.pid, signal);
+  // Not the 30 s RPC deadline of JobFlags: the trainer stops waiting for a pserver that is gone
+  // (or frozen: it never answers, but its socket stays open).
+  auto st = group.Wait(*trainer, bound);
+  ASSERT_TRUE(st.ok()) << "trainer still running " << bound << " after its pserver got signal "
+                       << signal << ":\n"
                        << ReadAllOf(log);
   EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << ReadAllOf(log);
   EXPECT_NE(ReadAllOf(log).find("pserver " + ps.endpoint), std::string::npos) << ReadAllOf(log);
+}
+
+TEST(SecurityTest, KilledPserverEndsItsTrainerWithinSecondsNamingIt) {
+  // Within --connect_timeout_s (10 s) + 5 s.
+  ExpectTrainerEndsSoonAfterItsPserverGets(SIGKILL, "sec_killed", {}, absl::Seconds(15));
+}
+
+TEST(SecurityTest, FrozenPserverEndsItsTrainerWithinSecondsOfTheKeepalive) {
+  // SIGSTOP: the kernel still holds the connection open, but no ping is answered. Within a few
+  // --keepalive_s (about 8 s here at 1 s, the 2 s ABORT it tries to send included) plus a
+  // margin, not the 30 s RPC deadline.
+  ExpectTrainerEndsSoonAfterItsPserverGets(SIGSTOP, "sec_frozen", {"--keepalive_s=1"},
+                                           absl::Seconds(15));
 }
 
 TEST(SecurityTest, MismatchedFlagsGiveOneClearError) {

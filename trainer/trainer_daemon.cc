@@ -61,9 +61,41 @@ std::string AbortReason(const absl::Status& error) {
   return reason;
 }
 
-}  // namespace
+// The client options every connection of this trainer to a pserver uses.
+absl::StatusOr<GrpcClientOptions> ClientOptionsFor(const ClusterConfig& config) {
+  GrpcClientOptions co;
+  co.deadline = absl::Seconds(config.rpc_deadline_s);
+  co.chunk_bytes = config.chunk_bytes;
+  co.keepalive = absl::Seconds(config.keepalive_s);
+  co.abort_deadline = std::min(absl::Seconds(2), absl::Seconds(config.connect_timeout_s));
+  TS_ASSIGN_OR_RETURN(co.security, LoadRpcSecurity(config.tls_cert, config.tls_key, config.tls_ca,
+                                                   config.job_token, config.job_token_file));
+  return co;
+}
 
-absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase) {
+// A trainer that stops with an error, at start or while training, tells every pserver (ABORT,
+// with the error) so that they fail the job at once and pass the cause on to the other
+// trainers, instead of waiting for this one at a barrier until --barrier_timeout_s. Best effort,
+// all pservers at once, each bounded by the client's abort deadline; over fresh connections, so
+// that it works for failures before any was made.
+void AbortPservers(const ClusterConfig& config, const absl::Status& error) {
+  if (config.mode == "collective" || config.pservers.empty()) return;
+  absl::StatusOr<GrpcClientOptions> co = ClientOptionsFor(config);
+  if (!co.ok()) return;  // no way to reach them (the TLS files are the failure)
+  std::vector<std::unique_ptr<GrpcPServerClient>> clients;
+  for (const std::string& ep : config.pservers) {
+    clients.push_back(std::make_unique<GrpcPServerClient>(ep, *co));
+  }
+  RequestMeta meta;
+  meta.job_id = config.job_id;
+  meta.trainer_id = config.trainer_id;
+  const std::string reason = AbortReason(error);
+  StatusGroup group(static_cast<int>(clients.size()));
+  for (auto& client : clients) client->AbortAsync(meta, reason, group.Callback());
+  (void)group.Wait();  // the trainer's own error is what it reports
+}
+
+absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase) {
   // Metrics (served with --metrics_port) and the --trace timeline come first: the RPC clients
   // and the timed op kernels below report into them.
   MetricsRegistry metrics;
@@ -97,12 +129,8 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPh
   RpcContext rpc;
   rpc.job_id = config.job_id;
   rpc.trainer_id = config.trainer_id;
-  GrpcClientOptions co;
-  co.deadline = absl::Seconds(config.rpc_deadline_s);
-  co.chunk_bytes = config.chunk_bytes;
+  TS_ASSIGN_OR_RETURN(GrpcClientOptions co, ClientOptionsFor(config));
   co.observer = rpc_metrics.get();
-  TS_ASSIGN_OR_RETURN(co.security, LoadRpcSecurity(config.tls_cert, config.tls_key, config.tls_ca,
-                                                   config.job_token, config.job_token_file));
   ClientPool pool(
       [co](const std::string& ep) { return std::make_unique<GrpcPServerClient>(ep, co); });
   rpc.clients = &pool;
@@ -355,81 +383,77 @@ absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPh
   }
   // Everything local is in place; from here on the trainer depends on its peers.
   phase->Started();
-  // A trainer that stops with an error tells the pservers it reached (ABORT, with the error),
-  // so that they fail the job at once, passing the cause on, instead of waiting for it at a
-  // barrier until --barrier_timeout_s.
-  std::vector<std::string> reached;
-  absl::Status result = [&]() -> absl::Status {
-    if (!collective_mode) {
-      // Every pserver reachable within --connect_timeout_s (one deadline for all), or the cause.
-      const absl::Time connect_deadline = absl::Now() + absl::Seconds(config.connect_timeout_s);
-      for (const std::string& ep : config.pservers) {
-        absl::Status connected =
-            pool.Get(ep)->Connect(std::max(absl::Milliseconds(1), connect_deadline - absl::Now()));
-        if (!connected.ok()) {
-          return absl::Status(connected.code(),
-                              absl::StrCat(connected.message(), " (waited --connect_timeout_s=",
-                                           config.connect_timeout_s, ")"));
-        }
-        reached.push_back(ep);
-      }
-      // The job handshake: every pserver compares what this trainer was started with to its own
-      // flags and model (and to the other trainers'); a mismatch fails the job at once, naming
-      // the field and both values.
-      JobFields fields = JobFieldsFor(config, model);
-      fields.push_back({kStepsPerEpochField, absl::StrCat(steps_per_epoch)});
-      const uint64_t nonce = absl::Uniform<uint64_t>(absl::BitGen());
-      for (const std::string& ep : config.pservers) {
-        absl::Status registered = pool.Get(ep)->Register(rpc.Meta(), fields, nonce);
-        if (!registered.ok()) {
-          return absl::Status(registered.code(),
-                              absl::StrCat("pserver ", ep, ": ", registered.message()));
-        }
+  if (!collective_mode) {
+    // Every pserver reachable within --connect_timeout_s (one deadline for all), or the cause.
+    const absl::Time connect_deadline = absl::Now() + absl::Seconds(config.connect_timeout_s);
+    for (const std::string& ep : config.pservers) {
+      absl::Status connected =
+          pool.Get(ep)->Connect(std::max(absl::Milliseconds(1), connect_deadline - absl::Now()));
+      if (!connected.ok()) {
+        return absl::Status(connected.code(),
+                            absl::StrCat(connected.message(), " (waited --connect_timeout_s=",
+                                         config.connect_timeout_s, ")"));
       }
     }
-    // Create() runs the startup program, which pulls the initial parameters from the pservers.
-    TS_ASSIGN_OR_RETURN(auto trainer,
-                        LocalTrainer::Create(devices.executor_registry(&timed_registry), dist, lo));
-    if (resumed) trainer->ResumeAt(resume);
-    TS_RETURN_IF_ERROR(trainer->Train(data.train).status());
-    if (devices.on_gpu()) {
-      log << "trainer " << config.trainer_id << ": " << PlaceMemoryReport(devices.places[0])
-          << std::endl;
+    // The job handshake: every pserver compares what this trainer was started with to its own
+    // flags and model (and to the other trainers'); a mismatch fails the job at once, naming
+    // the field and both values.
+    JobFields fields = JobFieldsFor(config, model);
+    fields.push_back({kStepsPerEpochField, absl::StrCat(steps_per_epoch)});
+    const uint64_t nonce = absl::Uniform<uint64_t>(absl::BitGen());
+    for (const std::string& ep : config.pservers) {
+      absl::Status registered = pool.Get(ep)->Register(rpc.Meta(), fields, nonce);
+      if (!registered.ok()) {
+        return absl::Status(registered.code(),
+                            absl::StrCat("pserver ", ep, ": ", registered.message()));
+      }
     }
-    if (checkpointing && trainer->global_step() != last_checkpoint) {
-      TS_RETURN_IF_ERROR(
-          checkpoint(TrainPosition{trainer->global_step(), trainer->epochs_done(), 0}));
-    }
-    if (config.trainer_id == 0 && !data.test.examples.empty()) {
-      TS_ASSIGN_OR_RETURN(EvalResult eval, trainer->Evaluate(data.test));
-      log << "trainer 0: held-out loss " << eval.mean_loss;
-      if (eval.has_auc) log << " auc " << eval.auc;
-      log << std::endl;
-    }
-    if (communicator != nullptr) {
-      TS_RETURN_IF_ERROR(communicator->Flush());
-      CommunicatorStats cs = communicator->stats();
-      log << "trainer " << config.trainer_id << ": async gradients pushed=" << cs.pushed
-          << " sent=" << cs.sent << std::endl;
-    }
-    if (collective_mode) {
-      log << "trainer " << config.trainer_id
-          << ": gradient all-reduce bytes=" << collective.gradient_bytes << " (compression "
-          << config.allreduce_compression << ")" << std::endl;
-      TS_RETURN_IF_ERROR(collective.context.Shutdown());
-    } else {
-      TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
-    }
-    if (!config.dump_params.empty()) {
-      if (devices.on_gpu()) MoveScopeToHost(trainer->scope());
-      TS_RETURN_IF_ERROR(SaveVariables(*trainer->scope(), trainable, config.dump_params));
-    }
-    return absl::OkStatus();
-  }();
-  if (!result.ok()) {
-    const std::string reason = AbortReason(result);
-    for (const std::string& ep : reached) (void)pool.Get(ep)->Abort(rpc.Meta(), reason);
   }
+  // Create() runs the startup program, which pulls the initial parameters from the pservers.
+  TS_ASSIGN_OR_RETURN(auto trainer,
+                      LocalTrainer::Create(devices.executor_registry(&timed_registry), dist, lo));
+  if (resumed) trainer->ResumeAt(resume);
+  TS_RETURN_IF_ERROR(trainer->Train(data.train).status());
+  if (devices.on_gpu()) {
+    log << "trainer " << config.trainer_id << ": " << PlaceMemoryReport(devices.places[0])
+        << std::endl;
+  }
+  if (checkpointing && trainer->global_step() != last_checkpoint) {
+    TS_RETURN_IF_ERROR(
+        checkpoint(TrainPosition{trainer->global_step(), trainer->epochs_done(), 0}));
+  }
+  if (config.trainer_id == 0 && !data.test.examples.empty()) {
+    TS_ASSIGN_OR_RETURN(EvalResult eval, trainer->Evaluate(data.test));
+    log << "trainer 0: held-out loss " << eval.mean_loss;
+    if (eval.has_auc) log << " auc " << eval.auc;
+    log << std::endl;
+  }
+  if (communicator != nullptr) {
+    TS_RETURN_IF_ERROR(communicator->Flush());
+    CommunicatorStats cs = communicator->stats();
+    log << "trainer " << config.trainer_id << ": async gradients pushed=" << cs.pushed
+        << " sent=" << cs.sent << std::endl;
+  }
+  if (collective_mode) {
+    log << "trainer " << config.trainer_id
+        << ": gradient all-reduce bytes=" << collective.gradient_bytes << " (compression "
+        << config.allreduce_compression << ")" << std::endl;
+    TS_RETURN_IF_ERROR(collective.context.Shutdown());
+  } else {
+    TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
+  }
+  if (!config.dump_params.empty()) {
+    if (devices.on_gpu()) MoveScopeToHost(trainer->scope());
+    TS_RETURN_IF_ERROR(SaveVariables(*trainer->scope(), trainable, config.dump_params));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase) {
+  absl::Status result = Train(config, log, phase);
+  if (!result.ok()) AbortPservers(config, result);
   return result;
 }
 

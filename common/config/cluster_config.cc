@@ -262,6 +262,12 @@ const std::vector<Setting>& Table() {
         "trainer: seconds to wait for each pserver at start; then fail naming the cause (DNS, "
         "refused, TLS)"},
        Real(&ClusterConfig::connect_timeout_s, "connect_timeout_s", 0.001)},
+      {{"keepalive_s",
+        {"TESSERA_KEEPALIVE_S"},
+        "trainer: ping each pserver connection every this many seconds and drop it when a ping "
+        "goes unanswered as long, so a frozen or unreachable pserver ends the trainers within a "
+        "few times this, not at --rpc_deadline_s (0 = no pings)"},
+       Real(&ClusterConfig::keepalive_s, "keepalive_s", 0.0)},
       {{"startup_timeout_s",
         {"TESSERA_STARTUP_TIMEOUT_S"},
         "pserver: exit with an error if no trainer reached it within this many seconds (0 = wait "
@@ -509,9 +515,18 @@ absl::Status Validate(const ClusterConfig& c) {
   if (c.mode == "pserver" && c.pservers.empty()) {
     return bad("--pservers is empty: give the pserver endpoints as host:port,host:port");
   }
-  for (const auto& ep : c.pservers) {
-    if (!ValidEndpoint(ep))
+  for (size_t i = 0; i < c.pservers.size(); ++i) {
+    const std::string& ep = c.pservers[i];
+    if (!ValidEndpoint(ep)) {
       return bad(absl::StrCat("--pservers entry '", ep, "' is not host:port"));
+    }
+    // One process would serve two pservers' shares, and the other pserver none.
+    for (size_t j = 0; j < i; ++j) {
+      if (c.pservers[j] == ep) {
+        return bad(absl::StrCat("--pservers names ", ep, " twice (entries ", j, " and ", i,
+                                "): each pserver needs its own endpoint"));
+      }
+    }
   }
   if (c.batch_size < c.trainers) {
     return bad(absl::StrCat("--batch_size=", c.batch_size,

@@ -61,6 +61,7 @@ struct ClusterConfig {
   // RPC.
   double rpc_deadline_s = 120;
   double connect_timeout_s = 10;  // trainer: wait this long for each pserver at start
+  double keepalive_s = 5;  // trainer: ping interval and timeout of pserver connections (0 = off)
   double startup_timeout_s = 600;  // pserver: fail if no trainer came within this (0 = wait)
   double barrier_timeout_s = 60;
   int64_t chunk_bytes = int64_t{4} << 20;

@@ -173,6 +173,11 @@ TEST(ClusterConfigTest, ValidateChecksTheWhole) {
   c.pservers.push_back("nohost");
   EXPECT_NE(Validate(c).message().find("'nohost'"), std::string::npos);
   c.pservers.pop_back();
+  c.pservers.push_back("127.0.0.1:7000");
+  EXPECT_NE(Validate(c).message().find("--pservers names 127.0.0.1:7000 twice (entries 0 and 2)"),
+            std::string::npos)
+      << Validate(c);
+  c.pservers.pop_back();
   c.trainer_id = 1;
   c.trainers = 1;
   EXPECT_FALSE(Validate(c).ok());

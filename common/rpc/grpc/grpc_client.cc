@@ -1,5 +1,6 @@
 #include "common/rpc/grpc/grpc_client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -60,6 +61,11 @@ absl::Status WithConnectionHint(const absl::Status& s, grpc::Channel& channel, b
       s.code() != absl::StatusCode::kDeadlineExceeded) {
     return s;
   }
+  if (absl::StrContains(s.message(), "keepalive")) {
+    return absl::Status(s.code(), absl::StrCat(s.message(),
+                                               " (the pserver stopped answering: frozen, "
+                                               "overloaded or unreachable; see --keepalive_s)"));
+  }
   grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/false);
   if (state == GRPC_CHANNEL_READY || state == GRPC_CHANNEL_IDLE) return s;
   return absl::Status(
@@ -88,6 +94,16 @@ std::shared_ptr<grpc::Channel> NewPServerChannel(const std::string& endpoint,
       std::max(2, std::min(options.max_attempts, 5))));
   // Large tensors: bigger HTTP/2 windows keep the pipe full on loopback and LANs.
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 1);
+  if (options.keepalive > absl::ZeroDuration()) {
+    // Pings on an idle connection too, with no limit on pings without data (the pserver permits
+    // them: grpc_server.cc); an unanswered ping closes the connection and fails its calls.
+    const int ms = static_cast<int>(
+        std::min<int64_t>(absl::ToInt64Milliseconds(options.keepalive), INT32_MAX));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, std::max(ms, 1));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, std::max(ms, 1));
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
   return grpc::CreateCustomChannel(endpoint, MakeChannelCredentials(options.security), args);
 }
 
@@ -154,7 +170,7 @@ absl::Status GrpcPServerClient::Connect(absl::Duration timeout) {
 
 void GrpcPServerClient::Call(const char* method, grpc::ByteBuffer request,
                              std::function<absl::Status(const grpc::ByteBuffer&)> on_response,
-                             DoneCallback done) {
+                             DoneCallback done, bool abort) {
   struct CallState {
     grpc::ClientContext ctx;
     grpc::ByteBuffer request;
@@ -164,9 +180,11 @@ void GrpcPServerClient::Call(const char* method, grpc::ByteBuffer request,
   auto* state = new CallState;
   if (options_.observer != nullptr) state->start = absl::Now();
   state->request = std::move(request);
-  state->ctx.set_deadline(std::chrono::system_clock::now() +
-                          absl::ToChronoMilliseconds(options_.deadline));
-  state->ctx.set_wait_for_ready(options_.wait_for_ready &&
+  state->ctx.set_deadline(
+      std::chrono::system_clock::now() +
+      absl::ToChronoMilliseconds(abort ? std::min(options_.deadline, options_.abort_deadline)
+                                       : options_.deadline));
+  state->ctx.set_wait_for_ready(!abort && options_.wait_for_ready &&
                                 !connected_.load(std::memory_order_relaxed));
   if (!options_.security.job_token.empty()) {
     state->ctx.AddMetadata(kJobTokenMetadataKey, options_.security.job_token);
@@ -311,7 +329,7 @@ void GrpcPServerClient::AbortAsync(const RequestMeta& meta, const std::string& r
   *req.mutable_header() = ToHeader(meta);
   req.set_kind(ABORT);
   req.set_reason(reason);
-  Call("Barrier", SerializeProto(req), nullptr, std::move(done));
+  Call("Barrier", SerializeProto(req), nullptr, std::move(done), /*abort=*/true);
 }
 
 void GrpcPServerClient::RegisterAsync(const RequestMeta& meta, const JobFields& fields,

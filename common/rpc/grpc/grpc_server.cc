@@ -446,6 +446,11 @@ absl::Status GrpcServer::Start() {
   // gRPC binds with SO_REUSEPORT by default: a second pserver on the same port would start and
   // take half of the connections. Without it, a port in use fails Start().
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Trainers ping every few seconds, with or without calls, to notice a pserver that stopped
+  // answering (grpc_client.h `keepalive`); gRPC's defaults would answer that with GOAWAY.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddListeningPort(options_.address, MakeServerCredentials(options_.security), &port_);
   builder.RegisterService(service_.get());
   int max = static_cast<int>(std::min<int64_t>(options_.max_message_bytes, INT32_MAX));
