@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Bad model files stop both daemons at start, before any RPC: one line naming the file and the
-# problem, exit status 2. (The trainer's pserver address has nothing listening: reaching it
-# would take the 10 s connect timeout and fail differently.)
+# Bad model files stop both daemons at start, before training: one line naming the file and the
+# problem, exit status 2. (The trainer's pserver address has nothing listening: the ABORT a
+# failed trainer sends its pservers is refused at once.)
 set -uo pipefail
 ROOT="${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-tessera}"
 PS="$ROOT/pserver/tessera_pserver"
@@ -24,6 +24,9 @@ mutate unknown_op '0,/type: "relu"/s/type: "relu"/type: "relux"/'
 mutate loss 's/^loss: .*/loss: "square_error.out_0"/'
 mutate unbound '/^feeds {/,/^}/s/var: "x"/var: "nope"/'
 mutate syntax 's/^loss: .*/loss "oops/'
+mutate cycle '/parameter: "X"/{n;s/arguments: "scale.out_0"/arguments: "relu.out_0"/}'
+mutate shape '/name: "hidden.mul"/,/}/s/shape: 100/shape: 7/'
+mutate optimizer 's/type: "momentum"/type: "rmsprop"/'
 
 # both NAME TEXT: each daemon refuses $TMP/NAME.pbtxt with TEXT.
 both() {
@@ -38,6 +41,9 @@ both unknown_op "unknown op type 'relux'"
 both loss "loss 'square_error.out_0' is float32 [-1, 1]; it must be a float32 scalar [1]"
 both unbound "feed 'nope' names no variable of the forward program"
 both syntax "syntax.pbtxt:"
+both cycle "cycle: op 1 (mul) reads 'relu.out_0', which op 3 (relu) writes later"
+both shape "shape mismatch: 'hidden.mul' is declared [-1, 7] but op 1 (mul) makes it [2, 100]"
+both optimizer "optimizer type 'rmsprop' is unknown"
 expect_exit 2 "cannot open $TMP/missing.pbtxt" "$TR" --pservers=127.0.0.1:9 --trainers=1 \
   --model="$TMP/missing.pbtxt"
 finish
