@@ -1,12 +1,35 @@
 #include "cluster/cluster_programs.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cluster/builtin_models.h"
 #include "common/model_file.h"
+#include "common/op_desc.h"
 #include "common/program_io.h"
 #include "common/status.h"
 
 namespace tessera {
+
+namespace {
+
+// A transpiled trainer or pserver program (tessera_transpile's output) cannot be transpiled
+// again: it has RPC or collective ops, and its optimizer ops went to the pservers.
+absl::Status CheckSingleMachineProgram(const ProgramDesc& program, const std::string& path) {
+  for (const BlockDesc& block : program.blocks()) {
+    for (int i = 0; i < block.ops_size(); ++i) {
+      const OpDesc& op = block.ops(i);
+      if ((OpRoleOf(op) & (kRoleRPC | kRoleDist)) != 0 || absl::StartsWith(op.type(), "c_")) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--program ", path, " is a transpiled trainer or pserver program (op ", i, " is ",
+            op.type(), "); --program takes a single-machine program (tessera_program --out), "
+            "--model a model file"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<ModelSpec> LoadModel(const ClusterConfig& config, const OpRegistry& registry) {
   ModelFile file;
@@ -24,6 +47,7 @@ absl::StatusOr<ModelSpec> LoadModel(const ClusterConfig& config, const OpRegistr
                       CompileModel(ApplyOverrides(std::move(file), overrides), registry, source));
   if (!config.program.empty()) {
     TS_ASSIGN_OR_RETURN(model.main, ReadProgramFile(config.program));
+    TS_RETURN_IF_ERROR(CheckSingleMachineProgram(model.main, config.program));
     TS_ASSIGN_OR_RETURN(model.startup, ReadProgramFile(config.startup_program));
   }
   return model;

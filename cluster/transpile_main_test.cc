@@ -238,13 +238,14 @@ TEST(TranspileMainTest, WrittenProgramsCanBeFedBackIn) {
   for (const auto& f : FilesIn(a)) {
     EXPECT_TRUE(ReadAll(a + "/" + f) == ReadAll(b + "/" + f)) << f << " differs";
   }
-  // A transpiled pserver program is itself a readable program file for tessera_transpile's
-  // parser: feeding the trainer program back as --program fails only in the transpiler (it has
-  // no optimize ops), not in parsing.
+  // A transpiled trainer program fed back as --program is refused by name, saying what to give.
   RunResult rc = RunTool({"--program=" + a + "/trainer.pbtxt",
                           "--startup_program=" + a + "/trainer_startup.pbtxt", "--pservers=x:1"});
   EXPECT_EQ(rc.exit_code, 1);
-  EXPECT_TRUE(absl::StrContains(rc.err, "no optimize ops")) << rc.err;
+  EXPECT_TRUE(absl::StrContains(rc.err, "--program " + a + "/trainer.pbtxt is a transpiled "
+                                        "trainer or pserver program"))
+      << rc.err;
+  EXPECT_TRUE(absl::StrContains(rc.err, "tessera_program --out")) << rc.err;
 }
 
 // Exit status `code` and exactly one line on stderr containing `text`.

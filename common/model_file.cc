@@ -84,38 +84,76 @@ absl::Status CheckFormatVersion(const ModelFile& model, const Refuser& refuse) {
   return absl::OkStatus();
 }
 
-absl::Status CheckOptimizer(const OptimizerConfig& o, const BlockDesc& forward,
-                            const Refuser& refuse) {
+// One optimizer's own values; `what` names it in refusals ("optimizer", or "table_optimizers
+// 'emb' optimizer"). A table's optimizer may leave learning_rate at 0 (the model's), and has no
+// schedule or clipping of its own.
+absl::Status CheckOptimizerValues(const OptimizerConfig& o, const std::string& what, bool table,
+                                  const Refuser& refuse) {
   static const std::set<std::string> kTypes = {"sgd", "momentum", "adagrad", "adam"};
   if (kTypes.count(o.type()) == 0) {
-    return refuse("optimizer type '", o.type(), "' is unknown (sgd, momentum, adagrad or adam)");
+    return refuse(what, " type '", o.type(), "' is unknown (sgd, momentum, adagrad or adam)");
   }
-  if (!(o.learning_rate() > 0) || !std::isfinite(o.learning_rate())) {
-    return refuse("optimizer learning_rate ", o.learning_rate(), " must be positive and finite");
+  if (!std::isfinite(o.learning_rate()) || !(o.learning_rate() > 0 || table) ||
+      o.learning_rate() < 0) {
+    return refuse(what, " learning_rate ", o.learning_rate(),
+                  table ? " must be >= 0 and finite (0: the model's)"
+                        : " must be positive and finite");
   }
   if (!(o.l2_decay() >= 0) || !std::isfinite(o.l2_decay())) {
-    return refuse("optimizer l2_decay ", o.l2_decay(), " must be >= 0");
+    return refuse(what, " l2_decay ", o.l2_decay(), " must be >= 0");
   }
-  if (o.decay_steps() < 0) return refuse("optimizer decay_steps ", o.decay_steps(), " < 0");
+  if (!(o.clip_global_norm() >= 0) || !std::isfinite(o.clip_global_norm())) {
+    return refuse(what, " clip_global_norm ", o.clip_global_norm(), " must be >= 0 and finite");
+  }
+  if (table && (o.decay_steps() != 0 || o.clip_global_norm() != 0)) {
+    return refuse(what, " sets ", o.decay_steps() != 0 ? "decay_steps" : "clip_global_norm",
+                  ": a table has no schedule or clipping of its own (the model's optimizer sets "
+                  "them for every parameter)");
+  }
+  if (o.decay_steps() < 0) return refuse(what, " decay_steps ", o.decay_steps(), " < 0");
   if (o.decay_steps() > 0 && !(o.decay_rate() > 0 && std::isfinite(o.decay_rate()))) {
-    return refuse("optimizer decay_rate ", o.decay_rate(), " must be positive with decay_steps");
+    return refuse(what, " decay_rate ", o.decay_rate(), " must be positive with decay_steps");
   }
   if (!(o.momentum() >= 0 && o.momentum() < 1)) {
-    return refuse("optimizer momentum ", o.momentum(), " must be in [0, 1)");
+    return refuse(what, " momentum ", o.momentum(), " must be in [0, 1)");
   }
   for (float beta : {o.beta1(), o.beta2()}) {
-    if (!(beta >= 0 && beta < 1)) return refuse("optimizer beta ", beta, " must be in [0, 1)");
+    if (!(beta >= 0 && beta < 1)) return refuse(what, " beta ", beta, " must be in [0, 1)");
   }
   if (!(o.epsilon() >= 0) || !std::isfinite(o.epsilon())) {
-    return refuse("optimizer epsilon ", o.epsilon(), " must be >= 0");
+    return refuse(what, " epsilon ", o.epsilon(), " must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+// The model's optimizer, each table's, and that every distributed table's optimizer is one the
+// pservers' tables implement.
+absl::Status CheckOptimizers(const ModelFile& model, const Refuser& refuse) {
+  const BlockDesc& forward = model.forward().blocks(0);
+  TS_RETURN_IF_ERROR(CheckOptimizerValues(model.optimizer(), "optimizer", false, refuse));
+  std::set<std::string> tables;  // the W of every embedding lookup
+  for (const OpDesc& op : forward.ops()) {
+    if (IsEmbeddingLookup(op)) tables.insert(OpInput(op, "W"));
+  }
+  std::map<std::string, std::string> type_of;  // table -> its own optimizer's type
+  for (const TableOptimizer& t : model.table_optimizers()) {
+    const std::string what = absl::StrCat("table_optimizers '", t.table(), "'");
+    if (tables.count(t.table()) == 0) {
+      return refuse(what, " names no embedding table (the W of a lookup_table op)");
+    }
+    if (!type_of.emplace(t.table(), t.optimizer().type()).second) {
+      return refuse(what, " is given twice");
+    }
+    TS_RETURN_IF_ERROR(CheckOptimizerValues(t.optimizer(), what + " optimizer", true, refuse));
   }
   // Tables on the pservers are updated by SparseTable, which knows sgd, adagrad and adam.
-  if (o.type() == "momentum") {
-    for (const VarDesc& v : forward.vars()) {
-      if (v.is_distributed()) {
-        return refuse("optimizer 'momentum' cannot update distributed table '", v.name(),
-                      "' (distributed tables support sgd, adagrad and adam)");
-      }
+  for (const VarDesc& v : forward.vars()) {
+    if (!v.is_distributed()) continue;
+    auto own = type_of.find(v.name());
+    const std::string& type = own == type_of.end() ? model.optimizer().type() : own->second;
+    if (type == "momentum") {
+      return refuse("optimizer 'momentum' cannot update distributed table '", v.name(),
+                    "' (distributed tables support sgd, adagrad and adam)");
     }
   }
   return absl::OkStatus();
@@ -384,6 +422,7 @@ std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerConfig& c) {
   o.decay_steps = c.decay_steps();
   o.decay_rate = c.decay_steps() > 0 ? c.decay_rate() : 1.0f;
   o.staircase = c.staircase();
+  o.clip_global_norm = c.clip_global_norm();
   if (c.type() == "momentum") {
     return std::make_unique<Momentum>(o, c.has_momentum() ? c.momentum() : 0.9f, c.nesterov());
   }
@@ -485,7 +524,7 @@ absl::Status CheckModelStructure(const ModelFile& model, const OpRegistry& regis
   TS_RETURN_IF_ERROR(CheckFeeds(model, &fed, refuse));
   TS_RETURN_IF_ERROR(CheckGraph(model, registry, fed, refuse));
   TS_RETURN_IF_ERROR(CheckOutputs(model, refuse));
-  return CheckOptimizer(model.optimizer(), model.forward().blocks(0), refuse);
+  return CheckOptimizers(model, refuse);
 }
 
 absl::Status ValidateModel(const ModelFile& model, const OpRegistry& registry,
@@ -502,6 +541,9 @@ absl::StatusOr<ModelSpec> CompileModel(const ModelFile& model, const OpRegistry&
   spec.startup = model.startup();
   ProgramBuilder b(&spec.main, &spec.startup);
   std::unique_ptr<Optimizer> optimizer = MakeOptimizer(model.optimizer());
+  for (const TableOptimizer& t : model.table_optimizers()) {
+    optimizer->SetParamOptimizer(t.table(), MakeOptimizer(t.optimizer()));
+  }
   absl::Status minimized = optimizer->Minimize(b, registry, model.loss()).status();
   if (!minimized.ok()) {
     return absl::InvalidArgumentError(

@@ -201,6 +201,85 @@ TEST_F(ModelFileTest, RefusesAnOptimizerTheTableDoesNotSupport) {
   EXPECT_THAT(Refusal(m), HasSubstr("optimizer type 'rmsprop' is unknown"));
 }
 
+// A table with an optimizer of its own (adagrad, its own learning rate) and clipping by global
+// norm: one clip op over every gradient before the optimize ops, the table's update by its own
+// optimizer reading its own learning-rate variable, the others by the model's.
+TEST_F(ModelFileTest, CompilesTableOptimizersAndGradientClipping) {
+  ModelFile m = SmallModel();
+  m.mutable_optimizer()->set_clip_global_norm(2.5f);
+  TableOptimizer* t = m.add_table_optimizers();
+  t->set_table("emb");
+  t->mutable_optimizer()->set_type("adagrad");
+  t->mutable_optimizer()->set_learning_rate(0.3f);
+  absl::StatusOr<ModelSpec> spec = CompileModel(m, *registry_, "m.pbtxt");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::vector<std::string> types;
+  int clip_at = -1, first_update = -1;
+  const auto& ops = spec->main.blocks(0).ops();
+  for (int i = 0; i < ops.size(); ++i) {
+    const OpDesc& op = ops[i];
+    if (op.type() == "clip_by_global_norm") {
+      clip_at = i;
+      EXPECT_EQ(OpInputs(op, "X").size(), 3u);
+      EXPECT_EQ(OpInputs(op, "X"), OpOutputs(op, "Out"));
+      EXPECT_FLOAT_EQ(GetFloatAttr(op, "max_norm", 0), 2.5f);
+    }
+    if (op.type() != "sgd" && op.type() != "adagrad") continue;
+    if (first_update < 0) first_update = i;
+    const std::string param = OpInput(op, "Param");
+    EXPECT_EQ(op.type(), param == "emb" ? "adagrad" : "sgd") << param;
+    EXPECT_EQ(OpInput(op, "LearningRate"),
+              param == "emb" ? "emb.learning_rate" : "learning_rate_0") << param;
+  }
+  ASSERT_GE(clip_at, 0);
+  EXPECT_LT(clip_at, first_update);
+  // The table's learning rate and accumulator are initialized by the startup program.
+  bool lr_init = false, moment_init = false;
+  for (const OpDesc& op : spec->startup.blocks(0).ops()) {
+    lr_init |= OpOutput(op, "Out") == "emb.learning_rate";
+    moment_init |= OpOutput(op, "Out") == "emb.moment";
+  }
+  EXPECT_TRUE(lr_init);
+  EXPECT_TRUE(moment_init);
+}
+
+TEST_F(ModelFileTest, RefusesBadTableOptimizersAndClipping) {
+  ModelFile m = SmallModel();
+  m.mutable_optimizer()->set_clip_global_norm(-1);
+  EXPECT_THAT(Refusal(m), HasSubstr("optimizer clip_global_norm -1 must be >= 0 and finite"));
+
+  auto with_table = [&](const std::string& table, const std::string& type) {
+    ModelFile t = SmallModel();
+    TableOptimizer* o = t.add_table_optimizers();
+    o->set_table(table);
+    o->mutable_optimizer()->set_type(type);
+    return t;
+  };
+  EXPECT_THAT(Refusal(with_table("out.w", "adam")),
+              HasSubstr("table_optimizers 'out.w' names no embedding table"));
+  m = with_table("emb", "adam");
+  *m.add_table_optimizers() = m.table_optimizers(0);
+  EXPECT_THAT(Refusal(m), HasSubstr("table_optimizers 'emb' is given twice"));
+  EXPECT_THAT(Refusal(with_table("emb", "rmsprop")),
+              HasSubstr("table_optimizers 'emb' optimizer type 'rmsprop' is unknown"));
+  m = with_table("emb", "adam");
+  m.mutable_table_optimizers(0)->mutable_optimizer()->set_decay_steps(10);
+  EXPECT_THAT(Refusal(m), HasSubstr("table_optimizers 'emb' optimizer sets decay_steps: a table "
+                                    "has no schedule or clipping of its own"));
+  m = with_table("emb", "adam");
+  m.mutable_table_optimizers(0)->mutable_optimizer()->set_learning_rate(-0.5f);
+  EXPECT_THAT(Refusal(m), HasSubstr("learning_rate -0.5 must be >= 0 and finite"));
+  // A distributed table's own optimizer must be one the pservers' tables implement, and the
+  // model's may then be any.
+  ModelOverrides distributed;
+  distributed.distributed_tables = true;
+  EXPECT_THAT(Refusal(ApplyOverrides(with_table("emb", "momentum"), distributed)),
+              HasSubstr("optimizer 'momentum' cannot update distributed table 'emb'"));
+  m = with_table("emb", "adagrad");
+  m.mutable_optimizer()->set_type("momentum");
+  EXPECT_TRUE(CompileModel(ApplyOverrides(m, distributed), *registry_, "m.pbtxt").ok());
+}
+
 TEST_F(ModelFileTest, RefusesAParameterWithoutInitializer) {
   ModelFile m = SmallModel();
   auto* ops = m.mutable_startup()->mutable_blocks(0)->mutable_ops();

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/layers/optimizer.h"
 #include "common/layers/program_builder.h"
 #include "common/op_desc.h"
 #include "common/ops/sharding.h"
@@ -13,6 +14,11 @@
 namespace tessera {
 
 namespace {
+
+// An optimize-role op that is no parameter's update: gradient clipping by global norm, which each
+// trainer runs on its own gradients before they are pushed (the pservers hold blocks of the
+// parameters, so none of them could compute the norm of all gradients).
+bool StaysOnTrainer(const OpDesc& op) { return op.type() == kClipByGlobalNormOp; }
 
 // One optimize op of the single-machine program and the slicing of everything it touches.
 struct OptimizeItem {
@@ -162,7 +168,7 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
         "table_shard_method '", config.table_shard_method, "' is not hash or mod"));
   }
   for (const auto& op : block.ops()) {
-    if ((OpRoleOf(op) & kRoleOptimize) == 0) continue;
+    if ((OpRoleOf(op) & kRoleOptimize) == 0 || StaysOnTrainer(op)) continue;
     auto rv = GetStringsAttr(op, kOpRoleVarAttr);
     if (rv.size() < 2) {
       return absl::InvalidArgumentError(absl::StrCat("optimize op ", OpSignature(op),
@@ -244,7 +250,9 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
   {
     google::protobuf::RepeatedPtrField<OpDesc> kept;
     for (const auto& op : tb->ops()) {
-      if ((OpRoleOf(op) & (kRoleOptimize | kRoleLRSched)) == 0) *kept.Add() = op;
+      if ((OpRoleOf(op) & (kRoleOptimize | kRoleLRSched)) == 0 || StaysOnTrainer(op)) {
+        *kept.Add() = op;
+      }
     }
     tb->mutable_ops()->Swap(&kept);
   }

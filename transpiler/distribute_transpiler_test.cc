@@ -39,7 +39,8 @@ struct Model {
 
 enum class Opt { kSgd, kMomentum, kAdam };
 
-Model BuildModel(const std::vector<ParamSpec>& params, Opt opt = Opt::kSgd) {
+Model BuildModel(const std::vector<ParamSpec>& params, Opt opt = Opt::kSgd,
+                 float clip_global_norm = 0) {
   auto registry = NewStandardOpRegistry();
   Model m;
   ProgramBuilder b(&m.main, &m.startup);
@@ -54,6 +55,7 @@ Model BuildModel(const std::vector<ParamSpec>& params, Opt opt = Opt::kSgd) {
   }
   OptimizerOptions oo;
   oo.learning_rate = 0.1f;
+  oo.clip_global_norm = clip_global_norm;
   std::unique_ptr<Optimizer> o;
   switch (opt) {
     case Opt::kSgd:
@@ -475,6 +477,47 @@ void ExpectOneLineError(const absl::Status& s, absl::StatusCode code, const std:
   EXPECT_EQ(s.code(), code) << s;
   EXPECT_FALSE(absl::StrContains(s.message(), "\n")) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), text)) << s << " lacks '" << text << "'";
+}
+
+// Index of the first op of `type` in block 0 of `p` (-1 if none).
+int FirstOp(const ProgramDesc& p, const std::string& type) {
+  for (int i = 0; i < p.blocks(0).ops_size(); ++i) {
+    if (p.blocks(0).ops(i).type() == type) return i;
+  }
+  return -1;
+}
+
+// Clipping by global norm needs every gradient: in pserver mode it stays on the trainer, before
+// the gradients are sent, and no pserver gets it; in collective mode it runs on the all-reduced
+// gradients, so it clips what one machine clips.
+TEST(ClipTest, ClippingStaysOnTheTrainerBeforeSendsAndAfterAllReduce) {
+  Model m = BuildModel({{"a", {10, 4}}, {"b", {6}}}, Opt::kAdam, 1.5f);
+  DistributeTranspiler t = MustTranspile(m, Config(2, 8));
+  const ProgramDesc& trainer = t.trainer_program();
+  const int clip = FirstOp(trainer, "clip_by_global_norm");
+  ASSERT_GE(clip, 0) << ProgramToText(trainer);
+  int send = FirstOp(trainer, "send");
+  if (send < 0) send = FirstOp(trainer, "send_batch");
+  ASSERT_GE(send, 0) << ProgramToText(trainer);
+  EXPECT_LT(clip, send);
+  EXPECT_EQ(OpInputs(trainer.blocks(0).ops(clip), "X"),
+            (std::vector<std::string>{"a@GRAD", "b@GRAD"}));
+  EXPECT_EQ(FirstOp(trainer, "adam"), -1);
+  for (const std::string& ep : Endpoints(2)) {
+    auto ps = t.GetPserverProgram(ep);
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    for (const BlockDesc& block : ps->blocks()) {
+      for (const OpDesc& op : block.ops()) EXPECT_NE(op.type(), "clip_by_global_norm") << ep;
+    }
+  }
+
+  auto collective = TranspileCollective(m.main, m.startup);
+  ASSERT_TRUE(collective.ok()) << collective.status();
+  const int reduce = FirstOp(collective->trainer, "c_allreduce_mean");
+  const int clip_c = FirstOp(collective->trainer, "clip_by_global_norm");
+  ASSERT_GE(reduce, 0);
+  EXPECT_EQ(clip_c, reduce + 1);
+  EXPECT_LT(clip_c, FirstOp(collective->trainer, "adam"));
 }
 
 TEST(ErrorTest, BadConfigValues) {

@@ -38,13 +38,26 @@ absl::StatusOr<std::vector<ParamGrad>> Optimizer::Minimize(ProgramBuilder& b,
     }
   }
   b.set_role(kRoleOptimize);
+  if (options_.clip_global_norm > 0 && !pairs->empty()) {
+    std::vector<std::string> grads;
+    for (const auto& pg : *pairs) grads.push_back(pg.grad);
+    OpDesc clip = MakeOp(kClipByGlobalNormOp, {{"X", grads}}, {{"Out", grads}});
+    SetAttr(&clip, "max_norm", options_.clip_global_norm);
+    b.AppendOp(std::move(clip));
+  }
   for (const auto& pg : *pairs) {
     const VarDesc param = *b.FindVar(pg.param);
-    OpDesc op = MakeOp(type(),
-                       {{"Param", {pg.param}}, {"Grad", {pg.grad}}, {"LearningRate", {kLearningRateVar}}},
+    auto own = per_param_.find(pg.param);
+    Optimizer& o = own == per_param_.end() ? *this : *own->second;
+    std::string lr = kLearningRateVar;
+    if (&o != this && o.options_.learning_rate > 0) {
+      lr = absl::StrCat(pg.param, ".learning_rate");
+      b.CreatePersistable(lr, {1}, o.options_.learning_rate);
+    }
+    OpDesc op = MakeOp(o.type(), {{"Param", {pg.param}}, {"Grad", {pg.grad}}, {"LearningRate", {lr}}},
                        {{"ParamOut", {pg.param}}});
-    if (options_.l2_decay != 0.0f) SetAttr(&op, "regularization_coeff", options_.l2_decay);
-    AddState(b, param, &op);
+    if (o.options_.l2_decay != 0.0f) SetAttr(&op, "regularization_coeff", o.options_.l2_decay);
+    o.AddState(b, param, &op);
     SetAttr(&op, kOpRoleVarAttr, std::vector<std::string>{pg.param, pg.grad});
     b.AppendOp(std::move(op));
   }

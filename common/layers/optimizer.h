@@ -1,5 +1,7 @@
 // Optimizers: Minimize(loss) = AppendBackward + one optimize op per (param, grad) pair, with the
 // learning rate and per-parameter state as persistable variables initialized by startup.
+// A parameter may have an optimizer of its own (SetParamOptimizer: an embedding table's); with
+// clip_global_norm, one clip_by_global_norm op scales every gradient first.
 //
 // Sparse gradients (embedding tables with is_sparse) use the same op types; their kernels update
 // only the touched rows. L2 regularization is an attribute (regularization_coeff) of each
@@ -7,6 +9,8 @@
 #ifndef TESSERA_COMMON_LAYERS_OPTIMIZER_H_
 #define TESSERA_COMMON_LAYERS_OPTIMIZER_H_
 
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,7 +31,14 @@ struct OptimizerOptions {
   int64_t decay_steps = 0;
   float decay_rate = 1.0f;
   bool staircase = false;
+  // Gradient clipping by global norm (0 = off): a clip_by_global_norm op (role Optimize, before
+  // the optimize ops; the pserver transpiler keeps it on the trainer) scales every gradient by
+  // clip / max(clip, norm of all gradients).
+  float clip_global_norm = 0.0f;
 };
+
+// The op that clips gradients by their global norm (common/ops/optimizer_ops.h).
+inline constexpr char kClipByGlobalNormOp[] = "clip_by_global_norm";
 
 // The step counter of learning-rate schedules.
 inline constexpr char kLearningRateStepVar[] = "learning_rate_step_0";
@@ -42,6 +53,13 @@ class Optimizer {
   absl::StatusOr<std::vector<ParamGrad>> Minimize(ProgramBuilder& b, const OpRegistry& registry,
                                                   const std::string& loss);
 
+  // `param` is updated by `optimizer` (its type, state, l2_decay; its learning rate as a
+  // constant variable of its own when positive, else this optimizer's learning rate and
+  // schedule). Call before Minimize.
+  void SetParamOptimizer(const std::string& param, std::unique_ptr<Optimizer> optimizer) {
+    per_param_[param] = std::move(optimizer);
+  }
+
   // The op type this optimizer emits ("sgd", "momentum", "adam", "adagrad").
   virtual std::string type() const = 0;
 
@@ -51,6 +69,9 @@ class Optimizer {
   virtual void AddState(ProgramBuilder& b, const VarDesc& param, OpDesc* op) = 0;
 
   OptimizerOptions options_;
+
+ private:
+  std::map<std::string, std::unique_ptr<Optimizer>> per_param_;
 };
 
 class SGD : public Optimizer {

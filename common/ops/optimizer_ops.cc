@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/ops/kernel_util.h"
@@ -246,6 +247,70 @@ absl::Status Adagrad(OpContext& ctx) {
   });
 }
 
+// Sum of squares of a float32/float64 tensor's values.
+double SumOfSquares(const Tensor& t) {
+  if (t.dtype() == FLOAT32) {
+    return ConstSpan<float>(t.data<float>(), t.numel()).template cast<double>().square().sum();
+  }
+  return ConstSpan<double>(t.data<double>(), t.numel()).square().sum();
+}
+
+void ScaleInPlace(Tensor* t, double s) {
+  if (t->dtype() == FLOAT32) {
+    Span<float>(t->data<float>(), t->numel()) *= static_cast<float>(s);
+  } else {
+    Span<double>(t->data<double>(), t->numel()) *= s;
+  }
+}
+
+// clip_by_global_norm: Out (X itself, in place) = X * max_norm / max(max_norm, N), where N is the
+// L2 norm of every gradient of X together, dense and sparse (a sparse gradient's repeated rows
+// summed first, as the update applies them).
+absl::Status ClipByGlobalNorm(OpContext& ctx) {
+  const float max_norm = ctx.FloatAttr("max_norm", 0.0f);
+  if (!(max_norm > 0) || !std::isfinite(max_norm)) {
+    return ctx.Error(absl::StrCat("max_norm ", max_norm, " must be positive and finite"));
+  }
+  const int n = static_cast<int>(OpInputs(ctx.op(), "X").size());
+  double squares = 0;
+  std::vector<Variable*> grads;
+  for (int i = 0; i < n; ++i) {
+    if (ctx.OutputName("Out", i) != ctx.InputName("X", i)) {
+      return ctx.Error(absl::StrCat("Out ", i, " '", ctx.OutputName("Out", i),
+                                    "' must be X ", i, " '", ctx.InputName("X", i),
+                                    "' (clipping is in place)"));
+    }
+    TS_ASSIGN_OR_RETURN(Variable * g, ctx.OutputVar("Out", i));
+    const std::string what = absl::StrCat("X '", ctx.InputName("X", i), "'");
+    if (Tensor* t = g->GetIf<Tensor>()) {
+      if (!t->initialized() || (t->dtype() != FLOAT32 && t->dtype() != FLOAT64)) {
+        return ctx.Error(absl::StrCat(what, " is ", t->DebugString(),
+                                      "; expected an initialized float32/float64 gradient"));
+      }
+      squares += SumOfSquares(*t);
+    } else if (SelectedRows* sr = g->GetIf<SelectedRows>()) {
+      absl::Status valid = ValidateSelectedRows(*sr);
+      if (!valid.ok()) return ctx.Error(absl::StrCat(what, ": ", valid.message()));
+      if (!sr->rows.empty()) squares += SumOfSquares(MergeRows(*sr).value);
+    } else {
+      return ctx.Error(absl::StrCat(what, " is not initialized"));
+    }
+    grads.push_back(g);
+  }
+  const double norm = std::sqrt(squares);
+  if (!(norm > max_norm)) return absl::OkStatus();  // within the bound (or NaN: left to show)
+  const double scale = max_norm / norm;
+  for (Variable* g : grads) {
+    if (Tensor* t = g->GetIf<Tensor>()) {
+      ScaleInPlace(t, scale);
+    } else {
+      SelectedRows* sr = g->GetIf<SelectedRows>();
+      if (sr->value.initialized()) ScaleInPlace(&sr->value, scale);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RegisterOptimizerOps(OpRegistry* r) {
@@ -253,6 +318,7 @@ absl::Status RegisterOptimizerOps(OpRegistry* r) {
   TS_RETURN_IF_ERROR(r->Register("momentum", {Momentum, nullptr}));
   TS_RETURN_IF_ERROR(r->Register("adam", {Adam, nullptr}));
   TS_RETURN_IF_ERROR(r->Register("adagrad", {Adagrad, nullptr}));
+  TS_RETURN_IF_ERROR(r->Register("clip_by_global_norm", {ClipByGlobalNorm, nullptr}));
   return absl::OkStatus();
 }
 

@@ -1,5 +1,6 @@
 #include "common/ops/optimizer_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -325,6 +326,59 @@ TEST(OptimizerFloat32Test, SgdAndAdamUpdateFloat32Parameters) {
   EXPECT_NEAR(out.data<float>()[1], -4.0f - 0.5f, 1e-5);
   EXPECT_FLOAT_EQ(scope.FindVar("b1p")->Get<Tensor>().data<float>()[0], 0.81f);
   EXPECT_NEAR(scope.FindVar("b2p")->Get<Tensor>().data<float>()[0], 0.999 * 0.999, 1e-6);
+}
+
+// A dense gradient [3, 0] and a sparse one whose rows 1, 1 (summed: [0, 4]) and 0 ([0, 0]): a
+// global norm of 5 (the repeated row summed before squaring, not 3^2 + 2^2 + 2^2).
+class ClipByGlobalNormTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Tensor d(FLOAT32, {2});
+    d.data<float>()[0] = 3.0f;
+    d.data<float>()[1] = 0.0f;
+    scope_.Var("d")->GetMutable<Tensor>()->CopyFrom(d);
+    SelectedRows* sr = scope_.Var("s")->GetMutable<SelectedRows>();
+    sr->rows = {1, 1, 0};
+    sr->height = 4;
+    sr->value = Tensor(FLOAT32, {3, 2});
+    const float v[] = {0, 2, 0, 2, 0, 0};
+    std::copy(v, v + 6, sr->value.data<float>());
+  }
+  absl::Status Clip(float max_norm) {
+    OpDesc op = MakeOp("clip_by_global_norm", {{"X", {"d", "s"}}}, {{"Out", {"d", "s"}}});
+    SetAttr(&op, "max_norm", max_norm);
+    return exec_.RunOp(op, &scope_);
+  }
+  float D(int i) { return scope_.FindVar("d")->Get<Tensor>().data<float>()[i]; }
+  float S(int i) { return scope_.FindVar("s")->Get<SelectedRows>().value.data<float>()[i]; }
+
+  std::unique_ptr<OpRegistry> registry_ = NewStandardOpRegistry();
+  Executor exec_{registry_.get()};
+  Scope scope_;
+};
+
+TEST_F(ClipByGlobalNormTest, ScalesEveryGradientByTheBoundOverTheGlobalNorm) {
+  ASSERT_TRUE(Clip(1.0f).ok());
+  EXPECT_FLOAT_EQ(D(0), 3.0f / 5);
+  EXPECT_FLOAT_EQ(S(1), 2.0f / 5);
+  EXPECT_FLOAT_EQ(S(3), 2.0f / 5);
+  EXPECT_EQ(scope_.FindVar("s")->Get<SelectedRows>().rows, (std::vector<int64_t>{1, 1, 0}));
+}
+
+TEST_F(ClipByGlobalNormTest, LeavesGradientsWithinTheBound) {
+  ASSERT_TRUE(Clip(5.0f).ok());
+  EXPECT_FLOAT_EQ(D(0), 3.0f);
+  EXPECT_FLOAT_EQ(S(1), 2.0f);
+}
+
+TEST_F(ClipByGlobalNormTest, RefusesABadBoundOrAnOutputThatIsNotItsInput) {
+  absl::Status s = Clip(0.0f);
+  EXPECT_NE(s.message().find("max_norm 0 must be positive"), std::string::npos) << s;
+  OpDesc op = MakeOp("clip_by_global_norm", {{"X", {"d"}}}, {{"Out", {"e"}}});
+  SetAttr(&op, "max_norm", 1.0f);
+  s = exec_.RunOp(op, &scope_);
+  EXPECT_NE(s.message().find("(clipping is in place)"), std::string::npos) << s;
+  EXPECT_FLOAT_EQ(D(0), 3.0f);
 }
 
 TEST(MergeRowsTest, SortsUniqueRowsAndSumsValues) {

@@ -519,6 +519,7 @@ class Model(object):
         self.metrics = []        # metric names (layers.auc / accuracy)
         self._metric_labels = {}  # metric -> label variable it was declared with
         self.optimizer = None    # tessera.OptimizerConfig (optimizer.minimize)
+        self.table_optimizers = {}  # table -> its own OptimizerConfig (ParamAttr optimizer)
 
     # -- programs -------------------------------------------------------------------------
 

@@ -255,6 +255,10 @@ def build_model_file(model, loss=None, prediction=None, metrics=None, feeds=None
     mf.prediction = pred_name
     mf.metrics.extend(metric_names)
     mf.optimizer.CopyFrom(model.optimizer)
+    for table in sorted(model.table_optimizers):
+        t = mf.table_optimizers.add()
+        t.table = table
+        t.optimizer.CopyFrom(model.table_optimizers[table])
 
     check_model_file(mf)
     for metric, label in model._metric_labels.items():
@@ -286,6 +290,46 @@ def _caller_stacklevel():
 
 def _refuse(fmt, *args):
     raise ValueError("model file: " + (fmt % args if args else fmt))
+
+
+def _input(op, slot):
+    """The first argument of `op`'s input `slot` ("" if none)."""
+    for i in op.inputs:
+        if i.parameter == slot and i.arguments:
+            return i.arguments[0]
+    return ""
+
+
+def _check_optimizer_values(o, what, table):
+    """One OptimizerConfig's own values (CheckOptimizerValues): a table's optimizer may leave
+    learning_rate at 0 (the model's) and has no schedule or clipping of its own."""
+    inf = float("inf")
+    if o.type not in ("sgd", "momentum", "adagrad", "adam"):
+        _refuse("%s type %r is unknown (sgd, momentum, adagrad or adam)", what, o.type)
+    if not (o.learning_rate > 0 or (table and o.learning_rate == 0)) or o.learning_rate == inf:
+        if table:
+            _refuse("%s learning_rate %r must be >= 0 and finite (0: the model's)", what,
+                    o.learning_rate)
+        _refuse("%s learning_rate %r must be positive and finite", what, o.learning_rate)
+    if not (o.l2_decay >= 0) or o.l2_decay == inf:
+        _refuse("%s l2_decay %r must be >= 0", what, o.l2_decay)
+    if not (o.clip_global_norm >= 0) or o.clip_global_norm == inf:
+        _refuse("%s clip_global_norm %r must be >= 0 and finite", what, o.clip_global_norm)
+    if table and (o.decay_steps != 0 or o.clip_global_norm != 0):
+        _refuse("%s sets %s: a table has no schedule or clipping of its own (the model's "
+                "optimizer sets them for every parameter)", what,
+                "decay_steps" if o.decay_steps != 0 else "clip_global_norm")
+    if o.decay_steps < 0:
+        _refuse("%s decay_steps %d < 0", what, o.decay_steps)
+    if o.decay_steps > 0 and not (0 < o.decay_rate < inf):
+        _refuse("%s decay_rate %r must be positive with decay_steps", what, o.decay_rate)
+    if not (0 <= o.momentum < 1):
+        _refuse("%s momentum %r must be in [0, 1)", what, o.momentum)
+    for beta in (o.beta1, o.beta2):
+        if not (0 <= beta < 1):
+            _refuse("%s beta %r must be in [0, 1)", what, beta)
+    if not (o.epsilon >= 0) or o.epsilon == inf:
+        _refuse("%s epsilon %r must be >= 0", what, o.epsilon)
 
 
 def check_model_file(mf):
@@ -452,30 +496,22 @@ def check_model_file(mf):
                 _refuse("metric %r needs a [-1, 1] probability as prediction; %r is %s", m,
                         mf.prediction, describe(p))
 
-    # Optimizer (CheckOptimizer).
-    o = mf.optimizer
-    if o.type not in ("sgd", "momentum", "adagrad", "adam"):
-        _refuse("optimizer type %r is unknown (sgd, momentum, adagrad or adam)", o.type)
-    if not (o.learning_rate > 0) or o.learning_rate == float("inf"):
-        _refuse("optimizer learning_rate %r must be positive and finite", o.learning_rate)
-    if not (o.l2_decay >= 0) or o.l2_decay == float("inf"):
-        _refuse("optimizer l2_decay %r must be >= 0", o.l2_decay)
-    if o.decay_steps < 0:
-        _refuse("optimizer decay_steps %d < 0", o.decay_steps)
-    if o.decay_steps > 0 and not (0 < o.decay_rate < float("inf")):
-        _refuse("optimizer decay_rate %r must be positive with decay_steps", o.decay_rate)
-    if not (0 <= o.momentum < 1):
-        _refuse("optimizer momentum %r must be in [0, 1)", o.momentum)
-    for beta in (o.beta1, o.beta2):
-        if not (0 <= beta < 1):
-            _refuse("optimizer beta %r must be in [0, 1)", beta)
-    if not (o.epsilon >= 0) or o.epsilon == float("inf"):
-        _refuse("optimizer epsilon %r must be >= 0", o.epsilon)
-    if o.type == "momentum":
-        for v in block.vars:
-            if v.is_distributed:
-                _refuse("optimizer 'momentum' cannot update distributed table %r (distributed "
-                        "tables support sgd, adagrad and adam)", v.name)
+    # Optimizers (CheckOptimizers).
+    _check_optimizer_values(mf.optimizer, "optimizer", False)
+    tables = set(_input(op, "W") for op in block.ops if op.type == "lookup_table")
+    own_types = {}
+    for t in mf.table_optimizers:
+        what = "table_optimizers %r" % t.table
+        if t.table not in tables:
+            _refuse("%s names no embedding table (the W of a lookup_table op)", what)
+        if t.table in own_types:
+            _refuse("%s is given twice", what)
+        own_types[t.table] = t.optimizer.type
+        _check_optimizer_values(t.optimizer, what + " optimizer", True)
+    for v in block.vars:
+        if v.is_distributed and own_types.get(v.name, mf.optimizer.type) == "momentum":
+            _refuse("optimizer 'momentum' cannot update distributed table %r (distributed "
+                    "tables support sgd, adagrad and adam)", v.name)
     return mf
 
 

@@ -263,6 +263,8 @@ def fc(input, size, act=None, name=None, param_attr=None, bias_attr=None):
     b_attr = ParamAttr.to_attr(None if bias_attr in (None, True, False) else bias_attr)
     if b_attr.name is not None:
         raise ValueError("%s: name the parameters with name=, not bias_attr.name" % layer)
+    if w_attr.optimizer is not None or b_attr.optimizer is not None:
+        raise ValueError("%s: only embedding tables take an optimizer of their own" % layer)
     if name is not None:
         fw.check_name("fc", name)
     k = 1
@@ -309,6 +311,8 @@ def create_parameter(shape, dtype="float32", name=None, attr=None, default_initi
     attr = ParamAttr.to_attr(attr)
     if name is not None and attr.name is not None and name != attr.name:
         raise ValueError("create_parameter: name %r and attr.name %r differ" % (name, attr.name))
+    if attr.optimizer is not None:
+        raise ValueError("create_parameter: only embedding tables take an optimizer of their own")
     name = name if name is not None else attr.name
     label = name if name is not None else model.peek_unique_name("param")
     layer = "create_parameter %r" % label
@@ -391,6 +395,18 @@ def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=No
         w = model.create_parameter(table_name, [rows, dim], init, dtype)
         w.desc.is_sparse = is_sparse
         w.desc.is_distributed = is_distributed
+    if attr.optimizer is not None:
+        own = attr.optimizer.table_config(table_name)
+        if model.optimizer is not None:
+            raise ValueError("%s: give tables their optimizers before optimizer.minimize" % layer)
+        if own.type == "momentum" and is_distributed:
+            raise ValueError("%s: momentum cannot update distributed table %r (distributed "
+                             "tables support sgd, adagrad and adam)" % (layer, table_name))
+        previous = model.table_optimizers.get(table_name)
+        if previous is not None and previous != own:
+            raise ValueError("%s: shared table %r already has optimizer %s" %
+                             (layer, table_name, previous.type))
+        model.table_optimizers[table_name] = own
     # lookup_table drops a trailing 1 of the ids' shape and appends dim.
     out_shape = ids_shape[:-1] if len(ids_shape) > 1 and ids_shape[-1] == 1 else ids_shape
     out = model.create_var(model.unique_name(table_name + ".out"), out_shape + [dim], dtype)

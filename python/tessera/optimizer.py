@@ -6,6 +6,11 @@ Python records is the configuration: type, learning rate, L2 decay, an exponenti
 and the optimizer's hyper-parameters. Hyper-parameters left at None are left unset in the file,
 which means the C++ defaults (adam beta1 0.9, beta2 0.999, epsilon 1e-8; adagrad epsilon 1e-6);
 Momentum always records its momentum, as the C++ examples do.
+
+``clip_global_norm`` scales every gradient by clip / max(clip, their global L2 norm) before the
+update (in pserver mode each trainer clips its own gradients). An optimizer given to an
+embedding table through ``ParamAttr(optimizer=...)`` updates that table only; it has its own
+learning rate (constant) and no schedule or clipping of its own.
 """
 
 import math
@@ -54,7 +59,9 @@ class Optimizer(object):
 
     type = None
 
-    def __init__(self, learning_rate, regularization=None, l2_decay=None):
+    def __init__(self, learning_rate, regularization=None, l2_decay=None, clip_global_norm=None):
+        self.clip_global_norm = (None if clip_global_norm is None else
+                                 _positive("clip_global_norm", clip_global_norm))
         if isinstance(learning_rate, ExponentialDecay):
             self.schedule = learning_rate
             self.learning_rate = learning_rate.learning_rate
@@ -85,8 +92,20 @@ class Optimizer(object):
             c.decay_steps = self.schedule.decay_steps
             c.decay_rate = self.schedule.decay_rate
             c.staircase = self.schedule.staircase
+        if self.clip_global_norm is not None:
+            c.clip_global_norm = self.clip_global_norm
         self._fill(c)
         return c
+
+    def table_config(self, table):
+        """The OptimizerConfig of this optimizer as embedding table `table`'s own."""
+        if self.schedule is not None or self.clip_global_norm is not None:
+            raise ValueError("table %r: its optimizer has %s; a table has no schedule or "
+                             "clipping of its own (the model's optimizer sets them for every "
+                             "parameter)" % (table, "a learning-rate schedule"
+                                             if self.schedule is not None else
+                                             "clip_global_norm"))
+        return self.config()
 
     def minimize(self, loss):
         """Records this optimizer and `loss` (a float32 [1] variable) in loss's model."""
@@ -106,7 +125,7 @@ class Optimizer(object):
             raise ValueError("minimize: the model has no parameters to train")
         if self.type == "momentum":
             for v in model.parameters():
-                if v.is_distributed:
+                if v.is_distributed and v.name not in model.table_optimizers:
                     raise ValueError("minimize: momentum cannot update distributed table %r "
                                      "(distributed tables support sgd, adagrad and adam)" % v.name)
         config = self.config()
@@ -127,8 +146,8 @@ class Momentum(Optimizer):
     type = "momentum"
 
     def __init__(self, learning_rate, momentum=0.9, nesterov=False, regularization=None,
-                 l2_decay=None, use_nesterov=None):
-        Optimizer.__init__(self, learning_rate, regularization, l2_decay)
+                 l2_decay=None, use_nesterov=None, clip_global_norm=None):
+        Optimizer.__init__(self, learning_rate, regularization, l2_decay, clip_global_norm)
         self.momentum = _unit("momentum", momentum)
         self.nesterov = bool(nesterov if use_nesterov is None else use_nesterov)
 
@@ -142,8 +161,9 @@ class Adagrad(Optimizer):
 
     type = "adagrad"
 
-    def __init__(self, learning_rate, epsilon=None, regularization=None, l2_decay=None):
-        Optimizer.__init__(self, learning_rate, regularization, l2_decay)
+    def __init__(self, learning_rate, epsilon=None, regularization=None, l2_decay=None,
+                 clip_global_norm=None):
+        Optimizer.__init__(self, learning_rate, regularization, l2_decay, clip_global_norm)
         self.epsilon = None if epsilon is None else _positive("epsilon", epsilon)
 
     def _fill(self, config):
@@ -157,8 +177,8 @@ class Adam(Optimizer):
     type = "adam"
 
     def __init__(self, learning_rate=0.001, beta1=None, beta2=None, epsilon=None,
-                 regularization=None, l2_decay=None):
-        Optimizer.__init__(self, learning_rate, regularization, l2_decay)
+                 regularization=None, l2_decay=None, clip_global_norm=None):
+        Optimizer.__init__(self, learning_rate, regularization, l2_decay, clip_global_norm)
         self.beta1 = None if beta1 is None else _unit("beta1", beta1)
         self.beta2 = None if beta2 is None else _unit("beta2", beta2)
         self.epsilon = None if epsilon is None else _positive("epsilon", epsilon)

@@ -355,6 +355,67 @@ class OptimizerTest(unittest.TestCase):
             with self.assertRaises(ValueError):
                 make()
 
+    def test_clip_global_norm_is_recorded(self):
+        _, _, c = self.minimized(tessera.optimizer.Adam(0.01, clip_global_norm=5.0))
+        self.assertAlmostEqual(c.clip_global_norm, 5.0, places=6)
+        _, _, c = self.minimized(tessera.optimizer.Adam(0.01))
+        self.assertEqual(c.clip_global_norm, 0.0)
+        with self.assertRaisesRegex(ValueError, "clip_global_norm must be positive"):
+            tessera.optimizer.SGD(0.1, clip_global_norm=0)
+
+    def table_model(self, table_opt, distributed=False, model_opt=None):
+        m = tessera.Model()
+        with tessera.model_guard(m):
+            ids = layers.data("s", [-1, 1], dtype="int64", slot=0)
+            y = layers.data("y", [-1, 1], feed="label")
+            e = layers.embedding(ids, size=[5, 2], is_distributed=distributed,
+                                 param_attr=tessera.ParamAttr(name="emb", optimizer=table_opt))
+            loss = layers.mean(layers.square_error_cost(layers.fc(e, 1), y))
+            (model_opt or tessera.optimizer.Adam(0.001)).minimize(loss)
+        return m
+
+    def test_table_optimizers_are_saved(self):
+        m = self.table_model(tessera.optimizer.Adagrad(0.05), distributed=True,
+                             model_opt=tessera.optimizer.Momentum(0.01))
+        with tempfile.TemporaryDirectory() as d:
+            written = m.save(os.path.join(d, "m.pbtxt"))
+        self.assertEqual(len(written.table_optimizers), 1)
+        t = written.table_optimizers[0]
+        self.assertEqual((t.table, t.optimizer.type), ("emb", "adagrad"))
+        self.assertAlmostEqual(t.optimizer.learning_rate, 0.05, places=6)
+        self.assertEqual(written.optimizer.type, "momentum")  # the table is not momentum's
+
+    def test_table_optimizer_refusals(self):
+        opt = tessera.optimizer
+        with self.assertRaisesRegex(ValueError, "no schedule or clipping of its own"):
+            self.table_model(opt.SGD(0.1, clip_global_norm=1.0))
+        with self.assertRaisesRegex(ValueError, "no schedule or clipping of its own"):
+            self.table_model(opt.SGD(opt.ExponentialDecay(0.1, 10, 0.5)))
+        with self.assertRaisesRegex(ValueError, "momentum cannot update distributed table"):
+            self.table_model(opt.Momentum(0.1), distributed=True)
+        with self.assertRaisesRegex(TypeError, "must be a tessera.optimizer.Optimizer"):
+            tessera.ParamAttr(optimizer="adam")
+        m = tessera.Model()
+        with tessera.model_guard(m):
+            x = layers.data("x", [-1, 2], feed="dense")
+            with self.assertRaisesRegex(ValueError, "only embedding tables take an optimizer"):
+                layers.fc(x, 1, param_attr=tessera.ParamAttr(optimizer=opt.SGD(0.1)))
+        # An edited file is checked as the C++ loader checks it.
+        mf = self.table_model(opt.Adagrad(0.05)).to_proto()
+        mf.table_optimizers[0].table = "nope"
+        with self.assertRaisesRegex(ValueError, "table_optimizers 'nope' names no embedding"):
+            tessera.check_model_file(mf)
+        mf = self.table_model(opt.Adagrad(0.05)).to_proto()
+        mf.table_optimizers.add().CopyFrom(mf.table_optimizers[0])
+        with self.assertRaisesRegex(ValueError, "table_optimizers 'emb' is given twice"):
+            tessera.check_model_file(mf)
+        mf = self.table_model(opt.Adagrad(0.05)).to_proto()
+        mf.table_optimizers[0].optimizer.learning_rate = 0  # the model's: allowed
+        tessera.check_model_file(mf)
+        mf.optimizer.clip_global_norm = -1
+        with self.assertRaisesRegex(ValueError, "clip_global_norm -1.0 must be >= 0"):
+            tessera.check_model_file(mf)
+
     def test_loss_must_be_a_scalar(self):
         m = tessera.Model()
         with tessera.model_guard(m):
