@@ -5,12 +5,15 @@
 // the problem. Every process is killed by pid at the end (ProcessGroup).
 // And the trainer daemon in collective mode: trainers with 2 CPU places each equal
 // single-machine training; fp16 and top-k (with error feedback) compression of the gradient
-// all-reduce converge close to the uncompressed run while sending fewer bytes.
+// all-reduce converge close to the uncompressed run while sending fewer bytes; a model file with
+// gradient clipping equals single-machine training of the same file.
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -18,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/model_file.h"
 #include "common/ops/ops.h"
 #include "common/params_io.h"
 #include "examples/registry.h"
@@ -188,6 +192,49 @@ TEST(CollectiveTrainerTest, TwoCpuPlacesPerTrainerEqualSingleMachine) {
   const Params want = SingleMachine(eo, 50, 4, 2);
   EXPECT_EQ(want.size(), 4u);
   ExpectDumpsClose(dir, 2, want, 1e-5);
+}
+
+// A model file given with --model, with clipping by global norm at a bound every step exceeds:
+// collective trainers clip the all-reduced gradients, which are one machine's, so they end where
+// one machine does with the same file (and not where training without clipping ends).
+TEST(CollectiveTrainerTest, ModelFileWithGradientClippingEqualsSingleMachine) {
+  const std::string dir = MakeTempDir("collective_clip");
+  absl::StatusOr<ModelFile> file = examples::ExampleModelFile("mlp_regression");
+  ASSERT_TRUE(file.ok()) << file.status();
+  file->mutable_optimizer()->set_clip_global_norm(0.05f);
+  const std::string path = dir + "/clipped.pbtxt";
+  ASSERT_TRUE(WriteModelFile(*file, path).ok());
+  RunTrainers(dir, 2,
+              {"--model=" + path, "--num_examples=960", "--num_test_examples=64",
+               "--batch_size=64", "--epochs=2", "--seed=4"});
+  if (HasFatalFailure()) return;
+  examples::ExampleOptions eo;
+  eo.name = "mlp_regression";
+  eo.num_examples = 960;
+  eo.num_test_examples = 64;
+  eo.seed = 4;
+  auto registry = NewStandardOpRegistry();
+  absl::StatusOr<ModelSpec> model = CompileModel(*file, *registry, path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<examples::ExampleData> data = examples::LoadExampleData(eo);
+  ASSERT_TRUE(data.ok()) << data.status();
+  LocalTrainerOptions lo;
+  lo.batch_size = 64;
+  lo.epochs = 2;
+  lo.seed = 4;
+  lo.log_every_steps = 0;
+  const LocalRun clipped = TrainModelLocally(*model, data->train, lo);
+  ASSERT_TRUE(clipped.create_status.ok()) << clipped.create_status;
+  ExpectDumpsClose(dir, 2, clipped.params, 1e-5);
+  const Params unclipped = SingleMachine(eo, 64, 4, 2);
+  double differ = 0;
+  for (const auto& [name, t] : clipped.params) {
+    const Tensor& u = unclipped.at(name);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      differ = std::max<double>(differ, std::abs(t.data<float>()[i] - u.data<float>()[i]));
+    }
+  }
+  EXPECT_GT(differ, 1e-3) << "clipping changed nothing: the bound is never reached";
 }
 
 // fp16 halves the gradient bytes; top-k at 10% (with error feedback) sends a fifth of them
