@@ -531,6 +531,15 @@ void ParameterServer::HandleAbort(const RequestMeta& meta, const std::string& re
 
 void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) {
   if (kind == ABORT) return HandleAbort(meta, "", std::move(done));
+  if (kind == HEARTBEAT) {  // Admit noted the time; from now on this trainer is watched
+    absl::Status failure;
+    {
+      absl::MutexLock lock(&mu_);
+      heartbeating_.insert(meta.trainer_id);
+      failure = failure_;
+    }
+    return done(failure);
+  }
   std::vector<SyncBarrier::Reply> replies;
   absl::Status abort;
   {
@@ -697,9 +706,11 @@ void ParameterServer::Watchdog() {
       mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100));
       if (stopping_) return;
       if (!failure_.ok()) continue;
-      // Async: each trainer on its own (before the check of silence from everyone, so that
-      // trainers dropped after the others completed let the server finish).
-      if (!sync_ && !finished_ && first_request_ != absl::InfinitePast()) {
+      // Each trainer on its own: async silence, and in both modes heartbeats that stopped
+      // (before the check of silence from everyone, so that trainers dropped after the others
+      // completed let the server finish).
+      if ((!sync_ || options_.heartbeat_timeout > absl::ZeroDuration()) && !finished_ &&
+          first_request_ != absl::InfinitePast()) {
         timeout = CheckSilentTrainers();
       }
       // Nobody ever came.
@@ -733,26 +744,46 @@ void ParameterServer::Watchdog() {
 
 absl::Status ParameterServer::CheckSilentTrainers() {
   const absl::Time now = absl::Now();
-  std::vector<int> silent;
+  // `silent`: async trainers that sent nothing (heartbeats included) for barrier_timeout;
+  // `lost`: in both modes, trainers whose heartbeats stopped for heartbeat_timeout.
+  std::vector<int> lost, silent;
   for (int k : barrier_.active()) {
     // A trainer that never called counts from the first request of any trainer.
-    const absl::Time seen = std::max(last_seen_[k], first_request_);
-    if (now - seen > options_.barrier_timeout) silent.push_back(k);
+    const absl::Duration quiet = now - std::max(last_seen_[k], first_request_);
+    if (!sync_ && quiet > options_.barrier_timeout) {
+      silent.push_back(k);
+    } else if (options_.heartbeat_timeout > absl::ZeroDuration() &&
+               heartbeating_.count(k) > 0 && quiet > options_.heartbeat_timeout) {
+      lost.push_back(k);
+    }
   }
-  if (silent.empty()) return absl::OkStatus();
+  if (lost.empty() && silent.empty()) return absl::OkStatus();
   // Dropping everyone when no trainer completed would end a job that trained nobody's data
   // to the end: that is a failure whatever the option says.
   const bool nobody_completed = barrier_.active().size() + stats_.trainers_dropped.size() ==
                                 static_cast<size_t>(num_trainers_);
-  const bool all_silent = silent.size() == barrier_.active().size();
-  if (!options_.async_drop_silent_trainers || (all_silent && nobody_completed)) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("pserver ", options_.endpoint, ": trainers [", absl::StrJoin(silent, ", "),
-                     "] sent nothing for ", absl::FormatDuration(options_.barrier_timeout),
-                     all_silent && nobody_completed
-                         ? " and no trainer completed (all dead or stuck)"
-                         : " (dead or stuck; --async_drop_silent_trainers lets the others go on)"));
+  const bool all_silent = lost.size() + silent.size() == barrier_.active().size();
+  if (sync_ || !options_.async_drop_silent_trainers || (all_silent && nobody_completed)) {
+    std::vector<std::string> parts;
+    if (!lost.empty()) {
+      parts.push_back(absl::StrCat(
+          "trainers [", absl::StrJoin(lost, ", "), "] sent no heartbeat for ",
+          absl::FormatDuration(options_.heartbeat_timeout),
+          " (the process died, froze or lost its network: see its log and host)"));
+    }
+    if (!silent.empty()) {
+      parts.push_back(absl::StrCat("trainers [", absl::StrJoin(silent, ", "),
+                                   "] sent nothing for ",
+                                   absl::FormatDuration(options_.barrier_timeout)));
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        "pserver ", options_.endpoint, ": ", absl::StrJoin(parts, "; "),
+        sync_ ? " (a sync job cannot go on without it)"
+        : all_silent && nobody_completed
+            ? " and no trainer completed (all dead or stuck)"
+            : " (dead or stuck; --async_drop_silent_trainers lets the others go on)"));
   }
+  silent.insert(silent.end(), lost.begin(), lost.end());
   for (int k : silent) {
     // Async: no barrier waits, so leaving asks nothing of us.
     (void)barrier_.Leave(k);

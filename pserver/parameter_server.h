@@ -54,6 +54,10 @@ struct ParameterServerOptions {
   // server finishes when every remaining trainer completed). Sync mode always fails: its steps
   // need every trainer.
   bool async_drop_silent_trainers = false;
+  // A trainer that sent a HEARTBEAT and then nothing for this long is lost (died, froze, cut
+  // off): sync mode fails the job naming it; async mode fails too, or drops it with
+  // async_drop_silent_trainers. Zero: heartbeats are not watched (barrier_timeout still is).
+  absl::Duration heartbeat_timeout = absl::ZeroDuration();
   // A server that no trainer has reached this long after it was created fails (its trainers
   // never started, or were pointed elsewhere). Zero: it waits forever.
   absl::Duration startup_timeout = absl::ZeroDuration();
@@ -184,6 +188,7 @@ class ParameterServer : public RequestHandler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Watchdog();
   // Async: fails naming the trainers silent for barrier_timeout, or drops them (the option).
+  // Both modes: the same for trainers whose heartbeats stopped for heartbeat_timeout.
   absl::Status CheckSilentTrainers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ProgramDesc program_;
@@ -227,6 +232,8 @@ class ParameterServer : public RequestHandler {
   absl::Time last_request_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Per trainer: its last request (async silence detection); InfinitePast until its first.
   std::vector<absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
+  // Trainers that sent a HEARTBEAT (watched for heartbeat_timeout from then on).
+  std::set<int> heartbeating_ ABSL_GUARDED_BY(mu_);
   absl::Time first_request_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   const absl::Time created_ = absl::Now();  // for options_.startup_timeout
 

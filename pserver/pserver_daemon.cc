@@ -68,6 +68,7 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log, DaemonPh
   po.job_fields = JobFieldsFor(config, model);
   po.endpoint = config.current_endpoint;
   po.barrier_timeout = absl::Seconds(config.barrier_timeout_s);
+  po.heartbeat_timeout = kHeartbeatsMissed * absl::Seconds(config.heartbeat_s);
   po.async_drop_silent_trainers = config.async_drop_silent_trainers;
   po.startup_timeout = absl::Seconds(config.startup_timeout_s);
   po.table_admission_threshold = config.table_admission_threshold;

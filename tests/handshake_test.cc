@@ -120,6 +120,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"duplicate_id", {"--trainer_id=0"}, false, "registered with"},
         Case{"example", {"--example=ctr"}, false, "has model=ctr#"},
         Case{"sync_mode", {"--sync_mode=false"}, false, "has sync_mode=false but"},
+        Case{"heartbeat", {"--heartbeat_s=1"}, false, "has heartbeat_s=1 but"},
         // Failures at start, before a trainer connects: its ABORT still reaches the pservers,
         // which pass the cause on instead of waiting for it until a timeout.
         Case{"zero_steps", {"--num_examples=1"}, true, "this job would train 0 steps"},
@@ -145,50 +146,91 @@ TEST(HandshakeOrderTest, PserverOrderMustAgree) {
   EXPECT_NE(out.logs.find("has pservers=" + reversed + " but"), std::string::npos) << out.logs;
 }
 
-// A pserver killed mid-training: every other process ends within --connect_timeout_s + 5 s, and
-// the surviving pserver's log names the lost one (passed on by the trainers' ABORT), not the
-// trainers it stopped hearing from.
-TEST(LostPeerTest, SurvivingPserverNamesTheKilledOne) {
+// A 2 x 2 sync job (with `extra` flags) trains until process `victim` (0, 1: pservers; 2, 3:
+// trainers) gets `signal`; every other process must then exit non-zero within 15 s.
+struct Lost {
+  std::vector<std::string> pservers;  // endpoints
+  std::vector<std::string> logs;      // of every process (empty after a failure)
+};
+Lost LoseOneProcess(const std::string& name, int victim, int signal,
+                    const std::vector<std::string>& extra) {
   auto eps = FreeEndpoints(2);
-  ASSERT_TRUE(eps.ok()) << eps.status();
-  const std::string dir = MakeTempDir("handshake_lost_peer");
-  const std::vector<std::string> common = {
+  EXPECT_TRUE(eps.ok()) << eps.status();
+  if (!eps.ok()) return {};
+  const std::string dir = MakeTempDir(name);
+  std::vector<std::string> common = {
       "--pservers=" + absl::StrJoin(*eps, ","), "--trainers=2", "--example=mlp_regression",
       "--num_examples=512", "--batch_size=64", "--epochs=100000", "--log_every_steps=1",
-      "--connect_timeout_s=5", "--job_id=lost_peer"};
+      "--connect_timeout_s=5", "--barrier_timeout_s=60", "--job_id=" + name};
+  common.insert(common.end(), extra.begin(), extra.end());
   ProcessGroup group;
   std::vector<pid_t> pids;
   std::vector<std::string> logs;
-  auto launch = [&](const std::string& binary, const std::string& flag, const std::string& name) {
+  auto launch = [&](const std::string& binary, const std::string& flag, const std::string& log) {
     std::vector<std::string> args = {RunfilePath(binary), flag};
     args.insert(args.end(), common.begin(), common.end());
-    logs.push_back(absl::StrCat(dir, "/", name, ".log"));
+    logs.push_back(absl::StrCat(dir, "/", log, ".log"));
     auto pid = group.Start(args, logs.back());
-    ASSERT_TRUE(pid.ok()) << pid.status();
-    pids.push_back(*pid);
+    EXPECT_TRUE(pid.ok()) << pid.status();
+    pids.push_back(pid.ok() ? *pid : -1);
   };
   launch("pserver/tessera_pserver", "--current_endpoint=" + (*eps)[0], "pserver.0");
   launch("pserver/tessera_pserver", "--current_endpoint=" + (*eps)[1], "pserver.1");
   launch("trainer/tessera_trainer", "--trainer_id=0", "trainer.0");
   launch("trainer/tessera_trainer", "--trainer_id=1", "trainer.1");
   const absl::Time training_by = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < training_by && ReadFileOrEmpty(logs[2]).find("step 5 ") == std::string::npos) {
+  while (absl::Now() < training_by &&
+         ReadFileOrEmpty(logs[2]).find("step 5 ") == std::string::npos) {
     absl::SleepFor(absl::Milliseconds(50));
   }
-  ASSERT_NE(ReadFileOrEmpty(logs[2]).find("step 5 "), std::string::npos) << ReadFileOrEmpty(logs[2]);
-  group.Kill(pids[1], SIGKILL);
-  const absl::Time killed = absl::Now();
-  for (int i : {0, 2, 3}) {
+  EXPECT_NE(ReadFileOrEmpty(logs[2]).find("step 5 "), std::string::npos)
+      << ReadFileOrEmpty(logs[2]);
+  group.Kill(pids[victim], signal);
+  const absl::Time hit = absl::Now();
+  for (int i = 0; i < 4; ++i) {
+    if (i == victim) continue;
     auto status = group.Wait(pids[i], absl::Seconds(15));
-    ASSERT_TRUE(status.ok()) << logs[i] << " still running " << absl::Now() - killed
-                             << " after pserver.1 was killed:\n"
+    EXPECT_TRUE(status.ok()) << logs[i] << " still running " << absl::Now() - hit << " after "
+                             << logs[victim] << "'s process got signal " << signal << ":\n"
                              << ReadFileOrEmpty(logs[i]);
+    if (!status.ok()) return {};
     EXPECT_FALSE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << ReadFileOrEmpty(logs[i]);
   }
-  const std::string survivor = ReadFileOrEmpty(logs[0]);
-  EXPECT_NE(survivor.find("pserver " + (*eps)[1]), std::string::npos) << survivor;
+  Lost lost{*eps, {}};
+  for (const std::string& log : logs) lost.logs.push_back(ReadFileOrEmpty(log));
+  return lost;
+}
+
+// A pserver killed mid-training: the surviving pserver's log names the lost one (passed on by
+// the trainers' ABORT), not the trainers it stopped hearing from.
+TEST(LostPeerTest, SurvivingPserverNamesTheKilledOne) {
+  const Lost lost = LoseOneProcess("lost_pserver", 1, SIGKILL, {});
+  ASSERT_EQ(lost.logs.size(), 4u);
+  const std::string& survivor = lost.logs[0];
+  EXPECT_NE(survivor.find("pserver " + lost.pservers[1]), std::string::npos) << survivor;
+  EXPECT_NE(survivor.find("trainer 0 stopped with an error"), std::string::npos) << survivor;
   EXPECT_EQ(survivor.find("presumed dead"), std::string::npos) << survivor;
 }
+
+// A trainer killed, or frozen (SIGSTOP: its connections stay open), mid-training: its
+// heartbeats stop, and the pservers fail the job naming it within 5 x --heartbeat_s, not at the
+// 60 s --barrier_timeout_s; the other trainer ends with that cause.
+class LostTrainerTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(LostTrainerTest, PserversNameTheTrainerWhoseHeartbeatsStopped) {
+  const Lost lost = LoseOneProcess(absl::StrCat("lost_trainer_", GetParam()), 3, GetParam(),
+                                   {"--heartbeat_s=0.5"});
+  ASSERT_EQ(lost.logs.size(), 4u);
+  for (int i : {0, 1, 2}) {
+    EXPECT_NE(lost.logs[i].find("trainers [1] sent no heartbeat for 2.5s"), std::string::npos)
+        << lost.logs[i];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(KilledOrFrozen, LostTrainerTest, ::testing::Values(SIGKILL, SIGSTOP),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == SIGKILL ? "killed" : "frozen";
+                         });
 
 }  // namespace
 }  // namespace tessera

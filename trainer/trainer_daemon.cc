@@ -22,6 +22,7 @@
 #include "trainer/collective_ops.h"
 #include "trainer/communicator.h"
 #include "trainer/device_setup.h"
+#include "trainer/heartbeat.h"
 #include "trainer/local_trainer.h"
 #include "trainer/op_timing.h"
 #include "trainer/rpc_ops.h"
@@ -383,6 +384,9 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   }
   // Everything local is in place; from here on the trainer depends on its peers.
   phase->Started();
+  // From the handshake on, every pserver hears from this trainer every --heartbeat_s, so that it
+  // can tell a trainer that died or froze from a slow one (trainer/heartbeat.h).
+  std::unique_ptr<Heartbeat> heartbeat;
   if (!collective_mode) {
     // Every pserver reachable within --connect_timeout_s (one deadline for all), or the cause.
     const absl::Time connect_deadline = absl::Now() + absl::Seconds(config.connect_timeout_s);
@@ -407,6 +411,12 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
         return absl::Status(registered.code(),
                             absl::StrCat("pserver ", ep, ": ", registered.message()));
       }
+    }
+    if (config.heartbeat_s > 0) {
+      std::vector<PServerClient*> pservers;
+      for (const std::string& ep : config.pservers) pservers.push_back(pool.Get(ep));
+      heartbeat = std::make_unique<Heartbeat>(std::move(pservers), rpc.Meta(),
+                                              absl::Seconds(config.heartbeat_s));
     }
   }
   // Create() runs the startup program, which pulls the initial parameters from the pservers.

@@ -268,6 +268,12 @@ const std::vector<Setting>& Table() {
         "goes unanswered as long, so a frozen or unreachable pserver ends the trainers within a "
         "few times this, not at --rpc_deadline_s (0 = no pings)"},
        Real(&ClusterConfig::keepalive_s, "keepalive_s", 0.0)},
+      {{"heartbeat_s",
+        {"TESSERA_HEARTBEAT_S"},
+        "trainers send every pserver a heartbeat this often; a trainer silent for 5 times this "
+        "(killed, frozen, cut off) fails the job naming it, or with "
+        "--async_drop_silent_trainers is dropped (0 = no heartbeats; must agree job-wide)"},
+       Real(&ClusterConfig::heartbeat_s, "heartbeat_s", 0.0)},
       {{"startup_timeout_s",
         {"TESSERA_STARTUP_TIMEOUT_S"},
         "pserver: exit with an error if no trainer reached it within this many seconds (0 = wait "

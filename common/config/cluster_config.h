@@ -18,6 +18,10 @@
 
 namespace tessera {
 
+// A pserver takes a trainer that sent heartbeats and then nothing for this many --heartbeat_s as
+// lost.
+inline constexpr int kHeartbeatsMissed = 5;
+
 struct ClusterConfig {
   // Cluster shape.
   std::string role;                   // "pserver" | "trainer"
@@ -62,6 +66,9 @@ struct ClusterConfig {
   double rpc_deadline_s = 120;
   double connect_timeout_s = 10;  // trainer: wait this long for each pserver at start
   double keepalive_s = 5;  // trainer: ping interval and timeout of pserver connections (0 = off)
+  // Trainers send each pserver a heartbeat this often; a pserver takes a trainer that sent one
+  // and then nothing for kHeartbeatsMissed times this as lost (0 = no heartbeats).
+  double heartbeat_s = 2;
   double startup_timeout_s = 600;  // pserver: fail if no trainer came within this (0 = wait)
   double barrier_timeout_s = 60;
   int64_t chunk_bytes = int64_t{4} << 20;

@@ -170,7 +170,7 @@ absl::Status GrpcPServerClient::Connect(absl::Duration timeout) {
 
 void GrpcPServerClient::Call(const char* method, grpc::ByteBuffer request,
                              std::function<absl::Status(const grpc::ByteBuffer&)> on_response,
-                             DoneCallback done, bool abort) {
+                             DoneCallback done, bool courtesy) {
   struct CallState {
     grpc::ClientContext ctx;
     grpc::ByteBuffer request;
@@ -182,9 +182,9 @@ void GrpcPServerClient::Call(const char* method, grpc::ByteBuffer request,
   state->request = std::move(request);
   state->ctx.set_deadline(
       std::chrono::system_clock::now() +
-      absl::ToChronoMilliseconds(abort ? std::min(options_.deadline, options_.abort_deadline)
-                                       : options_.deadline));
-  state->ctx.set_wait_for_ready(!abort && options_.wait_for_ready &&
+      absl::ToChronoMilliseconds(courtesy ? std::min(options_.deadline, options_.abort_deadline)
+                                          : options_.deadline));
+  state->ctx.set_wait_for_ready(!courtesy && options_.wait_for_ready &&
                                 !connected_.load(std::memory_order_relaxed));
   if (!options_.security.job_token.empty()) {
     state->ctx.AddMetadata(kJobTokenMetadataKey, options_.security.job_token);
@@ -320,7 +320,8 @@ void GrpcPServerClient::BarrierAsync(const RequestMeta& meta, BarrierKind kind, 
   BarrierRequest req;
   *req.mutable_header() = ToHeader(meta);
   req.set_kind(kind);
-  Call("Barrier", SerializeProto(req), nullptr, std::move(done));
+  Call("Barrier", SerializeProto(req), nullptr, std::move(done),
+       /*courtesy=*/kind == HEARTBEAT || kind == ABORT);
 }
 
 void GrpcPServerClient::AbortAsync(const RequestMeta& meta, const std::string& reason,
@@ -329,7 +330,7 @@ void GrpcPServerClient::AbortAsync(const RequestMeta& meta, const std::string& r
   *req.mutable_header() = ToHeader(meta);
   req.set_kind(ABORT);
   req.set_reason(reason);
-  Call("Barrier", SerializeProto(req), nullptr, std::move(done), /*abort=*/true);
+  Call("Barrier", SerializeProto(req), nullptr, std::move(done), /*courtesy=*/true);
 }
 
 void GrpcPServerClient::RegisterAsync(const RequestMeta& meta, const JobFields& fields,

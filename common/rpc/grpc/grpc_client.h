@@ -37,8 +37,8 @@ struct GrpcClientOptions {
   // when an HTTP/2 ping is not answered within `keepalive` of the last one sent; its calls then
   // fail instead of waiting for `deadline`. Zero: no pings.
   absl::Duration keepalive = absl::Seconds(5);
-  // An ABORT is a courtesy to pservers that may be gone: it waits for no connection and at most
-  // this long.
+  // An ABORT or a HEARTBEAT is a courtesy to pservers that may be gone: it waits for no
+  // connection and at most this long.
   absl::Duration abort_deadline = absl::Seconds(2);
   int64_t max_message_bytes = int64_t{1} << 30;
   // Mutual TLS and the job token sent with every call (see credentials.h).
@@ -78,10 +78,11 @@ class GrpcPServerClient : public PServerClient {
  private:
   using Stub = grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>;
   // Issues one unary call; `on_response` gets the decoded-status and the response buffer.
-  // `abort` calls wait for no connection and at most options_.abort_deadline.
+  // `courtesy` calls (ABORT, HEARTBEAT) wait for no connection and at most
+  // options_.abort_deadline.
   void Call(const char* method, grpc::ByteBuffer request,
             std::function<absl::Status(const grpc::ByteBuffer&)> on_response, DoneCallback done,
-            bool abort = false);
+            bool courtesy = false);
 
   std::string endpoint_;
   GrpcClientOptions options_;
