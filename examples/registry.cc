@@ -55,15 +55,15 @@ absl::StatusOr<ExampleData> LoadExampleData(const ExampleOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("unknown example '", options.name, "'"));
   }
   if (!options.train_data.empty()) {
-    auto train = data::ReadCriteoFile(options.train_data, data::kCriteoNumDense,
-                                      data::kCriteoNumSparse, options.max_line_bytes,
-                                      options.num_multi);
+    data::CriteoDataOptions read;
+    read.max_line_bytes = options.max_line_bytes;
+    read.num_multi = options.num_multi;
+    read.max_bad_lines = options.max_bad_lines;
+    auto train = data::ReadCriteoData(options.train_data, read, &d.train_read);
     if (!train.ok()) return train.status();
     d.train = std::move(*train);
     if (!options.test_data.empty()) {
-      auto test = data::ReadCriteoFile(options.test_data, data::kCriteoNumDense,
-                                       data::kCriteoNumSparse, options.max_line_bytes,
-                                       options.num_multi);
+      auto test = data::ReadCriteoData(options.test_data, read, &d.test_read);
       if (!test.ok()) return test.status();
       d.test = std::move(*test);
     }

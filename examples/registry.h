@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/data/criteo.h"
 #include "common/data/example.h"
 #include "common/op_registry.h"
 #include "common/model_spec.h"
@@ -26,6 +27,7 @@ struct ExampleOptions {
   std::string train_data;          // Criteo-format file instead of synthetic data (ctr)
   std::string test_data;
   int64_t max_line_bytes = int64_t{1} << 20;  // longest line of a data file
+  int64_t max_bad_lines = 0;  // malformed lines skipped (train and test data each)
   int num_multi = 0;  // ctr: multi-hot slots (the model's MULTI_SLOT feeds) in the data
 };
 
@@ -44,8 +46,10 @@ absl::StatusOr<ModelSpec> BuildExampleModel(const OpRegistry& registry,
 
 struct ExampleData {
   data::Dataset train, test;
+  data::CriteoReadStats train_read, test_read;  // files read and lines skipped
 };
-// Synthetic data (deterministic in options.seed), or the given files.
+// Synthetic data (deterministic in options.seed), or the given files (data::ReadCriteoData's
+// specs: files, directories, patterns; plain or gzip).
 absl::StatusOr<ExampleData> LoadExampleData(const ExampleOptions& options);
 
 }  // namespace examples

@@ -518,14 +518,21 @@ absl::Status ParameterServer::RestoreCheckpoint(const std::string& dir) {
 
 void ParameterServer::HandleAbort(const RequestMeta& meta, const std::string& reason,
                                   DoneCallback done) {
-  // Every other process learns the cause from this.
+  // Every other process learns the cause from this, on one line of a readable length (the
+  // trainer's own log has it in full).
+  constexpr size_t kShownReasonBytes = 200;
+  std::string shown = reason;
+  if (shown.size() > kShownReasonBytes) {
+    shown.resize(kShownReasonBytes - 3);
+    shown += "...";
+  }
   Fail(absl::AbortedError(
       reason.empty()
           ? absl::StrCat("trainer ", meta.trainer_id,
                          " stopped with an error (its log says why), so pserver ",
                          options_.endpoint, " stops the job")
           : absl::StrCat("trainer ", meta.trainer_id, " stopped with an error, so pserver ",
-                         options_.endpoint, " stops the job: ", reason)));
+                         options_.endpoint, " stops the job: ", shown)));
   done(absl::OkStatus());
 }
 

@@ -1,7 +1,9 @@
 // Parameter-server mode with real daemons: tessera_pserver and tessera_trainer processes talking
 // gRPC on loopback (free ports picked at run time; every process killed by pid at the end).
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -213,9 +215,11 @@ TEST(PsClusterTest, PythonWideDeepOnTwoByTwoEqualsCppSingleMachine) {
 // The multi-hot model of examples/python/multi_hot.py (every table on the pservers), changed by
 // `edit`, trained by `job` (and by one machine, from the same model file) on the same data: every
 // trainer's dense parameters within `rtol` of one machine's. Returns one machine's parameters.
+// With `gzip_parts`, the trainers read the training data as that many gzip files in a directory
+// (one machine: the examples of all of them, in order).
 std::map<std::string, Tensor> ExpectMultiHotJobEqualsSingleMachine(
     Job job, const std::string& name, const std::function<void(ModelFile*)>& edit,
-    double rtol = 1e-5) {
+    double rtol = 1e-5, int gzip_parts = 0) {
   const std::string dir = MakeTempDir(name);
   const std::string model_path = dir + "/multi_hot.pbtxt";
   if (!RunPythonModel("multi_hot.py", {"--out=" + model_path, "--distributed_tables"},
@@ -250,6 +254,25 @@ std::map<std::string, Tensor> ExpectMultiHotJobEqualsSingleMachine(
       }
     }
     EXPECT_TRUE(data::WriteCriteoFile(dir + "/" + set + ".txt", *d).ok());
+    if (gzip_parts > 0 && std::string(set) == "train") {
+      EXPECT_EQ(mkdir((dir + "/train_parts").c_str(), 0755), 0);
+      const size_t per_part = (d->examples.size() + gzip_parts - 1) / gzip_parts;
+      for (int part = 0; part < gzip_parts; ++part) {
+        data::Dataset piece = *d;
+        const size_t begin = std::min(d->examples.size(), part * per_part);
+        const size_t end = std::min(d->examples.size(), begin + per_part);
+        piece.examples.assign(d->examples.begin() + begin, d->examples.begin() + end);
+        const std::string text_path = absl::StrCat(dir, "/part-", part, ".txt");
+        EXPECT_TRUE(data::WriteCriteoFile(text_path, piece).ok());
+        const std::string text = ReadFileOrEmpty(text_path);
+        gzFile gz = gzopen(absl::StrCat(dir, "/train_parts/part-", part, ".gz").c_str(), "wb");
+        EXPECT_NE(gz, nullptr);
+        if (gz == nullptr) return {};
+        EXPECT_EQ(gzwrite(gz, text.data(), static_cast<unsigned>(text.size())),
+                  static_cast<int>(text.size()));
+        EXPECT_EQ(gzclose(gz), Z_OK);
+      }
+    }
     sets[set] = *std::move(d);
     ++o.seed;
   }
@@ -279,7 +302,8 @@ std::map<std::string, Tensor> ExpectMultiHotJobEqualsSingleMachine(
   EXPECT_EQ(reference.params.size(), 4u);  // deep_fc_0 and deep_out weights and biases
 
   job.example = "ctr";
-  job.flags = {"--model=" + model_path,    "--train_data=" + dir + "/train.txt",
+  job.flags = {"--model=" + model_path,
+               "--train_data=" + dir + (gzip_parts > 0 ? "/train_parts" : "/train.txt"),
                "--test_data=" + dir + "/test.txt", "--batch_size=96",
                "--epochs=1",               "--seed=5",
                "--split_method=hash_name"};
@@ -294,6 +318,12 @@ std::map<std::string, Tensor> ExpectMultiHotJobEqualsSingleMachine(
 // parameters one machine reaches on the same data.
 TEST(PsClusterTest, MultiHotSlotsWithDistributedTablesEqualSingleMachine) {
   ExpectMultiHotJobEqualsSingleMachine(Job{}, "multi_hot", nullptr);
+}
+
+// The training data as a directory of 3 gzip files (--train_data=DIR): the same parameters as
+// one machine reading the examples of all of them.
+TEST(PsClusterTest, DirectoryOfGzipFilesEqualsSingleMachineOnTheirConcatenation) {
+  ExpectMultiHotJobEqualsSingleMachine(Job{}, "gzip_parts", nullptr, 1e-5, 3);
 }
 
 // Tables with optimizers of their own (a type, and a learning rate of their own or the model's),

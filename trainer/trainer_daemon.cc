@@ -44,6 +44,7 @@ examples::ExampleOptions DataOptionsFor(const ClusterConfig& config, int num_mul
   o.train_data = config.train_data;
   o.test_data = config.test_data;
   o.max_line_bytes = config.max_line_bytes;
+  o.max_bad_lines = config.max_bad_lines;
   o.num_multi = num_multi;
   return o;
 }
@@ -208,6 +209,20 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   const int num_multi = static_cast<int>(model.feeds.multi_slots.size());
   TS_ASSIGN_OR_RETURN(examples::ExampleData data,
                       examples::LoadExampleData(DataOptionsFor(config, num_multi)));
+  // Lines skipped under --max_bad_lines: in the log and on /metrics.
+  for (const auto& [what, read] : {std::make_pair("train", &data.train_read),
+                                   std::make_pair("test", &data.test_read)}) {
+    if (read->bad_lines == 0) continue;
+    log << "trainer " << config.trainer_id << ": skipped " << read->bad_lines << " bad lines of "
+        << what << " data (--max_bad_lines=" << config.max_bad_lines
+        << "); the first: " << read->first_bad_line << std::endl;
+    TS_ASSIGN_OR_RETURN(Counter * bad,
+                        metrics.GetCounter("tessera_trainer_data_bad_lines_total",
+                                           "Malformed data lines skipped (--max_bad_lines).",
+                                           {{"trainer_id", std::to_string(config.trainer_id)},
+                                            {"data", what}}));
+    bad->Increment(static_cast<double>(read->bad_lines));
+  }
   // A job that would train no step is a configuration error, refused before anything starts.
   const int64_t num_train = static_cast<int64_t>(data.train.examples.size());
   const int64_t steps_per_epoch = num_train / config.batch_size +

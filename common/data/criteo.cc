@@ -1,8 +1,11 @@
 #include "common/data/criteo.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,8 +16,10 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/status.h"
 
 namespace tessera {
@@ -192,7 +197,7 @@ absl::StatusOr<Example> ParseCriteoLine(absl::string_view line, int num_dense, i
 // ---------------------------------------------------------------------------------------------
 // CriteoReader
 
-CriteoReader::CriteoReader(std::string path, FILE* file, int num_dense, int num_sparse,
+CriteoReader::CriteoReader(std::string path, gzFile file, int num_dense, int num_sparse,
                            int64_t max_line_bytes, int num_multi)
     : path_(std::move(path)),
       file_(file),
@@ -201,7 +206,7 @@ CriteoReader::CriteoReader(std::string path, FILE* file, int num_dense, int num_
       num_multi_(num_multi),
       max_line_bytes_(max_line_bytes) {}
 
-CriteoReader::~CriteoReader() { std::fclose(file_); }
+CriteoReader::~CriteoReader() { gzclose(file_); }
 
 absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::string& path,
                                                                  int num_dense, int num_sparse,
@@ -211,8 +216,20 @@ absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::stri
     return absl::InvalidArgumentError(
         absl::StrCat("max_line_bytes=", max_line_bytes, " for ", path, ": must be >= 1"));
   }
-  FILE* file = std::fopen(path.c_str(), "r");
-  if (file == nullptr) return ErrnoError("cannot open Criteo file", path);
+  errno = 0;
+  // zlib reads a gzip stream, and any other file as it is.
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    if (errno == 0) errno = ENOMEM;
+    return ErrnoError("cannot open Criteo file", path);
+  }
+  gzbuffer(file, 1 << 18);
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    gzclose(file);
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read Criteo file ", path, ": it is a directory"));
+  }
   return std::unique_ptr<CriteoReader>(
       new CriteoReader(path, file, num_dense, num_sparse, max_line_bytes, num_multi));
 }
@@ -223,18 +240,27 @@ absl::StatusOr<bool> CriteoReader::ReadLine() {
   const size_t limit = static_cast<size_t>(max_line_bytes_) + 1;
   bool any = false;
   int c;
-  while ((c = getc_unlocked(file_)) != EOF) {
+  while ((c = gzgetc(file_)) != -1) {
     any = true;
     if (c == '\n') return true;
     if (line_.size() == limit) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path_, ":", line_number_ + 1, ": line is longer than ", max_line_bytes_,
-                       " bytes (--max_line_bytes; is this a Criteo text file?)"));
+      const bool cr = line_.find('\r') != std::string::npos;
+      return absl::InvalidArgumentError(absl::StrCat(
+          path_, ":", line_number_ + 1, ": line is longer than ", max_line_bytes_, " bytes",
+          cr ? " and holds CR characters: CR-only line ends (classic Mac)? convert them to LF"
+             : " (--max_line_bytes; is this a Criteo text file?)"));
     }
     line_.push_back(static_cast<char>(c));
   }
-  if (std::ferror(file_)) {
+  int err = Z_OK;
+  const char* message = gzerror(file_, &err);
+  if (err == Z_ERRNO) {
     return ErrnoError(absl::StrCat("error reading line ", line_number_ + 1, " of"), path_);
+  }
+  if (err != Z_OK && err != Z_STREAM_END) {
+    return absl::DataLossError(absl::StrCat(path_, ":", line_number_ + 1,
+                                            ": gzip data truncated or corrupt (zlib: ", message,
+                                            ")"));
   }
   return any;  // a last line without '\n'
 }
@@ -254,6 +280,12 @@ absl::StatusOr<bool> CriteoReader::Next(Example* example) {
     if (!*more) return false;
     ++line_number_;
     absl::string_view line(line_);
+    if (line_number_ == 1 && absl::StartsWith(line, "\xEF\xBB\xBF")) {
+      failed_ = true;
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ":1: the file starts with a UTF-8 byte-order mark (EF BB BF); "
+                       "save it without one"));
+    }
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.size() > static_cast<size_t>(max_line_bytes_)) {
       failed_ = true;
@@ -262,10 +294,23 @@ absl::StatusOr<bool> CriteoReader::Next(Example* example) {
                        " bytes (--max_line_bytes; is this a Criteo text file?)"));
     }
     if (line.empty()) continue;
-    absl::Status s = ParseCriteoLine(line, num_dense_, num_sparse_, example, num_multi_);
+    absl::Status s =
+        line.find('\r') != absl::string_view::npos
+            ? absl::InvalidArgumentError(
+                  "a CR (\\r) inside the line: CR-only line ends (classic Mac)? convert them to LF")
+            : ParseCriteoLine(line, num_dense_, num_sparse_, example, num_multi_);
     if (!s.ok()) {
+      const std::string error = absl::StrCat(path_, ":", line_number_, ": ", s.message());
+      if (bad_lines_ < max_bad_lines_) {
+        if (bad_lines_++ == 0) first_bad_line_ = error;
+        continue;
+      }
       failed_ = true;
-      return absl::InvalidArgumentError(absl::StrCat(path_, ":", line_number_, ": ", s.message()));
+      return absl::InvalidArgumentError(
+          max_bad_lines_ == 0
+              ? error
+              : absl::StrCat(error, " (more than --max_bad_lines=", max_bad_lines_,
+                             " bad lines; the first: ", first_bad_line_, ")"));
     }
     return true;
   }
@@ -285,6 +330,76 @@ absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path, int num_dense, i
     if (!more) break;
   }
   dataset.examples.pop_back();
+  return dataset;
+}
+
+absl::StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& spec) {
+  std::vector<std::string> paths;
+  for (absl::string_view item : absl::StrSplit(spec, ',')) {
+    const std::string path(item);
+    if (path.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data '", spec, "' has an empty item (a list is file,dir,pattern,...)"));
+    }
+    std::vector<std::string> found;
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      DIR* dir = ::opendir(path.c_str());
+      if (dir == nullptr) return ErrnoError("cannot list data directory", path);
+      while (const struct dirent* e = ::readdir(dir)) {
+        if (e->d_name[0] == '.') continue;
+        const std::string file = absl::StrCat(path, "/", e->d_name);
+        struct stat fst;
+        if (::stat(file.c_str(), &fst) == 0 && S_ISREG(fst.st_mode)) found.push_back(file);
+      }
+      ::closedir(dir);
+      if (found.empty()) {
+        return absl::NotFoundError(absl::StrCat("data directory ", path, " holds no file"));
+      }
+    } else if (path.find_first_of("*?[") != std::string::npos) {
+      glob_t g;
+      const int rc = ::glob(path.c_str(), 0, nullptr, &g);
+      if (rc == 0) {
+        for (size_t i = 0; i < g.gl_pathc; ++i) found.push_back(g.gl_pathv[i]);
+      }
+      ::globfree(&g);
+      if (found.empty()) {
+        return absl::NotFoundError(absl::StrCat("data pattern '", path, "' matches no file"));
+      }
+    } else {
+      found.push_back(path);
+    }
+    std::sort(found.begin(), found.end());
+    paths.insert(paths.end(), found.begin(), found.end());
+  }
+  return paths;
+}
+
+absl::StatusOr<Dataset> ReadCriteoData(const std::string& spec, const CriteoDataOptions& options,
+                                       CriteoReadStats* stats) {
+  TS_ASSIGN_OR_RETURN(std::vector<std::string> paths, ExpandDataPaths(spec));
+  Dataset dataset;
+  dataset.num_dense = options.num_dense;
+  dataset.num_sparse = options.num_sparse;
+  dataset.num_multi = options.num_multi;
+  CriteoReadStats seen;
+  for (const std::string& path : paths) {
+    TS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> reader,
+                        CriteoReader::Open(path, options.num_dense, options.num_sparse,
+                                           options.max_line_bytes, options.num_multi));
+    // The budget is for all the files together.
+    reader->set_max_bad_lines(options.max_bad_lines, seen.bad_lines, seen.first_bad_line);
+    while (true) {
+      dataset.examples.emplace_back();
+      TS_ASSIGN_OR_RETURN(bool more, reader->Next(&dataset.examples.back()));
+      if (!more) break;
+    }
+    dataset.examples.pop_back();
+    seen.first_bad_line = reader->first_bad_line();
+    seen.bad_lines = reader->bad_lines();
+    ++seen.files;
+  }
+  if (stats != nullptr) *stats = seen;
   return dataset;
 }
 

@@ -14,7 +14,9 @@
 //                id 0; the writer never writes an empty field, so id 0 round-trips.
 //   multi-hot Mj a list of ids, each written as a categorical id, separated by ','; an empty
 //                field is an empty list.
-// A trailing '\r' (CRLF files) is ignored, and so are empty lines. A line longer than the
+// A trailing '\r' (CRLF files) is ignored, and so are empty lines; a UTF-8 byte-order mark and
+// CR-only line ends (a '\r' inside a line) are errors that say so. gzip-compressed files are
+// read transparently (zlib; any file, whatever its name). A line longer than the
 // reader's max_line_bytes (default 1 MiB; a Criteo line is ~200-400 bytes) is an error naming
 // path:line, found after reading at most that many bytes of it: /dev/zero or a binary file
 // cannot make a reader grow without bound.
@@ -32,11 +34,15 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/data/example.h"
+
+struct gzFile_s;  // zlib's file handle (zlib.h: gzFile)
 
 namespace tessera {
 namespace data {
@@ -62,7 +68,7 @@ absl::Status ParseCriteoLine(absl::string_view line, int num_dense, int num_spar
 absl::StatusOr<Example> ParseCriteoLine(absl::string_view line, int num_dense = kCriteoNumDense,
                                         int num_sparse = kCriteoNumSparse);
 
-// Reads a Criteo file one example at a time. Not thread-safe.
+// Reads a Criteo file (plain or gzip) one example at a time. Not thread-safe.
 class CriteoReader {
  public:
   // NotFound / PermissionDenied etc. naming the path when it cannot be opened.
@@ -81,15 +87,30 @@ class CriteoReader {
   // 1-based number of the line last read.
   int64_t line_number() const { return line_number_; }
 
+  // Up to `n` malformed lines are skipped (counted, the first one's error kept) instead of
+  // failing; the next one fails, saying that more than n were seen. 0 (the default): the first
+  // fails. A byte-order mark, an over-long line or unreadable gzip data always fails. The
+  // count may start at `already` skipped lines, the first of them `first` (a budget for several
+  // files).
+  void set_max_bad_lines(int64_t n, int64_t already = 0, std::string first = "") {
+    max_bad_lines_ = n;
+    bad_lines_ = already;
+    first_bad_line_ = std::move(first);
+  }
+  // Skipped lines, those of set_max_bad_lines' `already` included.
+  int64_t bad_lines() const { return bad_lines_; }
+  // The error of the first skipped line ("" if none).
+  const std::string& first_bad_line() const { return first_bad_line_; }
+
  private:
-  CriteoReader(std::string path, FILE* file, int num_dense, int num_sparse,
+  CriteoReader(std::string path, ::gzFile_s* file, int num_dense, int num_sparse,
                int64_t max_line_bytes, int num_multi);
   // Reads the next line (without '\n') into line_: true, false at the end of the file, or an
   // error when it exceeds max_line_bytes_ (stops reading there) or the file cannot be read.
   absl::StatusOr<bool> ReadLine();
 
   std::string path_;
-  FILE* file_;
+  ::gzFile_s* file_;
   int num_dense_;
   int num_sparse_;
   int num_multi_;
@@ -97,6 +118,9 @@ class CriteoReader {
   int64_t line_number_ = 0;
   std::string line_;
   bool failed_ = false;
+  int64_t max_bad_lines_ = 0;
+  int64_t bad_lines_ = 0;
+  std::string first_bad_line_;
 };
 
 // The whole file as a Dataset with the given field counts.
@@ -104,6 +128,33 @@ absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path, int num_dense = 
                                        int num_sparse = kCriteoNumSparse,
                                        int64_t max_line_bytes = kDefaultMaxLineBytes,
                                        int num_multi = 0);
+
+// The files a data flag names (--train_data, --test_data, ctr --train): a comma-separated list
+// of files, directories (their regular files not starting with '.', sorted by name) and glob
+// patterns (sorted matches), in the order given. An item that names nothing (an empty
+// directory, a pattern without a match) is an error naming it; a missing plain file fails when
+// it is opened.
+absl::StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& spec);
+
+struct CriteoDataOptions {
+  int num_dense = kCriteoNumDense;
+  int num_sparse = kCriteoNumSparse;
+  int num_multi = 0;
+  int64_t max_line_bytes = kDefaultMaxLineBytes;
+  // Malformed lines skipped over all the files together (CriteoReader::set_max_bad_lines).
+  int64_t max_bad_lines = 0;
+};
+
+// What ReadCriteoData skipped.
+struct CriteoReadStats {
+  int64_t files = 0;
+  int64_t bad_lines = 0;
+  std::string first_bad_line;  // its error ("" if none)
+};
+
+// Every file of `spec` (ExpandDataPaths), plain or gzip, one after the other, as one Dataset.
+absl::StatusOr<Dataset> ReadCriteoData(const std::string& spec, const CriteoDataOptions& options,
+                                       CriteoReadStats* stats = nullptr);
 
 // Writes a Criteo file atomically: lines go to a temporary file beside `path`, and Close()
 // flushes, fsyncs and renames it onto `path`. Until Close() succeeds `path` is untouched; a

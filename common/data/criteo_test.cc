@@ -2,11 +2,14 @@
 
 #include <dirent.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <zlib.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -236,6 +239,111 @@ TEST(CriteoFileTest, ReadErrorsNameFileAndLine) {
   EXPECT_EQ(data.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(data.status().message()), HasSubstr(dir + "/missing.txt"));
   EXPECT_EQ(ReadCriteoFile(path, -1, 3).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Writes `text` gzip-compressed to `path`.
+void WriteGzip(const std::string& path, const std::string& text) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr) << path;
+  ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())),
+            static_cast<int>(text.size()));
+  ASSERT_EQ(gzclose(f), Z_OK);
+}
+
+// Labels of every example, in order.
+std::string Labels(const Dataset& d) {
+  std::string s;
+  for (const Example& e : d.examples) s += e.label > 0.5f ? '1' : '0';
+  return s;
+}
+
+TEST(CriteoDataTest, GzipFilesReadLikeTheirText) {
+  const std::string dir = TestDir("gzip");
+  const std::string text = Line("1", {"5"}, {"abc"}) + "\n" + Line("0", {}, {}) + "\n";
+  WriteText(dir + "/plain.txt", text);
+  WriteGzip(dir + "/packed.gz", text);
+  absl::StatusOr<Dataset> plain = ReadCriteoFile(dir + "/plain.txt");
+  absl::StatusOr<Dataset> packed = ReadCriteoFile(dir + "/packed.gz");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  EXPECT_EQ(*plain, *packed);
+  EXPECT_EQ(packed->examples.size(), 2u);
+
+  // A truncated gzip file is refused by name, not read as shorter data.
+  std::ifstream in(dir + "/packed.gz", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  WriteText(dir + "/cut.gz", bytes.substr(0, bytes.size() - 12));
+  absl::StatusOr<Dataset> cut = ReadCriteoFile(dir + "/cut.gz");
+  ASSERT_FALSE(cut.ok());
+  EXPECT_THAT(std::string(cut.status().message()),
+              HasSubstr(dir + "/cut.gz:"));
+  EXPECT_THAT(std::string(cut.status().message()), HasSubstr("gzip data truncated or corrupt"));
+}
+
+TEST(CriteoDataTest, SpecsNameFilesDirectoriesAndPatternsInOrder) {
+  const std::string dir = TestDir("specs");
+  ASSERT_EQ(mkdir((dir + "/day").c_str(), 0755), 0);
+  WriteGzip(dir + "/day/part-1.gz", Line("1", {}, {}) + "\n");
+  WriteText(dir + "/day/part-0", Line("0", {}, {}) + "\n");
+  WriteText(dir + "/day/.hidden", "not data\n");
+  WriteText(dir + "/extra.txt", Line("1", {}, {}) + "\n" + Line("1", {}, {}) + "\n");
+  absl::StatusOr<std::vector<std::string>> paths =
+      ExpandDataPaths(dir + "/extra.txt," + dir + "/day," + dir + "/day/part-*.gz");
+  ASSERT_TRUE(paths.ok()) << paths.status();
+  EXPECT_EQ(*paths, (std::vector<std::string>{dir + "/extra.txt", dir + "/day/part-0",
+                                              dir + "/day/part-1.gz", dir + "/day/part-1.gz"}));
+  CriteoReadStats stats;
+  absl::StatusOr<Dataset> d = ReadCriteoData(dir + "/day," + dir + "/extra.txt", {}, &stats);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(Labels(*d), "0111");
+  EXPECT_EQ(stats.files, 3);
+
+  EXPECT_THAT(std::string(ExpandDataPaths(dir + "/day/*.bz2").status().message()),
+              HasSubstr("data pattern '" + dir + "/day/*.bz2' matches no file"));
+  ASSERT_EQ(mkdir((dir + "/empty").c_str(), 0755), 0);
+  EXPECT_THAT(std::string(ExpandDataPaths(dir + "/empty").status().message()),
+              HasSubstr("data directory " + dir + "/empty holds no file"));
+  EXPECT_THAT(std::string(ExpandDataPaths(dir + "/extra.txt,").status().message()),
+              HasSubstr("has an empty item"));
+  EXPECT_EQ(ReadCriteoData(dir + "/nope.txt", {}).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(CriteoDataTest, BadLinesAreSkippedUpToTheBudgetOverAllFiles) {
+  const std::string dir = TestDir("bad_lines");
+  const std::string good = Line("1", {}, {}) + "\n";
+  const std::string bad = Line("1", {"x"}, {}) + "\n";
+  WriteText(dir + "/a.txt", good + bad + good);
+  WriteGzip(dir + "/b.gz", bad + good + bad);
+  CriteoDataOptions o;
+  EXPECT_THAT(std::string(ReadCriteoData(dir, o).status().message()),
+              HasSubstr(dir + "/a.txt:2: field 2 (I1)"));
+  o.max_bad_lines = 3;
+  CriteoReadStats stats;
+  absl::StatusOr<Dataset> d = ReadCriteoData(dir, o, &stats);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->examples.size(), 3u);
+  EXPECT_EQ(stats.bad_lines, 3);
+  EXPECT_THAT(stats.first_bad_line, HasSubstr(dir + "/a.txt:2: field 2 (I1)"));
+  o.max_bad_lines = 2;  // the third, in the second file, is one too many
+  absl::Status s = ReadCriteoData(dir, o).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr(dir + "/b.gz:3: field 2 (I1)"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("(more than --max_bad_lines=2 bad lines; the first: " + dir + "/a.txt:2"));
+}
+
+TEST(CriteoDataTest, ByteOrderMarksAndCrOnlyLineEndsSayWhatTheyAre) {
+  const std::string dir = TestDir("bom_cr");
+  const std::string good = Line("1", {}, {});
+  WriteText(dir + "/bom.txt", "\xEF\xBB\xBF" + good + "\n");
+  EXPECT_THAT(std::string(ReadCriteoFile(dir + "/bom.txt").status().message()),
+              HasSubstr(dir + "/bom.txt:1: the file starts with a UTF-8 byte-order mark"));
+  WriteText(dir + "/mac.txt", good + "\r" + good + "\r");
+  EXPECT_THAT(std::string(ReadCriteoFile(dir + "/mac.txt").status().message()),
+              HasSubstr("CR-only line ends (classic Mac)? convert them to LF"));
+  // Even under a bad-line budget: a byte-order mark is the file's problem, not a line's.
+  CriteoDataOptions o;
+  o.max_bad_lines = 10;
+  EXPECT_FALSE(ReadCriteoData(dir + "/bom.txt", o).ok());
 }
 
 TEST(CriteoFileTest, LinesLongerThanTheLimitAreRefusedByFileAndLine) {

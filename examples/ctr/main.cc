@@ -31,7 +31,11 @@
 ABSL_FLAG(std::string, model, "",
           "Model file to train (proto/model.proto, e.g. written by python/tessera) instead of "
           "the built-in wide & deep model; its feeds bind the Criteo columns.");
-ABSL_FLAG(std::string, train, "", "Criteo-format training file (default: synthetic data).");
+ABSL_FLAG(std::string, train, "",
+          "Criteo-format training data: comma-separated files, directories and glob patterns, "
+          "plain or gzip (default: synthetic data).");
+ABSL_FLAG(int64_t, max_bad_lines, 0,
+          "Malformed data lines skipped (counted) before stopping; 0: stop at the first.");
 ABSL_FLAG(std::string, test, "", "Criteo-format held-out file (required with --train).");
 ABSL_FLAG(int64_t, train_samples, 200000, "Synthetic training examples.");
 ABSL_FLAG(int64_t, test_samples, 50000, "Synthetic held-out examples.");
@@ -83,12 +87,20 @@ int main(int argc, char** argv) {
   }
   data::Dataset train, test;
   if (!train_path.empty()) {
-    auto tr = data::ReadCriteoFile(train_path, data::kCriteoNumDense, data::kCriteoNumSparse,
-                                   data::kDefaultMaxLineBytes, num_multi);
+    data::CriteoDataOptions read;
+    read.num_multi = num_multi;
+    read.max_bad_lines = absl::GetFlag(FLAGS_max_bad_lines);
+    data::CriteoReadStats train_read, test_read;
+    auto tr = data::ReadCriteoData(train_path, read, &train_read);
     if (!tr.ok()) return Fail(tr.status());
-    auto te = data::ReadCriteoFile(test_path, data::kCriteoNumDense, data::kCriteoNumSparse,
-                                   data::kDefaultMaxLineBytes, num_multi);
+    auto te = data::ReadCriteoData(test_path, read, &test_read);
     if (!te.ok()) return Fail(te.status());
+    for (const data::CriteoReadStats* r : {&train_read, &test_read}) {
+      if (r->bad_lines > 0) {
+        std::cout << "skipped " << r->bad_lines << " bad lines; the first: " << r->first_bad_line
+                  << "\n";
+      }
+    }
     train = *std::move(tr);
     test = *std::move(te);
     std::cout << absl::StrFormat("read %d training examples from %s, %d held-out from %s\n",

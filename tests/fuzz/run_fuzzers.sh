@@ -61,7 +61,7 @@ PROTOS[model_file]="tensor program model"
 ABSL_PKGS="absl_strings absl_str_format absl_synchronization absl_status absl_statusor absl_time
   absl_hash absl_raw_hash_set absl_random_random"
 PKG_CFLAGS="$(pkg-config --cflags grpc++ protobuf $ABSL_PKGS)" || exit 1
-PKG_LIBS="$(pkg-config --libs grpc++ protobuf $ABSL_PKGS)" || exit 1
+PKG_LIBS="$(pkg-config --libs grpc++ protobuf zlib $ABSL_PKGS)" || exit 1
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 CXXFLAGS="-std=c++17 -O1 -g -fno-omit-frame-pointer -w -I. -I$work/gen -I/usr/include/eigen3
   $PKG_CFLAGS"

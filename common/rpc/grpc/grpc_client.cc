@@ -55,8 +55,10 @@ void Report(RpcObserver* observer, const std::string& method, const absl::Status
 }
 
 // A failed call on a channel that is not connected: TLS on one side only, or a certificate the
-// other side refuses, look the same as a pserver that is down, so say what to check.
-absl::Status WithConnectionHint(const absl::Status& s, grpc::Channel& channel, bool tls) {
+// other side refuses, look the same as a pserver that is down, so say what to check; on a
+// channel that was connected (`was_connected`), the pserver went away.
+absl::Status WithConnectionHint(const absl::Status& s, grpc::Channel& channel, bool tls,
+                                bool was_connected) {
   if (s.code() != absl::StatusCode::kUnavailable &&
       s.code() != absl::StatusCode::kDeadlineExceeded) {
     return s;
@@ -68,6 +70,10 @@ absl::Status WithConnectionHint(const absl::Status& s, grpc::Channel& channel, b
   }
   grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/false);
   if (state == GRPC_CHANNEL_READY || state == GRPC_CHANNEL_IDLE) return s;
+  if (was_connected) {
+    return absl::Status(s.code(), absl::StrCat(s.message(), " (connection lost: the pserver "
+                                                            "stopped, or its host went away)"));
+  }
   return absl::Status(
       s.code(),
       absl::StrCat(s.message(),
@@ -197,12 +203,13 @@ void GrpcPServerClient::Call(const char* method, grpc::ByteBuffer request,
   // thread drop the channel's last reference, which gRPC does not allow.
   grpc::Channel* channel = channel_.get();
   const bool tls = options_.security.tls();
+  const bool was_connected = connected_.load(std::memory_order_relaxed);
   stub_->UnaryCall(
       &state->ctx, full, grpc::StubOptions(), &state->request, &state->response,
-      [state, ep, method_name, observer, channel, tls, on_response = std::move(on_response),
-       done = std::move(done)](grpc::Status s) {
+      [state, ep, method_name, observer, channel, tls, was_connected,
+       on_response = std::move(on_response), done = std::move(done)](grpc::Status s) {
         absl::Status st = FromGrpcStatus(s, ep, method_name);
-        if (!st.ok()) st = WithConnectionHint(st, *channel, tls);
+        if (!st.ok()) st = WithConnectionHint(st, *channel, tls, was_connected);
         if (st.ok() && on_response) {
           st = on_response(state->response);
           if (!st.ok()) {
