@@ -7,34 +7,55 @@ namespace tessera {
 namespace {
 bool RealArg(const std::string& a) { return !a.empty() && a != kEmptyVarName; }
 
-std::string ArgAt(const std::vector<std::string>& args, int i) {
-  return i < static_cast<int>(args.size()) ? args[i] : "";
+using Slots = google::protobuf::RepeatedPtrField<OpDesc::Var>;
+
+// The arguments bound to `slot` (the first entry of that name, as OpInputs reads it), or null:
+// kernels look their variables up every step, so this copies nothing.
+const google::protobuf::RepeatedPtrField<std::string>* SlotArguments(const Slots& slots,
+                                                                     absl::string_view slot) {
+  for (const auto& s : slots) {
+    if (s.parameter() == slot) return &s.arguments();
+  }
+  return nullptr;
+}
+
+// Argument i of `slot`; the empty string when there is none.
+const std::string& ArgAt(const Slots& slots, absl::string_view slot, int i) {
+  static const std::string* const kNone = new std::string();
+  const auto* args = SlotArguments(slots, slot);
+  return args != nullptr && i >= 0 && i < args->size() ? args->Get(i) : *kNone;
+}
+
+bool AnyRealArg(const Slots& slots, absl::string_view slot) {
+  const auto* args = SlotArguments(slots, slot);
+  if (args == nullptr) return false;
+  for (const std::string& a : *args) {
+    if (RealArg(a)) return true;
+  }
+  return false;
+}
+
+int ArgCount(const Slots& slots, absl::string_view slot) {
+  const auto* args = SlotArguments(slots, slot);
+  return args == nullptr ? 0 : args->size();
 }
 }  // namespace
 
-bool OpContext::HasInput(absl::string_view slot) const {
-  for (const auto& a : OpInputs(op_, slot)) {
-    if (RealArg(a)) return true;
-  }
-  return false;
-}
+bool OpContext::HasInput(absl::string_view slot) const { return AnyRealArg(op_.inputs(), slot); }
 
 bool OpContext::HasOutput(absl::string_view slot) const {
-  for (const auto& a : OpOutputs(op_, slot)) {
-    if (RealArg(a)) return true;
-  }
-  return false;
+  return AnyRealArg(op_.outputs(), slot);
 }
 
 std::string OpContext::InputName(absl::string_view slot, int i) const {
-  return ArgAt(OpInputs(op_, slot), i);
+  return ArgAt(op_.inputs(), slot, i);
 }
 std::string OpContext::OutputName(absl::string_view slot, int i) const {
-  return ArgAt(OpOutputs(op_, slot), i);
+  return ArgAt(op_.outputs(), slot, i);
 }
 
 absl::StatusOr<const Variable*> OpContext::InputVar(absl::string_view slot, int i) const {
-  std::string name = InputName(slot, i);
+  const std::string& name = ArgAt(op_.inputs(), slot, i);
   if (!RealArg(name)) {
     return Error(absl::StrCat("input slot ", slot, "[", i, "] is not bound"));
   }
@@ -59,7 +80,7 @@ absl::StatusOr<const Tensor*> OpContext::Input(absl::string_view slot, int i) co
 
 absl::StatusOr<std::vector<const Tensor*>> OpContext::Inputs(absl::string_view slot) const {
   std::vector<const Tensor*> out;
-  int n = static_cast<int>(OpInputs(op_, slot).size());
+  const int n = ArgCount(op_.inputs(), slot);
   for (int i = 0; i < n; ++i) {
     auto t = Input(slot, i);
     if (!t.ok()) return t.status();
@@ -69,7 +90,7 @@ absl::StatusOr<std::vector<const Tensor*>> OpContext::Inputs(absl::string_view s
 }
 
 absl::StatusOr<Variable*> OpContext::OutputVar(absl::string_view slot, int i) {
-  std::string name = OutputName(slot, i);
+  const std::string& name = ArgAt(op_.outputs(), slot, i);
   if (!RealArg(name)) {
     return Error(absl::StrCat("output slot ", slot, "[", i, "] is not bound"));
   }
@@ -86,7 +107,7 @@ absl::StatusOr<Tensor*> OpContext::Output(absl::string_view slot, int i) {
 
 absl::StatusOr<std::vector<Tensor*>> OpContext::Outputs(absl::string_view slot) {
   std::vector<Tensor*> out;
-  int n = static_cast<int>(OpOutputs(op_, slot).size());
+  const int n = ArgCount(op_.outputs(), slot);
   for (int i = 0; i < n; ++i) {
     auto t = Output(slot, i);
     if (!t.ok()) return t.status();

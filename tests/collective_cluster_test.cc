@@ -177,6 +177,16 @@ double FromLog(const std::string& dir, const std::string& key) {
   return pos == std::string::npos ? -1 : std::strtod(log.c_str() + pos + key.size(), nullptr);
 }
 
+// The mlp_regression data of these tests: 960 examples (64 held out), seed 4.
+examples::ExampleOptions MlpData() {
+  examples::ExampleOptions eo;
+  eo.name = "mlp_regression";
+  eo.num_examples = 960;
+  eo.num_test_examples = 64;
+  eo.seed = 4;
+  return eo;
+}
+
 TEST(CollectiveTrainerTest, TwoCpuPlacesPerTrainerEqualSingleMachine) {
   const std::string dir = MakeTempDir("collective_places");
   // Global batches of 50 (and a last one of 10): places of 13 and 12 (3 and 2) examples.
@@ -184,12 +194,7 @@ TEST(CollectiveTrainerTest, TwoCpuPlacesPerTrainerEqualSingleMachine) {
               {"--num_examples=960", "--num_test_examples=64", "--batch_size=50", "--epochs=2",
                "--seed=4", "--cpu_places=2"});
   if (HasFatalFailure()) return;
-  examples::ExampleOptions eo;
-  eo.name = "mlp_regression";
-  eo.num_examples = 960;
-  eo.num_test_examples = 64;
-  eo.seed = 4;
-  const Params want = SingleMachine(eo, 50, 4, 2);
+  const Params want = SingleMachine(MlpData(), 50, 4, 2);
   EXPECT_EQ(want.size(), 4u);
   ExpectDumpsClose(dir, 2, want, 1e-5);
 }
@@ -208,11 +213,7 @@ TEST(CollectiveTrainerTest, ModelFileWithGradientClippingEqualsSingleMachine) {
               {"--model=" + path, "--num_examples=960", "--num_test_examples=64",
                "--batch_size=64", "--epochs=2", "--seed=4"});
   if (HasFatalFailure()) return;
-  examples::ExampleOptions eo;
-  eo.name = "mlp_regression";
-  eo.num_examples = 960;
-  eo.num_test_examples = 64;
-  eo.seed = 4;
+  const examples::ExampleOptions eo = MlpData();
   auto registry = NewStandardOpRegistry();
   absl::StatusOr<ModelSpec> model = CompileModel(*file, *registry, path);
   ASSERT_TRUE(model.ok()) << model.status();
@@ -227,13 +228,7 @@ TEST(CollectiveTrainerTest, ModelFileWithGradientClippingEqualsSingleMachine) {
   ASSERT_TRUE(clipped.create_status.ok()) << clipped.create_status;
   ExpectDumpsClose(dir, 2, clipped.params, 1e-5);
   const Params unclipped = SingleMachine(eo, 64, 4, 2);
-  double differ = 0;
-  for (const auto& [name, t] : clipped.params) {
-    const Tensor& u = unclipped.at(name);
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      differ = std::max<double>(differ, std::abs(t.data<float>()[i] - u.data<float>()[i]));
-    }
-  }
+  const double differ = MaxAbsDifference(clipped.params, unclipped);
   EXPECT_GT(differ, 1e-3) << "clipping changed nothing: the bound is never reached";
 }
 

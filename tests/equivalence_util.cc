@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <sstream>
 
@@ -74,6 +75,21 @@ void ExpectParamsClose(const Params& got, const Params& want, double rtol,
     }
     EXPECT_LT(worst, rtol) << what << " " << name;
   }
+}
+
+double MaxAbsDifference(const Params& a, const Params& b) {
+  double worst = 0;
+  for (const auto& [name, t] : a) {
+    auto other = b.find(name);
+    if (other == b.end() || other->second.shape() != t.shape()) {
+      return std::numeric_limits<double>::infinity();
+    }
+    const Tensor& u = other->second;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      worst = std::max<double>(worst, std::abs(t.data<float>()[i] - u.data<float>()[i]));
+    }
+  }
+  return worst;
 }
 
 std::vector<std::string> ExampleFlags(const examples::ExampleOptions& eo, int64_t batch,

@@ -41,6 +41,10 @@ Params SingleMachine(const examples::ExampleOptions& eo, int64_t batch, uint64_t
 void ExpectParamsClose(const Params& got, const Params& want, double rtol,
                        const std::string& what = "");
 
+// The largest absolute difference between an element of a parameter of `a` and the same element
+// of `b` (+inf when a parameter of `a` is missing from `b` or has another shape).
+double MaxAbsDifference(const Params& a, const Params& b);
+
 // The daemon flags of example `eo`'s data (--num_examples, --num_test_examples, --seed, and
 // --vocab_per_slot for "ctr"; not --example) and of training with `batch` for `epochs`.
 std::vector<std::string> ExampleFlags(const examples::ExampleOptions& eo, int64_t batch,

@@ -72,6 +72,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     num_sparse = (data[0] >> 2) & 3;
   }
   absl::string_view contents(reinterpret_cast<const char*>(data) + 1, size - 1);
+  if (absl::StartsWith(contents, "\x1f\x8b")) {
+    // gzip magic: the reader decompresses (what comes out is another input); it reads the
+    // examples or fails with one line, never crashing.
+    WriteScratch(contents);
+    auto read = ReadCriteoFile(ScratchPath(), num_dense, num_sparse);
+    Require(read.ok() || (!read.status().message().empty() &&
+                          read.status().message().find('\n') == absl::string_view::npos),
+            "a gzip file reads or fails with one line");
+    return 0;
+  }
 
   // Line by line, the way CriteoReader splits a file.
   std::vector<Example> want;
@@ -84,8 +94,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     absl::string_view line = contents.substr(pos, end - pos);
     pos = end + 1;
     ++line_number;
+    if (line_number == 1 && absl::StartsWith(line, "\xEF\xBB\xBF")) {
+      bad_line = 1;
+      bad_message = "the file starts with a UTF-8 byte-order mark (EF BB BF); save it without one";
+      break;
+    }
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) continue;
+    if (line.find('\r') != absl::string_view::npos) {
+      bad_line = line_number;
+      bad_message =
+          "a CR (\\r) inside the line: CR-only line ends (classic Mac)? convert them to LF";
+      break;
+    }
     Example ex;
     absl::Status s = ParseCriteoLine(line, num_dense, num_sparse, &ex);
     if (!s.ok()) {
