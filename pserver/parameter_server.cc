@@ -201,7 +201,25 @@ absl::Status ParameterServer::ApplyTable(Table& t, const std::vector<const Selec
   return absl::OkStatus();
 }
 
+absl::Status ParameterServer::AdmitHeartbeat(const RequestMeta& meta) {
+  TS_RETURN_IF_ERROR(CheckJobAndTrainer(meta));
+  absl::MutexLock lock(&mu_);
+  if (last_beat_.empty()) last_beat_.assign(num_trainers_, absl::InfinitePast());
+  last_beat_[meta.trainer_id] = absl::Now();
+  return failure_;
+}
+
 absl::Status ParameterServer::Admit(const RequestMeta& meta) {
+  TS_RETURN_IF_ERROR(CheckJobAndTrainer(meta));
+  absl::MutexLock lock(&mu_);
+  last_request_ = absl::Now();
+  if (first_request_ == absl::InfinitePast()) first_request_ = last_request_;
+  if (last_seen_.empty()) last_seen_.assign(num_trainers_, absl::InfinitePast());
+  last_seen_[meta.trainer_id] = last_request_;
+  return failure_;
+}
+
+absl::Status ParameterServer::CheckJobAndTrainer(const RequestMeta& meta) const {
   if (meta.job_id != options_.job_id) {
     return absl::UnauthenticatedError(absl::StrCat(
         "request of job '", meta.job_id, "' refused by pserver of job '", options_.job_id, "'"));
@@ -210,12 +228,7 @@ absl::Status ParameterServer::Admit(const RequestMeta& meta) {
     return absl::InvalidArgumentError(
         absl::StrCat("trainer_id ", meta.trainer_id, " is outside [0, ", num_trainers_, ")"));
   }
-  absl::MutexLock lock(&mu_);
-  last_request_ = absl::Now();
-  if (first_request_ == absl::InfinitePast()) first_request_ = last_request_;
-  if (last_seen_.empty()) last_seen_.assign(num_trainers_, absl::InfinitePast());
-  last_seen_[meta.trainer_id] = last_request_;
-  return failure_;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Variable*> ParameterServer::PrepareReceive(const RequestMeta& meta,
@@ -538,11 +551,10 @@ void ParameterServer::HandleAbort(const RequestMeta& meta, const std::string& re
 
 void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) {
   if (kind == ABORT) return HandleAbort(meta, "", std::move(done));
-  if (kind == HEARTBEAT) {  // Admit noted the time; from now on this trainer is watched
+  if (kind == HEARTBEAT) {  // AdmitHeartbeat noted the time
     absl::Status failure;
     {
       absl::MutexLock lock(&mu_);
-      heartbeating_.insert(meta.trainer_id);
       failure = failure_;
     }
     return done(failure);
@@ -751,16 +763,19 @@ void ParameterServer::Watchdog() {
 
 absl::Status ParameterServer::CheckSilentTrainers() {
   const absl::Time now = absl::Now();
-  // `silent`: async trainers that sent nothing (heartbeats included) for barrier_timeout;
-  // `lost`: in both modes, trainers whose heartbeats stopped for heartbeat_timeout.
+  // `silent`: async trainers that sent no request (heartbeats are none) for barrier_timeout;
+  // `lost`: in both modes, trainers that sent heartbeats and then nothing, not even a request,
+  // for heartbeat_timeout.
   std::vector<int> lost, silent;
   for (int k : barrier_.active()) {
     // A trainer that never called counts from the first request of any trainer.
-    const absl::Duration quiet = now - std::max(last_seen_[k], first_request_);
-    if (!sync_ && quiet > options_.barrier_timeout) {
+    const absl::Time seen = std::max(last_seen_[k], first_request_);
+    const absl::Time beat = last_beat_.empty() ? absl::InfinitePast() : last_beat_[k];
+    if (!sync_ && now - seen > options_.barrier_timeout) {
       silent.push_back(k);
     } else if (options_.heartbeat_timeout > absl::ZeroDuration() &&
-               heartbeating_.count(k) > 0 && quiet > options_.heartbeat_timeout) {
+               beat != absl::InfinitePast() &&
+               now - std::max(seen, beat) > options_.heartbeat_timeout) {
       lost.push_back(k);
     }
   }

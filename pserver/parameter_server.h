@@ -132,6 +132,9 @@ class ParameterServer : public RequestHandler {
   absl::Status RestoreCheckpoint(const std::string& dir);
 
   absl::Status Admit(const RequestMeta& meta) override;
+  // A heartbeat: the trainer is alive (watched for heartbeat_timeout from now on), which is not
+  // a request for the silence checks of barrier_timeout.
+  absl::Status AdmitHeartbeat(const RequestMeta& meta) override;
   absl::StatusOr<Variable*> PrepareReceive(const RequestMeta& meta,
                                            const VariableHeader& header) override;
   void HandleSend(const RequestMeta& meta, const VariableHeader& header, Variable* var,
@@ -190,6 +193,8 @@ class ParameterServer : public RequestHandler {
   // Async: fails naming the trainers silent for barrier_timeout, or drops them (the option).
   // Both modes: the same for trainers whose heartbeats stopped for heartbeat_timeout.
   absl::Status CheckSilentTrainers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The request's job id is this server's and its trainer id one of the job's.
+  absl::Status CheckJobAndTrainer(const RequestMeta& meta) const;
 
   const ProgramDesc program_;
   Scope* scope_;
@@ -232,8 +237,9 @@ class ParameterServer : public RequestHandler {
   absl::Time last_request_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Per trainer: its last request (async silence detection); InfinitePast until its first.
   std::vector<absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
-  // Trainers that sent a HEARTBEAT (watched for heartbeat_timeout from then on).
-  std::set<int> heartbeating_ ABSL_GUARDED_BY(mu_);
+  // Per trainer: its last HEARTBEAT (InfinitePast until its first; from then on it is watched
+  // for heartbeat_timeout).
+  std::vector<absl::Time> last_beat_ ABSL_GUARDED_BY(mu_);
   absl::Time first_request_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   const absl::Time created_ = absl::Now();  // for options_.startup_timeout
 

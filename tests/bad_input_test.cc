@@ -5,12 +5,15 @@
 // it was; a good gradient sent afterwards is applied (so the comparison can fail). Message size
 // limits hold on both sides. Program files and data files with a bad line name file:line.
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "common/data/criteo.h"
 #include "common/executor.h"
 #include "common/layers/layers.h"
@@ -69,8 +72,10 @@ class BadInputTest : public ::testing::Test {
     cfg.sync_mode = false;
     auto t = DistributeTranspiler::Transpile(main, startup, cfg);
     ASSERT_TRUE(t.ok()) << t.status();
+    pserver_program_ = *t->GetPserverProgram(endpoint_);
+    pserver_startup_ = *t->GetPserverStartupProgram(endpoint_);
     Executor exec(registry_.get());
-    ASSERT_TRUE(exec.Run(*t->GetPserverStartupProgram(endpoint_), 0, &scope_).ok());
+    ASSERT_TRUE(exec.Run(pserver_startup_, 0, &scope_).ok());
     ParameterServerOptions po;
     po.job_id = "job";
     po.endpoint = endpoint_;
@@ -158,7 +163,35 @@ class BadInputTest : public ::testing::Test {
     EXPECT_EQ(s.error_message().find('\n'), std::string::npos) << what << ": " << s.error_message();
   }
 
+  // An async pserver of this job (2 trainers) with `options`, its own scope, no transport: what
+  // the watchdog makes of the requests the test hands it. The status it fails with, or a
+  // timeout after 10 s.
+  absl::Status RunWatchdog(ParameterServerOptions options,
+                           const std::function<void(ParameterServer*)>& requests) {
+    options.job_id = "job";
+    options.endpoint = "watched";
+    Scope scope;
+    Executor exec(registry_.get());
+    EXPECT_TRUE(exec.Run(pserver_startup_, 0, &scope).ok());
+    auto ps = ParameterServer::Create(pserver_program_, &scope, registry_.get(), options);
+    EXPECT_TRUE(ps.ok()) << ps.status();
+    if (!ps.ok()) return ps.status();
+    absl::Status failed;
+    absl::Notification done;
+    std::thread waiter([&] {
+      failed = (*ps)->Wait();
+      done.Notify();
+    });
+    requests(ps->get());
+    if (!done.WaitForNotificationWithTimeout(absl::Seconds(10))) {
+      (*ps)->HandleAbort(meta_, "the test gave up waiting", [](absl::Status) {});
+    }
+    waiter.join();
+    return failed;
+  }
+
   std::unique_ptr<OpRegistry> registry_;
+  ProgramDesc pserver_program_, pserver_startup_;
   Scope scope_;
   std::unique_ptr<ParameterServer> ps_;
   std::unique_ptr<GrpcServer> server_;
@@ -331,6 +364,35 @@ TEST_F(BadInputTest, MalformedSmallRequestsAreRefused) {
 
 // A trainer's ABORT passes its error on: the pserver fails the job naming the trainer and the
 // cause. A reason that could forge log lines is refused and fails nothing.
+// Heartbeats say that a trainer is alive, not that it works: an async trainer that beats but sends
+// nothing else for --barrier_timeout_s is still silent (hung main thread); one whose heartbeats
+// stop and that sends nothing is lost after heartbeat_timeout, long before barrier_timeout.
+TEST_F(BadInputTest, HeartbeatsTellAliveFromWorking) {
+  ParameterServerOptions hung;
+  hung.barrier_timeout = absl::Milliseconds(500);
+  hung.heartbeat_timeout = absl::Seconds(5);
+  absl::Status s = RunWatchdog(hung, [&](ParameterServer* ps) {
+    EXPECT_TRUE(ps->Admit(meta_).ok());
+    // Heartbeats from trainer 0 until the pserver fails the job (they then get the failure).
+    const absl::Time until = absl::Now() + absl::Seconds(3);
+    while (absl::Now() < until && ps->AdmitHeartbeat(meta_).ok()) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  });
+  EXPECT_NE(s.message().find("sent nothing for 500ms"), std::string::npos) << s;
+  EXPECT_EQ(s.message().find("heartbeat"), std::string::npos) << s;
+
+  ParameterServerOptions lost;
+  lost.barrier_timeout = absl::Seconds(60);
+  lost.heartbeat_timeout = absl::Milliseconds(300);
+  s = RunWatchdog(lost, [&](ParameterServer* ps) {
+    EXPECT_TRUE(ps->Admit(meta_).ok());
+    EXPECT_TRUE(ps->AdmitHeartbeat(meta_).ok());  // then nothing
+  });
+  EXPECT_NE(s.message().find("trainers [0] sent no heartbeat for 300ms"), std::string::npos)
+      << s;
+}
+
 TEST_F(BadInputTest, AnAbortPassesItsReasonOn) {
   BarrierRequest forged;
   *forged.mutable_header() = ToHeader(meta_);

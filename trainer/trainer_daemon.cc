@@ -75,11 +75,11 @@ absl::StatusOr<GrpcClientOptions> ClientOptionsFor(const ClusterConfig& config) 
   return co;
 }
 
-// A trainer that stops with an error, at start or while training, tells every pserver (ABORT,
-// with the error) so that they fail the job at once and pass the cause on to the other
-// trainers, instead of waiting for this one at a barrier until --barrier_timeout_s. Best effort,
-// all pservers at once, each bounded by the client's abort deadline; over fresh connections, so
-// that it works for failures before any was made.
+// A trainer that stops with an error, at start (RunTrainer) or while training (Train), tells
+// every pserver (ABORT, with the error) so that they fail the job at once and pass the cause on
+// to the other trainers, instead of waiting for this one at a barrier until --barrier_timeout_s.
+// Best effort, all pservers at once, each bounded by the client's abort deadline; over fresh
+// connections, so that it works for failures before any was made.
 void AbortPservers(const ClusterConfig& config, const absl::Status& error) {
   if (config.mode == "collective" || config.pservers.empty()) return;
   absl::StatusOr<GrpcClientOptions> co = ClientOptionsFor(config);
@@ -402,83 +402,90 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   // From the handshake on, every pserver hears from this trainer every --heartbeat_s, so that it
   // can tell a trainer that died or froze from a slow one (trainer/heartbeat.h).
   std::unique_ptr<Heartbeat> heartbeat;
-  if (!collective_mode) {
-    // Every pserver reachable within --connect_timeout_s (one deadline for all), or the cause.
-    const absl::Time connect_deadline = absl::Now() + absl::Seconds(config.connect_timeout_s);
-    for (const std::string& ep : config.pservers) {
-      absl::Status connected =
-          pool.Get(ep)->Connect(std::max(absl::Milliseconds(1), connect_deadline - absl::Now()));
-      if (!connected.ok()) {
-        return absl::Status(connected.code(),
-                            absl::StrCat(connected.message(), " (waited --connect_timeout_s=",
-                                         config.connect_timeout_s, ")"));
+  // A failure from here on is told to the pservers (ABORT) while this trainer still beats and
+  // before its communicator flushes what it queued, so that the cause reaches them first.
+  absl::Status result = [&]() -> absl::Status {
+    if (!collective_mode) {
+      // Every pserver reachable within --connect_timeout_s (one deadline for all), or the cause.
+      const absl::Time connect_deadline = absl::Now() + absl::Seconds(config.connect_timeout_s);
+      for (const std::string& ep : config.pservers) {
+        absl::Status connected =
+            pool.Get(ep)->Connect(std::max(absl::Milliseconds(1), connect_deadline - absl::Now()));
+        if (!connected.ok()) {
+          return absl::Status(connected.code(),
+                              absl::StrCat(connected.message(), " (waited --connect_timeout_s=",
+                                           config.connect_timeout_s, ")"));
+        }
+      }
+      // The job handshake: every pserver compares what this trainer was started with to its own
+      // flags and model (and to the other trainers'); a mismatch fails the job at once, naming
+      // the field and both values.
+      JobFields fields = JobFieldsFor(config, model);
+      fields.push_back({kStepsPerEpochField, absl::StrCat(steps_per_epoch)});
+      const uint64_t nonce = absl::Uniform<uint64_t>(absl::BitGen());
+      for (const std::string& ep : config.pservers) {
+        absl::Status registered = pool.Get(ep)->Register(rpc.Meta(), fields, nonce);
+        if (!registered.ok()) {
+          return absl::Status(registered.code(),
+                              absl::StrCat("pserver ", ep, ": ", registered.message()));
+        }
+      }
+      if (config.heartbeat_s > 0) {
+        std::vector<PServerClient*> pservers;
+        for (const std::string& ep : config.pservers) pservers.push_back(pool.Get(ep));
+        heartbeat = std::make_unique<Heartbeat>(std::move(pservers), rpc.Meta(),
+                                                absl::Seconds(config.heartbeat_s));
       }
     }
-    // The job handshake: every pserver compares what this trainer was started with to its own
-    // flags and model (and to the other trainers'); a mismatch fails the job at once, naming
-    // the field and both values.
-    JobFields fields = JobFieldsFor(config, model);
-    fields.push_back({kStepsPerEpochField, absl::StrCat(steps_per_epoch)});
-    const uint64_t nonce = absl::Uniform<uint64_t>(absl::BitGen());
-    for (const std::string& ep : config.pservers) {
-      absl::Status registered = pool.Get(ep)->Register(rpc.Meta(), fields, nonce);
-      if (!registered.ok()) {
-        return absl::Status(registered.code(),
-                            absl::StrCat("pserver ", ep, ": ", registered.message()));
-      }
+    // Create() runs the startup program, which pulls the initial parameters from the pservers.
+    TS_ASSIGN_OR_RETURN(auto trainer,
+                        LocalTrainer::Create(devices.executor_registry(&timed_registry), dist, lo));
+    if (resumed) trainer->ResumeAt(resume);
+    TS_RETURN_IF_ERROR(trainer->Train(data.train).status());
+    if (devices.on_gpu()) {
+      log << "trainer " << config.trainer_id << ": " << PlaceMemoryReport(devices.places[0])
+          << std::endl;
     }
-    if (config.heartbeat_s > 0) {
-      std::vector<PServerClient*> pservers;
-      for (const std::string& ep : config.pservers) pservers.push_back(pool.Get(ep));
-      heartbeat = std::make_unique<Heartbeat>(std::move(pservers), rpc.Meta(),
-                                              absl::Seconds(config.heartbeat_s));
+    if (checkpointing && trainer->global_step() != last_checkpoint) {
+      TS_RETURN_IF_ERROR(
+          checkpoint(TrainPosition{trainer->global_step(), trainer->epochs_done(), 0}));
     }
-  }
-  // Create() runs the startup program, which pulls the initial parameters from the pservers.
-  TS_ASSIGN_OR_RETURN(auto trainer,
-                      LocalTrainer::Create(devices.executor_registry(&timed_registry), dist, lo));
-  if (resumed) trainer->ResumeAt(resume);
-  TS_RETURN_IF_ERROR(trainer->Train(data.train).status());
-  if (devices.on_gpu()) {
-    log << "trainer " << config.trainer_id << ": " << PlaceMemoryReport(devices.places[0])
-        << std::endl;
-  }
-  if (checkpointing && trainer->global_step() != last_checkpoint) {
-    TS_RETURN_IF_ERROR(
-        checkpoint(TrainPosition{trainer->global_step(), trainer->epochs_done(), 0}));
-  }
-  if (config.trainer_id == 0 && !data.test.examples.empty()) {
-    TS_ASSIGN_OR_RETURN(EvalResult eval, trainer->Evaluate(data.test));
-    log << "trainer 0: held-out loss " << eval.mean_loss;
-    if (eval.has_auc) log << " auc " << eval.auc;
-    log << std::endl;
-  }
-  if (communicator != nullptr) {
-    TS_RETURN_IF_ERROR(communicator->Flush());
-    CommunicatorStats cs = communicator->stats();
-    log << "trainer " << config.trainer_id << ": async gradients pushed=" << cs.pushed
-        << " sent=" << cs.sent << std::endl;
-  }
-  if (collective_mode) {
-    log << "trainer " << config.trainer_id
-        << ": gradient all-reduce bytes=" << collective.gradient_bytes << " (compression "
-        << config.allreduce_compression << ")" << std::endl;
-    TS_RETURN_IF_ERROR(collective.context.Shutdown());
-  } else {
-    TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
-  }
-  if (!config.dump_params.empty()) {
-    if (devices.on_gpu()) MoveScopeToHost(trainer->scope());
-    TS_RETURN_IF_ERROR(SaveVariables(*trainer->scope(), trainable, config.dump_params));
-  }
-  return absl::OkStatus();
+    if (config.trainer_id == 0 && !data.test.examples.empty()) {
+      TS_ASSIGN_OR_RETURN(EvalResult eval, trainer->Evaluate(data.test));
+      log << "trainer 0: held-out loss " << eval.mean_loss;
+      if (eval.has_auc) log << " auc " << eval.auc;
+      log << std::endl;
+    }
+    if (communicator != nullptr) {
+      TS_RETURN_IF_ERROR(communicator->Flush());
+      CommunicatorStats cs = communicator->stats();
+      log << "trainer " << config.trainer_id << ": async gradients pushed=" << cs.pushed
+          << " sent=" << cs.sent << std::endl;
+    }
+    if (collective_mode) {
+      log << "trainer " << config.trainer_id
+          << ": gradient all-reduce bytes=" << collective.gradient_bytes << " (compression "
+          << config.allreduce_compression << ")" << std::endl;
+      TS_RETURN_IF_ERROR(collective.context.Shutdown());
+    } else {
+      TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
+    }
+    if (!config.dump_params.empty()) {
+      if (devices.on_gpu()) MoveScopeToHost(trainer->scope());
+      TS_RETURN_IF_ERROR(SaveVariables(*trainer->scope(), trainable, config.dump_params));
+    }
+    return absl::OkStatus();
+  }();
+  if (!result.ok()) AbortPservers(config, result);
+  return result;
 }
 
 }  // namespace
 
 absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase) {
   absl::Status result = Train(config, log, phase);
-  if (!result.ok()) AbortPservers(config, result);
+  // A failure at start (no data, zero steps, a bad model): Train told nobody yet.
+  if (!result.ok() && !phase->started()) AbortPservers(config, result);
   return result;
 }
 

@@ -542,6 +542,13 @@ absl::Status Validate(const ClusterConfig& c) {
       }
     }
   }
+  // Sub-0.1 s heartbeats or pings would take a healthy peer for a lost one at the first delay.
+  for (const auto& [flag, value] :
+       {std::make_pair("heartbeat_s", c.heartbeat_s), std::make_pair("keepalive_s", c.keepalive_s)}) {
+    if (value != 0 && value < 0.1) {
+      return bad(absl::StrCat("--", flag, "=", value, " must be 0 (off) or at least 0.1"));
+    }
+  }
   if (c.batch_size < c.trainers) {
     return bad(absl::StrCat("--batch_size=", c.batch_size,
                             " is smaller than --trainers=", c.trainers,

@@ -178,6 +178,15 @@ TEST(ClusterConfigTest, ValidateChecksTheWhole) {
             std::string::npos)
       << Validate(c);
   c.pservers.pop_back();
+  c.heartbeat_s = 0.01;
+  EXPECT_NE(Validate(c).message().find("--heartbeat_s=0.01 must be 0 (off) or at least 0.1"),
+            std::string::npos)
+      << Validate(c);
+  c.heartbeat_s = 0;
+  EXPECT_TRUE(Validate(c).ok());
+  c.keepalive_s = 0.05;
+  EXPECT_NE(Validate(c).message().find("--keepalive_s=0.05"), std::string::npos);
+  c.keepalive_s = 5;
   c.trainer_id = 1;
   c.trainers = 1;
   EXPECT_FALSE(Validate(c).ok());

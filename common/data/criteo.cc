@@ -360,9 +360,19 @@ absl::StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& spec
       glob_t g;
       const int rc = ::glob(path.c_str(), 0, nullptr, &g);
       if (rc == 0) {
-        for (size_t i = 0; i < g.gl_pathc; ++i) found.push_back(g.gl_pathv[i]);
+        for (size_t i = 0; i < g.gl_pathc; ++i) {
+          struct stat fst;  // files only, as in a directory
+          if (::stat(g.gl_pathv[i], &fst) == 0 && S_ISREG(fst.st_mode)) {
+            found.push_back(g.gl_pathv[i]);
+          }
+        }
       }
       ::globfree(&g);
+      if (rc != 0 && rc != GLOB_NOMATCH) {
+        return absl::UnavailableError(absl::StrCat(
+            "cannot expand data pattern '", path, "' (",
+            rc == GLOB_ABORTED ? "a directory could not be read" : "out of memory", ")"));
+      }
       if (found.empty()) {
         return absl::NotFoundError(absl::StrCat("data pattern '", path, "' matches no file"));
       }

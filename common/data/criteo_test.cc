@@ -300,6 +300,8 @@ TEST(CriteoDataTest, SpecsNameFilesDirectoriesAndPatternsInOrder) {
 
   EXPECT_THAT(std::string(ExpandDataPaths(dir + "/day/*.bz2").status().message()),
               HasSubstr("data pattern '" + dir + "/day/*.bz2' matches no file"));
+  EXPECT_THAT(std::string(ExpandDataPaths(dir + "/d*").status().message()),
+              HasSubstr("matches no file"));  // only the directory "day": files only
   ASSERT_EQ(mkdir((dir + "/empty").c_str(), 0755), 0);
   EXPECT_THAT(std::string(ExpandDataPaths(dir + "/empty").status().message()),
               HasSubstr("data directory " + dir + "/empty holds no file"));

@@ -20,6 +20,9 @@ class RequestHandler {
   // Checks the request's job id (and anything else common to all requests). A failed status is
   // returned to the caller as is (e.g. UNAUTHENTICATED for another job's request).
   virtual absl::Status Admit(const RequestMeta& meta) = 0;
+  // Admit for a HEARTBEAT barrier, which tells that the trainer is alive but is no work: a
+  // handler that watches for trainers that stopped working tells the two apart.
+  virtual absl::Status AdmitHeartbeat(const RequestMeta& meta) { return Admit(meta); }
 
   // Where the bytes of an incoming variable go: the handler returns the destination variable,
   // already holding a tensor (or SelectedRows value) of header.dtype/dims. Chunks of one

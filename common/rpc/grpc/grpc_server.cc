@@ -387,13 +387,19 @@ class GrpcServer::Service : public RawService {
     TS_RETURN_IF_ERROR(CheckToken(ctx));
     TS_RETURN_IF_ERROR(ParseProto(request, req));
     *meta = FromHeader(req->header());
-    return Admit(*meta);
+    return Admit(*meta, IsHeartbeat(*req));
   }
+  template <typename Request>
+  static bool IsHeartbeat(const Request&) {
+    return false;
+  }
+  static bool IsHeartbeat(const BarrierRequest& req) { return req.kind() == HEARTBEAT; }
 
   // The job id is echoed in the handler's refusals: checked before it sees it.
-  absl::Status Admit(const RequestMeta& meta) {
+  absl::Status Admit(const RequestMeta& meta, bool heartbeat = false) {
     absl::Status checked = CheckRequestMeta(meta);
-    return checked.ok() ? handler_->Admit(meta) : checked;
+    if (!checked.ok()) return checked;
+    return heartbeat ? handler_->AdmitHeartbeat(meta) : handler_->Admit(meta);
   }
 
   ObservedReactor* NewReactor(RpcMethod method, const grpc::ByteBuffer* request,

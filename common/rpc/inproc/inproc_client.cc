@@ -70,7 +70,7 @@ void InProcClient::PrefetchAsync(const RequestMeta& meta, const std::string& tab
 
 void InProcClient::BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) {
   absl::Status s = CheckRequestMeta(meta);
-  if (s.ok()) s = handler_->Admit(meta);
+  if (s.ok()) s = kind == HEARTBEAT ? handler_->AdmitHeartbeat(meta) : handler_->Admit(meta);
   if (!s.ok()) return done(s);
   handler_->HandleBarrier(meta, kind, std::move(done));
 }
