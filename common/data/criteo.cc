@@ -216,6 +216,11 @@ absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::stri
     return absl::InvalidArgumentError(
         absl::StrCat("max_line_bytes=", max_line_bytes, " for ", path, ": must be >= 1"));
   }
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read Criteo file ", path, ": it is a directory"));
+  }
   errno = 0;
   // zlib reads a gzip stream, and any other file as it is.
   gzFile file = gzopen(path.c_str(), "rb");
@@ -224,12 +229,6 @@ absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::stri
     return ErrnoError("cannot open Criteo file", path);
   }
   gzbuffer(file, 1 << 18);
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    gzclose(file);
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read Criteo file ", path, ": it is a directory"));
-  }
   return std::unique_ptr<CriteoReader>(
       new CriteoReader(path, file, num_dense, num_sparse, max_line_bytes, num_multi));
 }
@@ -316,6 +315,20 @@ absl::StatusOr<bool> CriteoReader::Next(Example* example) {
   }
 }
 
+namespace {
+// Appends every remaining example of `reader` to `dataset`.
+absl::Status AppendExamples(CriteoReader* reader, Dataset* dataset) {
+  while (true) {
+    dataset->examples.emplace_back();
+    absl::StatusOr<bool> more = reader->Next(&dataset->examples.back());
+    if (!more.ok() || !*more) {
+      dataset->examples.pop_back();
+      return more.status();
+    }
+  }
+}
+}  // namespace
+
 absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path, int num_dense, int num_sparse,
                                        int64_t max_line_bytes, int num_multi) {
   TS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> reader,
@@ -324,12 +337,7 @@ absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path, int num_dense, i
   dataset.num_dense = num_dense;
   dataset.num_sparse = num_sparse;
   dataset.num_multi = num_multi;
-  while (true) {
-    dataset.examples.emplace_back();
-    TS_ASSIGN_OR_RETURN(bool more, reader->Next(&dataset.examples.back()));
-    if (!more) break;
-  }
-  dataset.examples.pop_back();
+  TS_RETURN_IF_ERROR(AppendExamples(reader.get(), &dataset));
   return dataset;
 }
 
@@ -399,12 +407,7 @@ absl::StatusOr<Dataset> ReadCriteoData(const std::string& spec, const CriteoData
                                            options.max_line_bytes, options.num_multi));
     // The budget is for all the files together.
     reader->set_max_bad_lines(options.max_bad_lines, seen.bad_lines, seen.first_bad_line);
-    while (true) {
-      dataset.examples.emplace_back();
-      TS_ASSIGN_OR_RETURN(bool more, reader->Next(&dataset.examples.back()));
-      if (!more) break;
-    }
-    dataset.examples.pop_back();
+    TS_RETURN_IF_ERROR(AppendExamples(reader.get(), &dataset));
     seen.first_bad_line = reader->first_bad_line();
     seen.bad_lines = reader->bad_lines();
     ++seen.files;
