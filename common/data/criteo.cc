@@ -28,6 +28,7 @@ namespace {
 
 constexpr char kHexDigits[] = "0123456789abcdef";
 constexpr size_t kWriteBufferBytes = 1 << 20;
+constexpr unsigned kReadBufferBytes = 1 << 18;
 // log1p(2^62): larger dense values stand for counts that do not fit an int64.
 constexpr float kMaxDense = 42.97f;
 
@@ -228,46 +229,104 @@ absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::stri
     if (errno == 0) errno = ENOMEM;
     return ErrnoError("cannot open Criteo file", path);
   }
-  gzbuffer(file, 1 << 18);
-  return std::unique_ptr<CriteoReader>(
+  gzbuffer(file, kReadBufferBytes);
+  std::unique_ptr<CriteoReader> reader(
       new CriteoReader(path, file, num_dense, num_sparse, max_line_bytes, num_multi));
+  reader->gzip_ = gzdirect(file) == 0;  // reads the header
+  reader->buffer_.resize(kReadBufferBytes);
+  return reader;
+}
+
+std::string CriteoReader::Where(int64_t line, int64_t start) const {
+  return numbered_ ? absl::StrCat(path_, ":", line)
+                   : absl::StrCat(path_, ": line at byte ", start);
+}
+
+absl::Status CriteoReader::Restrict(int64_t begin, int64_t end) {
+  if (begin < 0 || (end >= 0 && end < begin)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": bad byte range [", begin, ", ", end, ")"));
+  }
+  end_ = end;
+  if (begin == 0) return absl::OkStatus();
+  // The line that holds byte begin - 1 belongs to the range before: skip through its end.
+  errno = 0;
+  if (gzseek(file_, static_cast<z_off_t>(begin - 1), SEEK_SET) < 0) {
+    if (errno == 0) errno = EINVAL;
+    return ErrnoError(absl::StrCat("cannot seek to byte ", begin - 1, " of"), path_);
+  }
+  offset_ = begin - 1;
+  numbered_ = false;
+  const int64_t saved_end = end_;
+  end_ = -1;
+  absl::StatusOr<bool> skipped = ReadLine();
+  end_ = saved_end;
+  return skipped.status();
+}
+
+absl::Status CriteoReader::SetStride(int64_t stride, int64_t offset) {
+  if (stride < 1 || offset < 0 || offset >= stride) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": bad line stride ", stride, " offset ", offset));
+  }
+  stride_ = stride;
+  stride_offset_ = offset;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> CriteoReader::ReadLine() {
   line_.clear();
+  line_start_ = offset_;
+  if (end_ >= 0 && offset_ >= end_) return false;
   // One line end past the limit is allowed for: "...\r\n" of a line of exactly the limit.
   const size_t limit = static_cast<size_t>(max_line_bytes_) + 1;
-  bool any = false;
-  int c;
-  while ((c = gzgetc(file_)) != -1) {
-    any = true;
-    if (c == '\n') return true;
-    if (line_.size() == limit) {
+  while (true) {
+    if (buffer_pos_ == buffer_end_) {
+      if (eof_) return !line_.empty();  // a last line without '\n'
+      const int n = gzread(file_, &buffer_[0], static_cast<unsigned>(buffer_.size()));
+      int err = Z_OK;
+      const char* message = gzerror(file_, &err);
+      if (err == Z_ERRNO) {
+        return ErrnoError(absl::StrCat("error reading line ", line_number_ + 1, " of"), path_);
+      }
+      if (n < 0 || (err != Z_OK && err != Z_STREAM_END)) {
+        return absl::DataLossError(absl::StrCat(Where(line_number_ + 1, line_start_),
+                                                ": gzip data truncated or corrupt (zlib: ",
+                                                message, ")"));
+      }
+      buffer_pos_ = 0;
+      buffer_end_ = static_cast<size_t>(n);
+      if (n == 0) eof_ = true;
+      continue;
+    }
+    const char* start = buffer_.data() + buffer_pos_;
+    const size_t avail = buffer_end_ - buffer_pos_;
+    const char* newline = static_cast<const char*>(std::memchr(start, '\n', avail));
+    const size_t take = newline != nullptr ? static_cast<size_t>(newline - start) : avail;
+    if (line_.size() + take > limit) {
+      line_.append(start, limit - line_.size());
       const bool cr = line_.find('\r') != std::string::npos;
       return absl::InvalidArgumentError(absl::StrCat(
-          path_, ":", line_number_ + 1, ": line is longer than ", max_line_bytes_, " bytes",
+          Where(line_number_ + 1, line_start_), ": line is longer than ", max_line_bytes_,
+          " bytes",
           cr ? " and holds CR characters: CR-only line ends (classic Mac)? convert them to LF"
              : " (--max_line_bytes; is this a Criteo text file?)"));
     }
-    line_.push_back(static_cast<char>(c));
+    line_.append(start, take);
+    buffer_pos_ += take;
+    offset_ += static_cast<int64_t>(take);
+    if (newline != nullptr) {
+      ++buffer_pos_;
+      ++offset_;
+      return true;
+    }
   }
-  int err = Z_OK;
-  const char* message = gzerror(file_, &err);
-  if (err == Z_ERRNO) {
-    return ErrnoError(absl::StrCat("error reading line ", line_number_ + 1, " of"), path_);
-  }
-  if (err != Z_OK && err != Z_STREAM_END) {
-    return absl::DataLossError(absl::StrCat(path_, ":", line_number_ + 1,
-                                            ": gzip data truncated or corrupt (zlib: ", message,
-                                            ")"));
-  }
-  return any;  // a last line without '\n'
 }
 
 absl::StatusOr<bool> CriteoReader::Next(Example* example) {
   if (failed_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path_, ":", line_number_, ": reading stopped at an earlier error"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        Where(line_number_, line_start_), ": reading stopped at an earlier error"));
   }
   while (true) {
     errno = 0;
@@ -279,17 +338,18 @@ absl::StatusOr<bool> CriteoReader::Next(Example* example) {
     if (!*more) return false;
     ++line_number_;
     absl::string_view line(line_);
-    if (line_number_ == 1 && absl::StartsWith(line, "\xEF\xBB\xBF")) {
+    if (line_start_ == 0 && absl::StartsWith(line, "\xEF\xBB\xBF")) {
       failed_ = true;
       return absl::InvalidArgumentError(
           absl::StrCat(path_, ":1: the file starts with a UTF-8 byte-order mark (EF BB BF); "
                        "save it without one"));
     }
+    if (stride_ > 1 && (line_number_ - 1) % stride_ != stride_offset_) continue;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.size() > static_cast<size_t>(max_line_bytes_)) {
       failed_ = true;
       return absl::InvalidArgumentError(
-          absl::StrCat(path_, ":", line_number_, ": line is longer than ", max_line_bytes_,
+          absl::StrCat(Where(line_number_, line_start_), ": line is longer than ", max_line_bytes_,
                        " bytes (--max_line_bytes; is this a Criteo text file?)"));
     }
     if (line.empty()) continue;
@@ -299,7 +359,7 @@ absl::StatusOr<bool> CriteoReader::Next(Example* example) {
                   "a CR (\\r) inside the line: CR-only line ends (classic Mac)? convert them to LF")
             : ParseCriteoLine(line, num_dense_, num_sparse_, example, num_multi_);
     if (!s.ok()) {
-      const std::string error = absl::StrCat(path_, ":", line_number_, ": ", s.message());
+      const std::string error = absl::StrCat(Where(line_number_, line_start_), ": ", s.message());
       if (bad_lines_ < max_bad_lines_) {
         if (bad_lines_++ == 0) first_bad_line_ = error;
         continue;

@@ -69,6 +69,11 @@ absl::StatusOr<Example> ParseCriteoLine(absl::string_view line, int num_dense = 
                                         int num_sparse = kCriteoNumSparse);
 
 // Reads a Criteo file (plain or gzip) one example at a time. Not thread-safe.
+//
+// A reader may be restricted to a part of its file, so that several trainers share one file:
+// Restrict() to the lines that start in a byte range (plain files: a seek), or SetStride() to
+// every k-th line (any file; the others are read but not parsed). Errors then name a line by
+// its byte offset ("<path>: line at byte N") where its number is unknown.
 class CriteoReader {
  public:
   // NotFound / PermissionDenied etc. naming the path when it cannot be opened.
@@ -84,8 +89,21 @@ class CriteoReader {
   // InvalidArgument "<path>:<line>: field ..." (or "...: line is longer than N bytes");
   // reading may not continue after an error.
   absl::StatusOr<bool> Next(Example* example);
-  // 1-based number of the line last read.
+  // 1-based number of the line last read (counted from the range's first line after
+  // Restrict() with begin > 0).
   int64_t line_number() const { return line_number_; }
+  // Whether the file is gzip-compressed.
+  bool gzip() const { return gzip_; }
+  // The uncompressed byte offset of the next line.
+  int64_t offset() const { return offset_; }
+
+  // Only the lines whose first byte lies in [begin, end) are read (end < 0: to the end of the
+  // file). Call before the first Next(). For a gzip file the seek decompresses the bytes before
+  // `begin`. InvalidArgument if begin < 0 or end < begin; an I/O error names the path.
+  absl::Status Restrict(int64_t begin, int64_t end);
+  // Only lines l (1-based) with (l - 1) % stride == offset are parsed, the others skipped
+  // unparsed (and not counted as bad). 1 <= stride, 0 <= offset < stride.
+  absl::Status SetStride(int64_t stride, int64_t offset);
 
   // Up to `n` malformed lines are skipped (counted, the first one's error kept) instead of
   // failing; the next one fails, saying that more than n were seen. 0 (the default): the first
@@ -108,15 +126,29 @@ class CriteoReader {
   // Reads the next line (without '\n') into line_: true, false at the end of the file, or an
   // error when it exceeds max_line_bytes_ (stops reading there) or the file cannot be read.
   absl::StatusOr<bool> ReadLine();
+  // "<path>:<line>" for line `line` (1-based), or "<path>: line at byte <start>" after a seek.
+  std::string Where(int64_t line, int64_t start) const;
 
   std::string path_;
   ::gzFile_s* file_;
+  bool gzip_ = false;
   int num_dense_;
   int num_sparse_;
   int num_multi_;
   int64_t max_line_bytes_;
   int64_t line_number_ = 0;
+  bool numbered_ = true;  // line numbers are the file's (no seek happened)
   std::string line_;
+  int64_t line_start_ = 0;  // offset of line_'s first byte
+  // Read-ahead: buffer_[buffer_pos_, buffer_end_) are the bytes at offset_ on.
+  std::string buffer_;
+  size_t buffer_pos_ = 0;
+  size_t buffer_end_ = 0;
+  bool eof_ = false;
+  int64_t offset_ = 0;
+  int64_t end_ = -1;  // Restrict()'s end
+  int64_t stride_ = 1;
+  int64_t stride_offset_ = 0;
   bool failed_ = false;
   int64_t max_bad_lines_ = 0;
   int64_t bad_lines_ = 0;
