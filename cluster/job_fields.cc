@@ -47,6 +47,10 @@ JobFields JobFieldsFor(const ClusterConfig& config, const ModelSpec& model) {
       {"table_shard_method", config.table_shard_method},
       {"heartbeat_s", absl::StrCat(config.heartbeat_s)},
   };
+  if (config.reader != "memory") {  // the data order depends on these
+    fields.push_back({"reader", config.reader});
+    fields.push_back({"shuffle_buffer", absl::StrCat(config.shuffle_buffer)});
+  }
   if (config.train_data.empty()) {
     fields.push_back({"example", config.example});
     fields.push_back({"num_examples", absl::StrCat(config.num_examples)});

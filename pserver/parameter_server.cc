@@ -576,6 +576,7 @@ void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, D
           inner(std::move(s));
         };
       }
+      if (kind == SEND_BARRIER && meta.last_batch) barrier_.MarkLastBatch(meta.step);
       SyncBarrier::Actions actions = barrier_.Arrive(
           meta.trainer_id, meta.step,
           kind == SEND_BARRIER ? SyncBarrier::Kind::kSend : SyncBarrier::Kind::kFetch,
@@ -586,6 +587,11 @@ void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, D
   }
   if (!abort.ok()) Fail(abort);
   for (SyncBarrier::Reply& r : replies) r.done(r.status);
+}
+
+bool ParameterServer::StepEndsEpoch(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  return sync_ && barrier_.EndsEpoch(step);
 }
 
 void ParameterServer::HandleRegister(const RequestMeta& meta, const JobFields& fields,

@@ -143,6 +143,7 @@ class ParameterServer : public RequestHandler {
   void HandlePrefetch(const RequestMeta& meta, const std::string& table, std::vector<int64_t> ids,
                       PrefetchDone done) override;
   void HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) override;
+  bool StepEndsEpoch(int64_t step) override;
   // Fails the job, passing on the trainer's reason (so that a pserver that lost a peer, or a
   // trainer refused elsewhere, is named in every process's log).
   void HandleAbort(const RequestMeta& meta, const std::string& reason, DoneCallback done) override;

@@ -72,6 +72,13 @@ class SyncBarrier {
   // Resume starts a due optimize, and a waiting send barrier's wait counts from `now`.
   void Pause() { paused_ = true; }
   Actions Resume(absl::Time now);
+  // Streamed data: trainer(s) sent the send barrier of `step` (the current one) saying it is
+  // their last batch, so the epoch ends after `step` for every trainer; EndsEpoch(step) tells
+  // (asked when the send barrier is released). Steps before the current one are ignored.
+  void MarkLastBatch(int64_t step) {
+    if (step == step_) last_batch_step_ = step;
+  }
+  bool EndsEpoch(int64_t step) const { return last_batch_step_ == step; }
   // Restores the step of a checkpoint (nobody may be waiting).
   void SetStep(int64_t step) { step_ = step; }
 
@@ -102,6 +109,7 @@ class SyncBarrier {
   // The step at which the first trainer completed, and which (-1: none yet).
   int64_t completed_at_ = -1;
   int completed_by_ = -1;
+  int64_t last_batch_step_ = -1;  // MarkLastBatch's step (-1: none)
 };
 
 }  // namespace tessera

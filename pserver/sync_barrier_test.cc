@@ -183,6 +183,26 @@ TEST(SyncBarrierTest, WrongStepAndEarlyFetchAreRefusedAtOnce) {
   EXPECT_NE(got[1].message().find("before the send barrier completed"), absl::string_view::npos);
 }
 
+// Streamed data: a trainer's last batch at step s ends the epoch after s for everyone; a mark
+// for another step than the current one is ignored.
+TEST(SyncBarrierTest, ALastBatchEndsTheEpochAfterItsStepOnly) {
+  SyncBarrier b(2);
+  auto ignore = [](absl::Status) {};
+  b.MarkLastBatch(5);  // not the current step
+  EXPECT_FALSE(b.EndsEpoch(5));
+  b.Arrive(0, 0, Kind::kSend, ignore, kT0, "p").Answer();
+  EXPECT_FALSE(b.EndsEpoch(0));
+  b.MarkLastBatch(0);
+  b.Arrive(1, 0, Kind::kSend, ignore, kT0, "p").Answer();
+  b.OptimizeDone(absl::OkStatus()).Answer();
+  EXPECT_TRUE(b.EndsEpoch(0));
+  b.Arrive(0, 0, Kind::kFetch, ignore, kT0, "p").Answer();
+  b.Arrive(1, 0, Kind::kFetch, ignore, kT0, "p").Answer();
+  ASSERT_EQ(b.step(), 1);
+  EXPECT_FALSE(b.EndsEpoch(1));
+  EXPECT_TRUE(b.EndsEpoch(0));  // a late question about step 0 still gets its answer
+}
+
 // Requests out of protocol (a process reusing a trainer id, a trainer skipping its send) must
 // not end a step while a send of it still waits.
 TEST(SyncBarrierTest, NoStepEndsWhileASendWaits) {

@@ -94,7 +94,7 @@ struct AsyncCommunicator::State : std::enable_shared_from_this<State> {
     std::shared_ptr<State> self = shared_from_this();
     const int64_t count = static_cast<int64_t>(next.items.size());
     rpc->clients->Get(next.endpoint)
-        ->SendBatchAsync(rpc->Meta(), std::move(next.items), /*send_barrier=*/false,
+        ->SendBatchAsync(rpc->Meta(), std::move(next.items), /*send_barrier=*/false, nullptr,
                          [self, endpoint = next.endpoint, count](absl::Status s) {
                            self->Sent(endpoint, count, s);
                          });

@@ -68,12 +68,12 @@ class FakeClient : public PServerClient {
 
   // Records each batch's size; its variables then go as SendVariable calls (the default).
   void SendBatchAsync(const RequestMeta& meta, std::vector<SendItem> items, bool send_barrier,
-                      DoneCallback done) override {
+                      StepReply* reply, DoneCallback done) override {
     {
       absl::MutexLock lock(&mu_);
       batch_sizes_.push_back(static_cast<int>(items.size()));
     }
-    PServerClient::SendBatchAsync(meta, std::move(items), send_barrier, std::move(done));
+    PServerClient::SendBatchAsync(meta, std::move(items), send_barrier, reply, std::move(done));
   }
   std::vector<int> batch_sizes() {
     absl::MutexLock lock(&mu_);

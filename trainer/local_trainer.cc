@@ -175,8 +175,119 @@ void LocalTrainer::ResumeAt(const TrainPosition& position) {
   skip_steps_ = position.step_in_epoch;
 }
 
-absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) {
+// The running statistics of one epoch.
+struct LocalTrainer::EpochRun {
+  EpochStats stats;
+  double loss_sum = 0;
+  double interval_loss = 0;
+  int64_t interval_steps = 0;
+  int64_t interval_samples = 0;
+  std::optional<data::StreamingAuc> interval_auc;
+  Clock::time_point start;
+  Clock::time_point interval_start;
+  int64_t step_in_epoch = 0;    // steps of this epoch run so far (skipped ones included)
+  int64_t steps_per_epoch = -1;  // for the ETA; -1: unknown (streamed data)
+};
+
+LocalTrainer::EpochRun LocalTrainer::BeginEpoch() {
   epochs_target_ = std::max(epochs_target_, epoch_ + 1);
+  EpochRun run;
+  run.stats.epoch = epoch_;
+  if (!model_.prediction.empty() && model_.feeds.label_dtype == FLOAT32 &&
+      options_.log_every_steps > 0) {
+    auto auc = data::StreamingAuc::Create(1023);
+    if (auc.ok()) run.interval_auc = std::move(*auc);
+  }
+  run.start = run.interval_start = Clock::now();
+  return run;
+}
+
+absl::Status LocalTrainer::RunStep(int64_t size, FeedFn feed, const std::function<bool()>& ends,
+                                   EpochRun* run) {
+  if (places_ != nullptr) {  // the local batch split across cpu_places
+    if (options_.before_step) options_.before_step(global_step_);
+    TS_RETURN_IF_ERROR(places_->Step(size, feed));
+  } else {
+    TS_RETURN_IF_ERROR(feed(0, size, &scope_));
+    if (options_.before_step) options_.before_step(global_step_);
+    TS_RETURN_IF_ERROR(executor_.Run(main_block_, &scope_));
+  }
+  if (options_.after_run) TS_RETURN_IF_ERROR(options_.after_run(&scope_));
+  TS_ASSIGN_OR_RETURN(double loss, ReadLoss());
+  if (options_.after_step) options_.after_step(global_step_, loss, size);
+  ++global_step_;
+  ++run->step_in_epoch;
+  if (!std::isfinite(loss)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("step ", global_step_, " (epoch ", epoch_, "): loss '", model_.loss, "' is ",
+                     loss, "; training diverged — lower the learning rate"));
+  }
+  if (options_.on_step_end) {
+    // A step known to end the epoch reports the next epoch's start, so that a checkpoint taken
+    // here resumes there (streamed data: only then is the end known).
+    const bool last = ends && ends();
+    TS_RETURN_IF_ERROR(options_.on_step_end(
+        last ? TrainPosition{global_step_, epoch_ + 1, 0}
+             : TrainPosition{global_step_, epoch_, run->step_in_epoch}));
+  }
+  run->loss_sum += loss * size;
+  run->stats.samples += size;
+  ++run->stats.steps;
+  run->interval_loss += loss;
+  ++run->interval_steps;
+  run->interval_samples += size;
+  if (run->interval_auc.has_value()) {  // the live AUC of the interval's training batches
+    const Variable* pred = scope_.FindVar(model_.prediction);
+    const Variable* label = scope_.FindVar(model_.feeds.label);
+    if (pred != nullptr && label != nullptr && pred->Is<Tensor>() && label->Is<Tensor>() &&
+        pred->Get<Tensor>().dtype() == FLOAT32 && label->Get<Tensor>().dtype() == FLOAT32 &&
+        pred->Get<Tensor>().numel() == label->Get<Tensor>().numel()) {
+      const Tensor& p = pred->Get<Tensor>();
+      const Tensor& l = label->Get<Tensor>();
+      run->interval_auc
+          ->Update(absl::MakeConstSpan(p.data<float>(), p.numel()),
+                   absl::MakeConstSpan(l.data<float>(), l.numel()))
+          .IgnoreError();
+    }
+  }
+  if (options_.log_every_steps > 0 && global_step_ % options_.log_every_steps == 0) {
+    const double secs = SecondsSince(run->interval_start);
+    log() << absl::StrFormat("step %d loss %.6g samples/s %.0f", global_step_,
+                             run->interval_loss / run->interval_steps,
+                             secs > 0 ? run->interval_samples / secs : 0.0);
+    if (run->steps_per_epoch >= 0) {
+      // ETA of this Train() call: steps left in this epoch and the epochs still to run.
+      const int64_t left =
+          (run->steps_per_epoch - run->stats.steps) +
+          run->steps_per_epoch * std::max<int64_t>(0, epochs_target_ - epoch_ - 1);
+      log() << absl::StrFormat(" eta %.0fs", left * secs / run->interval_steps);
+    }
+    if (run->interval_auc.has_value()) {
+      log() << absl::StrFormat(" auc %.4f", run->interval_auc->Compute());
+      run->interval_auc->Reset();
+    }
+    log() << "\n";
+    run->interval_loss = 0;
+    run->interval_steps = run->interval_samples = 0;
+    run->interval_start = Clock::now();
+  }
+  return absl::OkStatus();
+}
+
+EpochStats LocalTrainer::EndEpoch(EpochRun* run) {
+  EpochStats& stats = run->stats;
+  stats.seconds = SecondsSince(run->start);
+  stats.mean_loss = stats.samples > 0 ? run->loss_sum / static_cast<double>(stats.samples) : 0.0;
+  stats.samples_per_sec = stats.seconds > 0 ? stats.samples / stats.seconds : 0.0;
+  log() << absl::StrFormat("epoch %d mean loss %.6g samples %d samples/s %.0f seconds %.2f\n",
+                           stats.epoch, stats.mean_loss, stats.samples, stats.samples_per_sec,
+                           stats.seconds);
+  log().flush();
+  ++epoch_;
+  return stats;
+}
+
+absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) {
   const int64_t n = static_cast<int64_t>(train.examples.size());
   if (n == 0) return absl::InvalidArgumentError("LocalTrainer: the training data set is empty");
   data::DistributedSamplerOptions so;
@@ -193,102 +304,87 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) 
   const absl::Span<const int64_t> all(order);
   const absl::Span<const data::Example> examples(train.examples);
 
-  EpochStats stats;
-  stats.epoch = epoch_;
-  double loss_sum = 0;
-  double interval_loss = 0;
-  int64_t interval_steps = 0, interval_samples = 0;
-  std::optional<data::StreamingAuc> interval_auc;
-  if (!model_.prediction.empty() && model_.feeds.label_dtype == FLOAT32 &&
-      options_.log_every_steps > 0) {
-    auto auc = data::StreamingAuc::Create(1023);
-    if (auc.ok()) interval_auc = std::move(*auc);
-  }
-  const Clock::time_point epoch_start = Clock::now();
-  Clock::time_point interval_start = epoch_start;
-  int64_t step_in_epoch = 0;
+  EpochRun run = BeginEpoch();
+  run.steps_per_epoch =
+      (static_cast<int64_t>(order.size()) + options_.batch_size - 1) / options_.batch_size;
   const int64_t skip = skip_steps_;
   skip_steps_ = 0;
   for (int64_t begin = 0; begin < static_cast<int64_t>(order.size());
        begin += options_.batch_size) {
     const int64_t global = std::min<int64_t>(options_.batch_size, order.size() - begin);
     if (global < options_.num_replicas) break;
-    if (step_in_epoch++ < skip) continue;  // resumed: run before the checkpoint
+    if (run.step_in_epoch < skip) {  // resumed: run before the checkpoint
+      ++run.step_in_epoch;
+      continue;
+    }
     const data::ShardRange shard = sharder.ShardOf(global, options_.rank);
-    const int64_t size = shard.end - shard.begin;
-    if (places_ != nullptr) {  // the local batch split across cpu_places
-      const absl::Span<const int64_t> local = all.subspan(begin + shard.begin, size);
-      if (options_.before_step) options_.before_step(global_step_);
-      TS_RETURN_IF_ERROR(places_->Step(size, [&](int64_t b, int64_t n, Scope* place) {
-        return feeder_.Feed(examples, local.subspan(b, n), place);
-      }));
-    } else {
-      TS_RETURN_IF_ERROR(feeder_.Feed(examples, all.subspan(begin + shard.begin, size), &scope_));
-      if (options_.before_step) options_.before_step(global_step_);
-      TS_RETURN_IF_ERROR(executor_.Run(main_block_, &scope_));
-    }
-    if (options_.after_run) TS_RETURN_IF_ERROR(options_.after_run(&scope_));
-    TS_ASSIGN_OR_RETURN(double loss, ReadLoss());
-    if (options_.after_step) options_.after_step(global_step_, loss, size);
-    ++global_step_;
-    if (!std::isfinite(loss)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("step ", global_step_, " (epoch ", epoch_, "): loss '", model_.loss, "' is ",
-                       loss, "; training diverged — lower the learning rate"));
-    }
-    if (options_.on_step_end) {
-      TS_RETURN_IF_ERROR(options_.on_step_end(TrainPosition{global_step_, epoch_, step_in_epoch}));
-    }
-    loss_sum += loss * size;
-    stats.samples += size;
-    ++stats.steps;
-    interval_loss += loss;
-    ++interval_steps;
-    interval_samples += size;
-    if (interval_auc.has_value()) {  // the live AUC of the interval's training batches
-      const Variable* pred = scope_.FindVar(model_.prediction);
-      const Variable* label = scope_.FindVar(model_.feeds.label);
-      if (pred != nullptr && label != nullptr && pred->Is<Tensor>() && label->Is<Tensor>() &&
-          pred->Get<Tensor>().dtype() == FLOAT32 && label->Get<Tensor>().dtype() == FLOAT32 &&
-          pred->Get<Tensor>().numel() == label->Get<Tensor>().numel()) {
-        const Tensor& p = pred->Get<Tensor>();
-        const Tensor& l = label->Get<Tensor>();
-        interval_auc
-            ->Update(absl::MakeConstSpan(p.data<float>(), p.numel()),
-                     absl::MakeConstSpan(l.data<float>(), l.numel()))
-            .IgnoreError();
-      }
-    }
-    if (options_.log_every_steps > 0 && global_step_ % options_.log_every_steps == 0) {
-      const double secs = SecondsSince(interval_start);
-      // ETA of this Train() call: steps left in this epoch and the epochs still to run.
-      const int64_t steps_per_epoch =
-          (static_cast<int64_t>(order.size()) + options_.batch_size - 1) / options_.batch_size;
-      const int64_t left = (steps_per_epoch - stats.steps) +
-                           steps_per_epoch * std::max<int64_t>(0, epochs_target_ - epoch_ - 1);
-      const double step_secs = secs / interval_steps;
-      log() << absl::StrFormat("step %d loss %.6g samples/s %.0f eta %.0fs", global_step_,
-                               interval_loss / interval_steps,
-                               secs > 0 ? interval_samples / secs : 0.0, left * step_secs);
-      if (interval_auc.has_value()) {
-        log() << absl::StrFormat(" auc %.4f", interval_auc->Compute());
-        interval_auc->Reset();
-      }
-      log() << "\n";
-      interval_loss = 0;
-      interval_steps = interval_samples = 0;
-      interval_start = Clock::now();
-    }
+    const absl::Span<const int64_t> local = all.subspan(begin + shard.begin, shard.size());
+    TS_RETURN_IF_ERROR(RunStep(
+        shard.size(),
+        [&](int64_t b, int64_t count, Scope* scope) {
+          return feeder_.Feed(examples, local.subspan(b, count), scope);
+        },
+        nullptr, &run));
   }
-  stats.seconds = SecondsSince(epoch_start);
-  stats.mean_loss = stats.samples > 0 ? loss_sum / static_cast<double>(stats.samples) : 0.0;
-  stats.samples_per_sec = stats.seconds > 0 ? stats.samples / stats.seconds : 0.0;
-  log() << absl::StrFormat("epoch %d mean loss %.6g samples %d samples/s %.0f seconds %.2f\n",
-                           stats.epoch, stats.mean_loss, stats.samples, stats.samples_per_sec,
-                           stats.seconds);
-  log().flush();
-  ++epoch_;
-  return stats;
+  return EndEpoch(&run);
+}
+
+absl::StatusOr<std::vector<EpochStats>> LocalTrainer::Train(const StreamFactory& streams) {
+  std::vector<EpochStats> all;
+  epochs_target_ = epoch_ + options_.epochs;
+  for (int e = 0; e < options_.epochs; ++e) {
+    TS_ASSIGN_OR_RETURN(EpochStats stats, TrainEpoch(streams));
+    all.push_back(stats);
+  }
+  return all;
+}
+
+absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const StreamFactory& streams) {
+  TS_ASSIGN_OR_RETURN(data::BatchSharder sharder,
+                      data::BatchSharder::Create(options_.num_replicas, options_.rank));
+  const int64_t local = sharder.Shard(options_.batch_size).size();
+  if (local == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LocalTrainer: a global batch of ", options_.batch_size, " leaves trainer ",
+                     options_.rank, " of ", options_.num_replicas, " no example"));
+  }
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<data::ExampleStream> stream, streams(epoch_));
+  EpochRun run = BeginEpoch();
+  const int64_t skip = skip_steps_;
+  skip_steps_ = 0;
+  if (skip > 0) {  // resumed: the examples of the steps before the checkpoint
+    TS_RETURN_IF_ERROR(stream->Skip(skip * local).status());
+    run.step_in_epoch = skip;
+  }
+  std::vector<data::Example> batch, next;
+  TS_ASSIGN_OR_RETURN(int64_t size, stream->NextBatch(local, &batch));
+  if (size == 0 && skip == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "epoch ", epoch_, ": trainer ", options_.rank, " has no training example to read"));
+  }
+  while (size > 0) {
+    // The batch after this one: whether there is one tells the other trainers (sync) before
+    // this step ends; its examples parse in the background meanwhile.
+    TS_ASSIGN_OR_RETURN(const int64_t next_size, stream->NextBatch(local, &next));
+    const bool last = next_size == 0;
+    if (options_.before_stream_step) options_.before_stream_step(last);
+    bool ends = last;
+    auto epoch_ends = [&] {
+      if (options_.stream_epoch_ends && options_.stream_epoch_ends()) ends = true;
+      return ends;
+    };
+    const absl::Span<const data::Example> examples(batch.data(), static_cast<size_t>(size));
+    TS_RETURN_IF_ERROR(RunStep(
+        size,
+        [&](int64_t b, int64_t count, Scope* scope) {
+          return feeder_.Feed(examples.subspan(b, count), scope);
+        },
+        epoch_ends, &run));
+    if (epoch_ends()) break;
+    std::swap(batch, next);
+    size = next_size;
+  }
+  return EndEpoch(&run);
 }
 
 absl::StatusOr<EvalResult> LocalTrainer::Evaluate(const data::Dataset& dataset) {

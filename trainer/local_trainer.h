@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/data/example.h"
+#include "common/data/stream.h"
 #include "common/executor.h"
 #include "common/op_registry.h"
 #include "common/scope.h"
@@ -73,6 +74,11 @@ struct LocalTrainerOptions {
   // host reads the loss or prediction. Device placement uses it to bring fetched variables to
   // the host and to release the feeds there (trainer/device_setup.h); empty: nothing.
   std::function<absl::Status(Scope*)> after_run;
+  // Streamed data in sync mode (Train(StreamFactory)): called before each step with whether
+  // this trainer has no batch after it, and after the step's run: whether some trainer had
+  // none, which ends the epoch for every trainer. Empty: a trainer's epoch ends with its data.
+  std::function<void(bool last)> before_stream_step;
+  std::function<bool()> stream_epoch_ends;
 };
 
 struct EpochStats {
@@ -109,12 +115,23 @@ class LocalTrainer {
   static absl::StatusOr<std::unique_ptr<LocalTrainer>> Create(const OpRegistry* registry,
                                                               ModelSpec model, Options options);
 
+  // Streamed data (common/data/stream.h): the stream this trainer reads in epoch `epoch`.
+  using StreamFactory =
+      std::function<absl::StatusOr<std::unique_ptr<data::ExampleStream>>(int64_t epoch)>;
+
   // Runs Options::epochs epochs (continuing from the epochs already run) and returns their
   // statistics. Stops at the first error, e.g. a failing op or a non-finite loss (which names
   // the step and suggests a lower learning rate).
   absl::StatusOr<std::vector<EpochStats>> Train(const data::Dataset& train);
   // Runs the next epoch.
   absl::StatusOr<EpochStats> TrainEpoch(const data::Dataset& train);
+  // The same over streamed data: each step takes this trainer's share of a global batch
+  // (data::BatchSharder) from the epoch's stream, reading one batch ahead. The epoch ends when
+  // the stream does, or (sync, Options::stream_epoch_ends) when any trainer's does; a step known
+  // to end it reports position (epoch + 1, 0) to on_step_end. FailedPrecondition when the
+  // stream has no example at the start of an epoch.
+  absl::StatusOr<std::vector<EpochStats>> Train(const StreamFactory& streams);
+  absl::StatusOr<EpochStats> TrainEpoch(const StreamFactory& streams);
   // Mean loss (and AUC) of the current parameters on `dataset` (in order, batch_size at a
   // time). Does not change any parameter. InvalidArgument if `dataset` is empty.
   absl::StatusOr<EvalResult> Evaluate(const data::Dataset& dataset);
@@ -131,6 +148,14 @@ class LocalTrainer {
 
  private:
   LocalTrainer(const OpRegistry* registry, ModelSpec model, Options options);
+  struct EpochRun;
+  using FeedFn = std::function<absl::Status(int64_t begin, int64_t count, Scope* scope)>;
+  EpochRun BeginEpoch();
+  // One step on a local batch of `size` examples, fed by `feed`, and its bookkeeping; `ends`
+  // (may be empty) tells after the run whether the step ends the epoch.
+  absl::Status RunStep(int64_t size, FeedFn feed, const std::function<bool()>& ends,
+                       EpochRun* run);
+  EpochStats EndEpoch(EpochRun* run);
   // Value of the loss variable after a run; error if it is missing or not finite.
   absl::StatusOr<double> ReadLoss() const;
   std::ostream& log() const;

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/data/criteo.h"
 #include "common/layers/layers.h"
 #include "common/layers/optimizer.h"
 #include "common/ops/ops.h"
@@ -295,6 +296,145 @@ TEST_F(LocalTrainerTest, ResumeAtContinuesFromTheSavedPosition) {
     const Tensor& b = (*second)->scope()->FindVar(name)->Get<Tensor>();
     EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.nbytes())) << name;
   }
+}
+
+// Click data in a Criteo-format file (2 dense counts, no categorical field).
+std::string WriteClickFile(const std::string& name, int n) {
+  Dataset d;
+  d.num_dense = 2;
+  for (int i = 0; i < n; ++i) {
+    d.examples.push_back({{data::DenseFromCount(i % 7), data::DenseFromCount(i % 5)},
+                          {},
+                          i % 3 == 0 ? 1.0f : 0.0f});
+  }
+  const std::string path = ::testing::TempDir() + "/" + name;
+  EXPECT_TRUE(data::WriteCriteoFile(path, d).ok());
+  return path;
+}
+
+LocalTrainer::StreamFactory StreamOf(const std::string& path, int64_t shuffle_buffer = 0) {
+  return [path, shuffle_buffer](int64_t epoch) {
+    data::ExampleStreamOptions so;
+    so.format.num_dense = 2;
+    so.format.num_sparse = 0;
+    so.shuffle_buffer = shuffle_buffer;
+    so.shuffle_seed = static_cast<uint64_t>(epoch);
+    return data::ExampleStream::Open({data::DataShard{path}}, so);
+  };
+}
+
+bool SameParams(LocalTrainer* a, LocalTrainer* b) {
+  for (const char* name : {"fc.w", "fc.b"}) {
+    const Tensor& x = a->scope()->FindVar(name)->Get<Tensor>();
+    const Tensor& y = b->scope()->FindVar(name)->Get<Tensor>();
+    if (x.nbytes() != y.nbytes() || std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A file streamed in order trains exactly as the same examples held in memory, unshuffled.
+TEST_F(LocalTrainerTest, StreamedDataTrainsAsInMemoryData) {
+  const std::string path = WriteClickFile("stream_equal.txt", 50);
+  auto mem = data::ReadCriteoFile(path, 2, 0);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  LocalTrainerOptions o;
+  o.batch_size = 8;
+  o.epochs = 2;
+  o.shuffle = false;
+  o.log_every_steps = 3;
+  o.log = &log_;
+  std::vector<TrainPosition> positions;
+  auto in_memory = LocalTrainer::Create(registry_.get(), Linear(0.1f, true), o);
+  ASSERT_TRUE(in_memory.ok());
+  ASSERT_TRUE((*in_memory)->Train(*mem).ok());
+  o.on_step_end = [&](const TrainPosition& p) {
+    positions.push_back(p);
+    return absl::OkStatus();
+  };
+  auto streamed = LocalTrainer::Create(registry_.get(), Linear(0.1f, true), o);
+  ASSERT_TRUE(streamed.ok());
+  auto stats = (*streamed)->Train(StreamOf(path));
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->size(), 2u);
+  EXPECT_EQ((*stats)[0].steps, 7);  // 6 of 8 examples and 1 of 2
+  EXPECT_EQ((*stats)[0].samples, 50);
+  EXPECT_EQ((*streamed)->global_step(), 14);
+  EXPECT_TRUE(SameParams(in_memory->get(), streamed->get()));
+  // The last step of an epoch reports the next epoch's start.
+  ASSERT_EQ(positions.size(), 14u);
+  EXPECT_EQ(positions[5].epoch, 0);
+  EXPECT_EQ(positions[5].step_in_epoch, 6);
+  EXPECT_EQ(positions[6].epoch, 1);
+  EXPECT_EQ(positions[6].step_in_epoch, 0);
+  EXPECT_NE(log_.str().find("step 3 loss"), std::string::npos) << log_.str();
+}
+
+// Sync mode: the other trainers may end the epoch first; each step says whether this trainer
+// has a batch after it. A resumed epoch skips the examples of the steps before the checkpoint.
+TEST_F(LocalTrainerTest, StreamedEpochEndsWhenAnyTrainerRunsOutAndResumes) {
+  const std::string path = WriteClickFile("stream_agree.txt", 40);
+  LocalTrainerOptions o;
+  o.batch_size = 8;
+  o.epochs = 1;
+  o.log_every_steps = 0;
+  o.log = &log_;
+  std::vector<bool> lasts;
+  int64_t steps = 0;
+  o.before_stream_step = [&](bool last) { lasts.push_back(last); };
+  o.stream_epoch_ends = [&] { return steps == 3; };
+  o.after_step = [&](int64_t, double, int64_t) { ++steps; };
+  auto agreed = LocalTrainer::Create(registry_.get(), Linear(0.1f, true), o);
+  ASSERT_TRUE(agreed.ok());
+  auto stats = (*agreed)->Train(StreamOf(path, /*shuffle_buffer=*/16));
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ((*stats)[0].steps, 3);
+  EXPECT_EQ(lasts, (std::vector<bool>{false, false, false}));
+  EXPECT_EQ((*agreed)->epochs_done(), 1);
+
+  // Alone, the same stream runs 5 steps, the last one saying so.
+  lasts.clear();
+  o.stream_epoch_ends = nullptr;
+  o.epochs = 1;
+  auto alone = LocalTrainer::Create(registry_.get(), Linear(0.1f, true), o);
+  ASSERT_TRUE((*alone)->Train(StreamOf(path, 16)).ok());
+  EXPECT_EQ(lasts, (std::vector<bool>{false, false, false, false, true}));
+
+  // Stopped after step 2 and resumed there: the same parameters as the uninterrupted run.
+  std::map<std::string, Tensor> params;
+  TrainPosition saved;
+  LocalTrainer* first_ptr = nullptr;
+  LocalTrainerOptions stop = o;
+  stop.on_step_end = [&](const TrainPosition& p) {
+    if (p.global_step < 2) return absl::OkStatus();
+    saved = p;
+    for (const char* name : {"fc.w", "fc.b"}) {
+      params[name] = first_ptr->scope()->FindVar(name)->Get<Tensor>().Clone();
+    }
+    return absl::CancelledError("stop");
+  };
+  auto first = LocalTrainer::Create(registry_.get(), Linear(0.1f, true), stop);
+  first_ptr = first->get();
+  EXPECT_EQ((*first)->Train(StreamOf(path, 16)).status().code(), absl::StatusCode::kCancelled);
+  ASSERT_EQ(saved.step_in_epoch, 2);
+  auto second = LocalTrainer::Create(registry_.get(), Linear(0.1f, true), o);
+  for (const auto& [name, t] : params) {
+    (*second)->scope()->FindVar(name)->GetMutable<Tensor>()->CopyFrom(t);
+  }
+  (*second)->ResumeAt(saved);
+  ASSERT_TRUE((*second)->Train(StreamOf(path, 16)).ok());
+  EXPECT_EQ((*second)->global_step(), 5);
+  EXPECT_TRUE(SameParams(alone->get(), second->get()));
+
+  // A stream without any example is an error naming the epoch.
+  const std::string empty = ::testing::TempDir() + "/stream_empty.txt";
+  ASSERT_TRUE(data::WriteCriteoFile(empty, Dataset{2, 0}).ok());
+  auto none = LocalTrainer::Create(registry_.get(), Linear(0.1f, true), o);
+  absl::Status s = (*none)->Train(StreamOf(empty)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("epoch 0: trainer 0 has no training example"), std::string::npos)
+      << s;
 }
 
 }  // namespace

@@ -32,7 +32,13 @@ absl::Status CheckParallel(const OpContext& ctx, const std::vector<std::string>&
 absl::Status Barrier(RpcContext* rpc, const std::vector<std::string>& endpoints, BarrierKind kind) {
   StatusGroup group(static_cast<int>(endpoints.size()));
   RequestMeta meta = rpc->Meta();
-  for (const auto& ep : endpoints) rpc->clients->Get(ep)->BarrierAsync(meta, kind, group.Callback());
+  for (const auto& ep : endpoints) {
+    if (kind == SEND_BARRIER) {
+      rpc->clients->Get(ep)->SendBarrierAsync(meta, &rpc->step_reply, group.Callback());
+    } else {
+      rpc->clients->Get(ep)->BarrierAsync(meta, kind, group.Callback());
+    }
+  }
   return group.Wait();
 }
 
@@ -218,7 +224,7 @@ absl::Status Send(RpcContext* rpc, OpContext& ctx) {
     std::vector<SendItem> items;
     for (size_t i : part.vars) items.push_back({vars[i], values[i]});
     rpc->clients->Get(part.endpoint)
-        ->SendBatchAsync(meta, std::move(items), part.barrier, group.Callback());
+        ->SendBatchAsync(meta, std::move(items), part.barrier, &rpc->step_reply, group.Callback());
   }
   return group.Wait();
 }

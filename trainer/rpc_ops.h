@@ -57,7 +57,15 @@ struct RpcContext {
   // momentum; the communicator then rarely merges). false: fully asynchronous (Fluid-like).
   bool read_own_writes = true;
 
-  RequestMeta Meta() const { return RequestMeta{job_id, trainer_id, step.load()}; }
+  // Sync mode with streamed data: set before a step when this trainer has no batch after it
+  // (sent with its send barrier); the pservers' answer lands in step_reply (the training loop
+  // clears it before each step).
+  std::atomic<bool> last_batch{false};
+  StepReply step_reply;
+
+  RequestMeta Meta() const {
+    return RequestMeta{job_id, trainer_id, step.load(), last_batch.load()};
+  }
 };
 
 // Registers prefetch, send, recv, send_barrier, fetch_barrier. `context` must outlive the registry.

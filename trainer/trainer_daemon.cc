@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "cluster/cluster_programs.h"
 #include "cluster/job_fields.h"
+#include "common/data/stream.h"
 #include "common/device/placement.h"
 #include "common/io/checkpoint_io.h"
 #include "common/layers/memory_optimize.h"
@@ -207,8 +208,27 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   }
 
   const int num_multi = static_cast<int>(model.feeds.multi_slots.size());
+  const bool streaming = config.reader == "stream";
+  examples::ExampleOptions data_options = DataOptionsFor(config, num_multi);
+  // Streamed training data is read epoch by epoch (below); only the held-out data is loaded.
+  std::vector<data::DataFile> train_files;
+  if (streaming) {
+    data_options.train_data = config.test_data;
+    data_options.test_data.clear();
+    TS_ASSIGN_OR_RETURN(std::vector<std::string> paths,
+                        data::ExpandDataPaths(config.train_data));
+    TS_ASSIGN_OR_RETURN(train_files, data::StatDataFiles(paths));
+  }
   TS_ASSIGN_OR_RETURN(examples::ExampleData data,
-                      examples::LoadExampleData(DataOptionsFor(config, num_multi)));
+                      streaming && data_options.train_data.empty()
+                          ? absl::StatusOr<examples::ExampleData>(examples::ExampleData{})
+                          : examples::LoadExampleData(data_options));
+  if (streaming) {
+    data.test = std::move(data.train);
+    data.test_read = data.train_read;
+    data.train = data::Dataset{};
+    data.train_read = data::CriteoReadStats{};
+  }
   // Lines skipped under --max_bad_lines: in the log and on /metrics.
   for (const auto& [what, read] : {std::make_pair("train", &data.train_read),
                                    std::make_pair("test", &data.test_read)}) {
@@ -227,7 +247,7 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   const int64_t num_train = static_cast<int64_t>(data.train.examples.size());
   const int64_t steps_per_epoch = num_train / config.batch_size +
                                   (num_train % config.batch_size >= config.trainers ? 1 : 0);
-  if (steps_per_epoch * config.epochs == 0) {
+  if (!streaming && steps_per_epoch * config.epochs == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "this job would train 0 steps: ", num_train, " training examples, --batch_size=",
         config.batch_size, ", --trainers=", config.trainers, ", --epochs=", config.epochs,
@@ -243,6 +263,50 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   lo.log_every_steps = config.trainer_id == 0 ? config.log_every_steps : 0;
   lo.log = &log;
   lo.before_step = [&rpc](int64_t step) { rpc.step = step; };
+  // Streamed data: each epoch, this trainer's shards of the files (the same assignment on every
+  // trainer), shuffled through a buffer seeded by seed, epoch and trainer.
+  LocalTrainer::StreamFactory streams;
+  Counter* stream_bad_lines = nullptr;
+  if (streaming) {
+    TS_ASSIGN_OR_RETURN(stream_bad_lines,
+                        metrics.GetCounter("tessera_trainer_data_bad_lines_total",
+                                           "Malformed data lines skipped (--max_bad_lines).",
+                                           {{"trainer_id", std::to_string(config.trainer_id)},
+                                            {"data", "train"}}));
+    streams = [&config, &train_files, &log, stream_bad_lines,
+               num_multi](int64_t epoch) -> absl::StatusOr<std::unique_ptr<data::ExampleStream>> {
+      data::ShardOptions so;
+      so.num_trainers = config.trainers;
+      so.rank = config.trainer_id;
+      so.seed = config.seed;
+      TS_ASSIGN_OR_RETURN(std::vector<data::DataShard> shards,
+                          data::AssignShards(train_files, so, epoch));
+      data::ExampleStreamOptions eo;
+      eo.format.num_multi = num_multi;
+      eo.format.max_line_bytes = config.max_line_bytes;
+      eo.format.max_bad_lines = config.max_bad_lines;
+      eo.shuffle_buffer = config.shuffle_buffer;
+      eo.shuffle_seed = data::StreamShuffleSeed(config.seed, epoch, config.trainer_id);
+      eo.queue_examples = config.reader_queue;
+      eo.on_read_all = [&log, &config, stream_bad_lines, epoch](const data::ExampleStreamStats& s) {
+        if (s.bad_lines == 0) return;
+        stream_bad_lines->Increment(static_cast<double>(s.bad_lines));
+        log << "trainer " << config.trainer_id << ": epoch " << epoch << ": skipped "
+            << s.bad_lines << " bad lines of train data (--max_bad_lines=" << config.max_bad_lines
+            << "); the first: " << s.first_bad_line << std::endl;
+      };
+      return data::ExampleStream::Open(std::move(shards), eo);
+    };
+    if (config.sync_mode) {
+      // Every trainer ends the epoch after the step in which the first one ran out of data:
+      // its send barrier says so, and the pservers' answer tells all (README "Data at scale").
+      lo.before_stream_step = [&rpc](bool last) {
+        rpc.step_reply.epoch_end.store(false);
+        rpc.last_batch.store(last);
+      };
+      lo.stream_epoch_ends = [&rpc] { return rpc.step_reply.epoch_end.load(); };
+    }
+  }
 
   // Checkpoints (README "Checkpoints"): resume at a checkpoint's position (its step, epoch and
   // step within the epoch: the data order depends only on seed + epoch, and in sync mode every
@@ -352,7 +416,10 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   }
 
   log << "trainer " << config.trainer_id << "/" << config.trainers << ": example " << config.example
-      << ", " << data.train.examples.size() << " training examples, global batch "
+      << ", "
+      << (streaming ? absl::StrCat("streaming ", train_files.size(), " data files")
+                    : absl::StrCat(data.train.examples.size(), " training examples"))
+      << ", global batch "
       << config.batch_size << ", "
       << (collective_mode ? std::string("collective (Gloo all-reduce)")
                           : absl::StrCat("pservers ", config.pservers.size(), " (",
@@ -421,7 +488,8 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
       // flags and model (and to the other trainers'); a mismatch fails the job at once, naming
       // the field and both values.
       JobFields fields = JobFieldsFor(config, model);
-      fields.push_back({kStepsPerEpochField, absl::StrCat(steps_per_epoch)});
+      fields.push_back(
+          {kStepsPerEpochField, streaming ? "streamed" : absl::StrCat(steps_per_epoch)});
       const uint64_t nonce = absl::Uniform<uint64_t>(absl::BitGen());
       for (const std::string& ep : config.pservers) {
         absl::Status registered = pool.Get(ep)->Register(rpc.Meta(), fields, nonce);
@@ -441,7 +509,8 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
     TS_ASSIGN_OR_RETURN(auto trainer,
                         LocalTrainer::Create(devices.executor_registry(&timed_registry), dist, lo));
     if (resumed) trainer->ResumeAt(resume);
-    TS_RETURN_IF_ERROR(trainer->Train(data.train).status());
+    TS_RETURN_IF_ERROR(
+        (streaming ? trainer->Train(streams) : trainer->Train(data.train)).status());
     if (devices.on_gpu()) {
       log << "trainer " << config.trainer_id << ": " << PlaceMemoryReport(devices.places[0])
           << std::endl;

@@ -200,6 +200,25 @@ const std::vector<Setting>& Table() {
         {"TESSERA_TEST_DATA"},
         "Criteo-format held-out data, as --train_data (with --train_data)"},
        Str(&ClusterConfig::test_data)},
+      {{"reader",
+        {"TESSERA_READER"},
+        "how a trainer reads --train_data: memory (every trainer loads all of it and trains on "
+        "its share of each global batch; sync == single machine) or stream (each trainer reads "
+        "only its own files, or byte ranges / line strides of them when there are fewer files "
+        "than trainers, parsed ahead on a background thread; memory stays bounded by "
+        "--shuffle_buffer and --reader_queue; in sync mode every trainer ends the epoch when the "
+        "first runs out of data)"},
+       Str(&ClusterConfig::reader)},
+      {{"shuffle_buffer",
+        {"TESSERA_SHUFFLE_BUFFER"},
+        "--reader=stream: examples of the shuffle buffer (each step draws from it at random, "
+        "seeded by --seed and the epoch); 0 = in file order (files are still reshuffled per "
+        "epoch)"},
+       Int(&ClusterConfig::shuffle_buffer, "shuffle_buffer", 0)},
+      {{"reader_queue",
+        {"TESSERA_READER_QUEUE"},
+        "--reader=stream: parsed examples the background reader may hold ahead of training"},
+       Int(&ClusterConfig::reader_queue, "reader_queue", 1)},
       {{"max_bad_lines",
         {"TESSERA_MAX_BAD_LINES"},
         "malformed data lines skipped (counted and logged) before the trainer stops; 0 = stop at "
@@ -510,6 +529,15 @@ absl::Status Validate(const ClusterConfig& c) {
   }
   if (c.mode != "pserver" && c.mode != "collective") {
     return bad(absl::StrCat("--mode='", c.mode, "' must be pserver or collective"));
+  }
+  if (c.reader != "memory" && c.reader != "stream") {
+    return bad(absl::StrCat("--reader='", c.reader, "' must be memory or stream"));
+  }
+  if (c.reader == "stream" && c.role == "trainer" && c.train_data.empty()) {
+    return bad("--reader=stream needs --train_data (synthetic data is generated in memory)");
+  }
+  if (c.reader == "stream" && c.mode == "collective") {
+    return bad("--reader=stream needs pservers (not supported with --mode=collective yet)");
   }
   if (c.split_method != "round_robin" && c.split_method != "hash_name") {
     return bad(

@@ -46,6 +46,9 @@ struct ClusterConfig {
   std::string test_data;
   int64_t max_line_bytes = int64_t{1} << 20;  // longest line a data file may have
   int64_t max_bad_lines = 0;  // malformed data lines skipped before failing
+  std::string reader = "memory";  // "memory" | "stream" (common/data/stream.h)
+  int64_t shuffle_buffer = 10000;   // --reader=stream: examples of the shuffle buffer
+  int64_t reader_queue = 8192;      // --reader=stream: parsed examples read ahead
   int64_t num_examples = 60000;  // synthetic training examples
   int64_t num_test_examples = 5000;
   int64_t vocab_per_slot = 10000;           // synthetic CTR vocabulary (distinct ids per slot)

@@ -100,6 +100,10 @@ absl::StatusOr<std::vector<DataShard>> AssignShards(const std::vector<DataFile>&
   return mine;
 }
 
+uint64_t StreamShuffleSeed(uint64_t seed, int64_t epoch, int rank) {
+  return Mix64(seed ^ Mix64(static_cast<uint64_t>(epoch) << 20 ^ static_cast<uint64_t>(rank)));
+}
+
 ExampleStream::ExampleStream(std::vector<DataShard> shards, const ExampleStreamOptions& options)
     : shards_(std::move(shards)), options_(options), rng_(options.shuffle_seed) {}
 
@@ -193,6 +197,7 @@ void ExampleStream::Produce() {
   }
   if (absl::IsCancelled(status)) return;
   if (filled > 0 && !Push(&chunk, filled)) return;
+  if (status.ok() && options_.on_read_all) options_.on_read_all(stats());
   absl::MutexLock lock(&mu_);
   error_ = status;
   produced_all_ = true;

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -80,6 +81,16 @@ struct ShardOptions {
 absl::StatusOr<std::vector<DataShard>> AssignShards(const std::vector<DataFile>& files,
                                                     const ShardOptions& options, int64_t epoch);
 
+// The shuffle-buffer seed of trainer `rank` in epoch `epoch` of a job seeded `seed`: every
+// (epoch, trainer) its own sequence.
+uint64_t StreamShuffleSeed(uint64_t seed, int64_t epoch, int rank);
+
+struct ExampleStreamStats {
+  int64_t examples = 0;   // parsed so far by the background thread
+  int64_t bad_lines = 0;  // skipped under the budget
+  std::string first_bad_line;
+};
+
 struct ExampleStreamOptions {
   CriteoDataOptions format;  // field counts, longest line, bad-line budget (whole stream)
   // Examples the shuffle buffer holds; 0 or 1: examples come in file order.
@@ -87,12 +98,9 @@ struct ExampleStreamOptions {
   uint64_t shuffle_seed = 0;
   // Parsed examples the background thread may read ahead of Next() (>= 1).
   int64_t queue_examples = 8192;
-};
-
-struct ExampleStreamStats {
-  int64_t examples = 0;   // parsed so far by the background thread
-  int64_t bad_lines = 0;  // skipped under the budget
-  std::string first_bad_line;
+  // Called on the background thread once every shard was read without an error (e.g. to
+  // report the lines skipped under the bad-line budget).
+  std::function<void(const ExampleStreamStats&)> on_read_all;
 };
 
 class ExampleStream {

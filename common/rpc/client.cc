@@ -23,11 +23,11 @@ absl::Status StatusGroup::Wait() {
 }
 
 void PServerClient::SendBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
-                                   bool send_barrier, DoneCallback done) {
+                                   bool send_barrier, StepReply* reply, DoneCallback done) {
   auto shared = std::make_shared<std::vector<SendItem>>(std::move(items));
-  auto then = [this, meta, send_barrier, shared, done] {
+  auto then = [this, meta, send_barrier, reply, shared, done] {
     if (send_barrier) {
-      BarrierAsync(meta, SEND_BARRIER, done);
+      SendBarrierAsync(meta, reply, done);
     } else {
       done(absl::OkStatus());
     }

@@ -41,6 +41,11 @@ class PServerClient {
   virtual void PrefetchAsync(const RequestMeta& meta, const std::string& table,
                              const std::vector<int64_t>* ids, Tensor* out, DoneCallback done) = 0;
   virtual void BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) = 0;
+  // The SEND_BARRIER alone, its answer into `reply` (nullptr: ignored). The default is
+  // BarrierAsync(SEND_BARRIER), which answers nothing.
+  virtual void SendBarrierAsync(const RequestMeta& meta, StepReply* reply, DoneCallback done) {
+    BarrierAsync(meta, SEND_BARRIER, std::move(done));
+  }
   // Tells the pserver this trainer stopped with an error (BarrierKind ABORT), and why: `reason`
   // (printable, at most kMaxAbortReasonBytes; request_checks.h) reaches every process of the
   // job. The default sends the ABORT without its reason.
@@ -61,8 +66,9 @@ class PServerClient {
   // the barrier is released. GetBatchAsync fetches every parameter, then (fetch_barrier) the
   // FETCH_BARRIER. PrefetchBatchAsync looks up the ids of every table (each table at most once).
   // The defaults compose the single calls above (one request each); transports override them.
+  // With send_barrier, the released barrier's answer goes to `reply` (nullptr: ignored).
   virtual void SendBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
-                              bool send_barrier, DoneCallback done);
+                              bool send_barrier, StepReply* reply, DoneCallback done);
   virtual void GetBatchAsync(const RequestMeta& meta, std::vector<GetItem> items,
                              bool fetch_barrier, DoneCallback done);
   virtual void PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,

@@ -3,6 +3,7 @@
 #ifndef TESSERA_COMMON_RPC_RPC_H_
 #define TESSERA_COMMON_RPC_RPC_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -21,6 +22,15 @@ struct RequestMeta {
   std::string job_id;
   int trainer_id = 0;
   int64_t step = 0;
+  // On a send barrier (sync mode, streamed data): this trainer has no batch after this step.
+  bool last_batch = false;
+};
+
+// What a released send barrier answers (sync mode, streamed data). Shared by the requests of
+// one step to all pservers: any of them may set it.
+struct StepReply {
+  // Some trainer had no batch after this step: the epoch ends after it for every trainer.
+  std::atomic<bool> epoch_end{false};
 };
 
 // Describes a received variable (or one chunk of a large dense one) before its bytes are

@@ -45,6 +45,10 @@ class RequestHandler {
                               std::vector<int64_t> ids, PrefetchDone done) = 0;
 
   virtual void HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) = 0;
+  // Asked once the send barrier of `step` was released: whether a trainer sent it with
+  // RequestMeta::last_batch, so that every trainer ends the epoch after this step (sync mode,
+  // streamed data; the answer travels in SendResponse / BarrierResponse).
+  virtual bool StepEndsEpoch(int64_t step) { return false; }
   // An ABORT with the trainer's reason (already checked: printable and bounded). The default
   // handles it as HandleBarrier(ABORT).
   virtual void HandleAbort(const RequestMeta& meta, const std::string& reason, DoneCallback done) {

@@ -96,11 +96,12 @@ RequestHeader ToHeader(const RequestMeta& meta) {
   h.set_job_id(meta.job_id);
   h.set_trainer_id(meta.trainer_id);
   h.set_step(meta.step);
+  h.set_last_batch(meta.last_batch);
   return h;
 }
 
 RequestMeta FromHeader(const RequestHeader& header) {
-  return RequestMeta{header.job_id(), header.trainer_id(), header.step()};
+  return RequestMeta{header.job_id(), header.trainer_id(), header.step(), header.last_batch()};
 }
 
 namespace {

@@ -84,6 +84,18 @@ absl::Status WithConnectionHint(const absl::Status& s, grpc::Channel& channel, b
                          "(--tls_cert/--tls_key/--tls_ca)?)"));
 }
 
+// Reads a released send barrier's answer (SendResponse or BarrierResponse) into `reply`.
+template <typename Answer>
+std::function<absl::Status(const grpc::ByteBuffer&)> StepAnswer(StepReply* reply) {
+  if (reply == nullptr) return nullptr;
+  return [reply](const grpc::ByteBuffer& response) {
+    Answer answer;
+    TS_RETURN_IF_ERROR(ParseProto(response, &answer));
+    if (answer.epoch_end()) reply->epoch_end.store(true);
+    return absl::OkStatus();
+  };
+}
+
 }  // namespace
 
 std::shared_ptr<grpc::Channel> NewPServerChannel(const std::string& endpoint,
@@ -331,6 +343,14 @@ void GrpcPServerClient::BarrierAsync(const RequestMeta& meta, BarrierKind kind, 
        /*courtesy=*/kind == HEARTBEAT || kind == ABORT);
 }
 
+void GrpcPServerClient::SendBarrierAsync(const RequestMeta& meta, StepReply* reply,
+                                         DoneCallback done) {
+  BarrierRequest req;
+  *req.mutable_header() = ToHeader(meta);
+  req.set_kind(SEND_BARRIER);
+  Call("Barrier", SerializeProto(req), StepAnswer<BarrierResponse>(reply), std::move(done));
+}
+
 void GrpcPServerClient::AbortAsync(const RequestMeta& meta, const std::string& reason,
                                    DoneCallback done) {
   BarrierRequest req;
@@ -413,7 +433,8 @@ int64_t PayloadBytes(const Variable& var) {
 }  // namespace
 
 void GrpcPServerClient::SendBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
-                                       bool send_barrier, DoneCallback done) {
+                                       bool send_barrier, StepReply* reply,
+                                       DoneCallback done) {
   const int64_t chunk = options_.chunk_bytes;
   // Large dense tensors go as chunk calls; the rest in batches of at most `chunk` bytes.
   std::vector<SendItem> large, small;
@@ -426,10 +447,11 @@ void GrpcPServerClient::SendBatchAsync(const RequestMeta& meta, std::vector<Send
       CutBatches(small.size(), chunk, [&](size_t i) { return PayloadBytes(*small[i].var); });
   if (starts.empty() && send_barrier) starts.push_back(0);  // an empty batch carries the barrier
   auto batch = [this, meta, small = std::make_shared<std::vector<SendItem>>(std::move(small)),
-                starts](size_t b, bool barrier, DoneCallback cb) {
+                starts, reply](size_t b, bool barrier, DoneCallback cb) {
     size_t end = b + 1 < starts.size() ? starts[b + 1] : small->size();
     std::vector<SendItem> entries(small->begin() + starts[b], small->begin() + end);
-    Call("SendBatch", EncodeBatch(meta, entries, barrier), nullptr,
+    Call("SendBatch", EncodeBatch(meta, entries, barrier),
+         barrier ? StepAnswer<SendResponse>(reply) : nullptr,
          [small, cb = std::move(cb)](absl::Status s) { cb(std::move(s)); });
   };
   RunParts(

@@ -61,6 +61,7 @@ class GrpcPServerClient : public PServerClient {
   void PrefetchAsync(const RequestMeta& meta, const std::string& table,
                      const std::vector<int64_t>* ids, Tensor* out, DoneCallback done) override;
   void BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) override;
+  void SendBarrierAsync(const RequestMeta& meta, StepReply* reply, DoneCallback done) override;
   void AbortAsync(const RequestMeta& meta, const std::string& reason, DoneCallback done) override;
   void CheckpointAsync(const RequestMeta& meta, const std::string& dir, DoneCallback done) override;
   void RegisterAsync(const RequestMeta& meta, const JobFields& fields, uint64_t nonce,
@@ -69,7 +70,7 @@ class GrpcPServerClient : public PServerClient {
   // travel as chunk calls, and batches are cut at chunk_bytes of payload; those parts go first,
   // and the barrier rides on the last request once they are done.
   void SendBatchAsync(const RequestMeta& meta, std::vector<SendItem> items, bool send_barrier,
-                      DoneCallback done) override;
+                      StepReply* reply, DoneCallback done) override;
   void GetBatchAsync(const RequestMeta& meta, std::vector<GetItem> items, bool fetch_barrier,
                      DoneCallback done) override;
   void PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,

@@ -231,7 +231,7 @@ TEST_F(GrpcRpcTest, SendBatchCarriesTheBarrierInOneRequest) {
   sr->value.SetZero();
   absl::Notification first_done;
   absl::Status first;
-  c0->SendBatchAsync({"job", 0, 1}, {{"w", &w}, {"b", &b}, {"emb@GRAD", &g}}, true,
+  c0->SendBatchAsync({"job", 0, 1}, {{"w", &w}, {"b", &b}, {"emb@GRAD", &g}}, true, nullptr,
                      [&](absl::Status s) {
                        first = s;
                        first_done.Notify();
@@ -240,7 +240,7 @@ TEST_F(GrpcRpcTest, SendBatchCarriesTheBarrierInOneRequest) {
       << "the batch returned before the barrier was released";
   EXPECT_EQ(handler_.sends(), 3);  // the gradients are in before the barrier
   StatusGroup second(1);
-  c1->SendBatchAsync({"job", 1, 1}, {}, true, second.Callback());  // a barrier-only batch
+  c1->SendBatchAsync({"job", 1, 1}, {}, true, nullptr, second.Callback());  // a barrier-only batch
   ASSERT_TRUE(second.Wait().ok());
   ASSERT_TRUE(first_done.WaitForNotificationWithTimeout(absl::Seconds(20)));
   ASSERT_TRUE(first.ok()) << first;
@@ -257,8 +257,8 @@ TEST_F(GrpcRpcTest, SendBatchChunksLargeTensorsBeforeTheBarrier) {
   auto c1 = Client();
   Variable big = Dense(40, 10, 0), small = Dense(2, 2, 5);  // 1600 bytes -> 7 chunks
   StatusGroup g(2);
-  c0->SendBatchAsync({"job", 0, 1}, {{"big", &big}, {"small", &small}}, true, g.Callback());
-  c1->SendBatchAsync({"job", 1, 1}, {}, true, g.Callback());
+  c0->SendBatchAsync({"job", 0, 1}, {{"big", &big}, {"small", &small}}, true, nullptr, g.Callback());
+  c1->SendBatchAsync({"job", 1, 1}, {}, true, nullptr, g.Callback());
   ASSERT_TRUE(g.Wait().ok());
   EXPECT_EQ(observer_.calls(RpcMethod::kSend), 7);
   EXPECT_EQ(observer_.calls(RpcMethod::kSendBatch), 2);
@@ -272,7 +272,7 @@ TEST_F(GrpcRpcTest, SendBatchWithABadEntryStoresNothing) {
   auto c = Client();
   Variable w = Dense(2, 2, 1);
   StatusGroup g(1);
-  c->SendBatchAsync(meta_, {{"w", &w}, {"forbidden", &w}}, false, g.Callback());
+  c->SendBatchAsync(meta_, {{"w", &w}, {"forbidden", &w}}, false, nullptr, g.Callback());
   absl::Status s = g.Wait();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("forbidden"), std::string::npos) << s;

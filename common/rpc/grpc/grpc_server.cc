@@ -120,9 +120,17 @@ class GrpcServer::Service : public RawService {
     const bool barrier = batch->send_barrier;
     std::vector<DoneCallback> callbacks = JoinThen(
         static_cast<int>(dests.size()),
-        [this, meta, barrier, finish] {
+        [this, meta, barrier, response, finish] {
           if (barrier) {
-            handler_->HandleBarrier(meta, SEND_BARRIER, finish);
+            handler_->HandleBarrier(meta, SEND_BARRIER, [this, meta, response, finish](
+                                                            absl::Status st) {
+              if (st.ok()) {  // the barrier's answer (sync mode, streamed data)
+                SendResponse answer;
+                answer.set_epoch_end(handler_->StepEndsEpoch(meta.step));
+                *response = SerializeProto(answer);
+              }
+              finish(st);
+            });
           } else {
             finish(absl::OkStatus());
           }
@@ -314,6 +322,15 @@ class GrpcServer::Service : public RawService {
       s = CheckAbortReason(req.reason());
       if (!s.ok()) return Fail(reactor, s);
       handler_->HandleAbort(meta, req.reason(), std::move(finish));
+    } else if (req.kind() == SEND_BARRIER) {
+      handler_->HandleBarrier(meta, SEND_BARRIER, [this, meta, response, finish](absl::Status st) {
+        if (st.ok()) {
+          BarrierResponse answer;
+          answer.set_epoch_end(handler_->StepEndsEpoch(meta.step));
+          *response = SerializeProto(answer);
+        }
+        finish(st);
+      });
     } else {
       handler_->HandleBarrier(meta, req.kind(), std::move(finish));
     }

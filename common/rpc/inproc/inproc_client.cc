@@ -75,6 +75,14 @@ void InProcClient::BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneC
   handler_->HandleBarrier(meta, kind, std::move(done));
 }
 
+void InProcClient::SendBarrierAsync(const RequestMeta& meta, StepReply* reply,
+                                    DoneCallback done) {
+  BarrierAsync(meta, SEND_BARRIER, [this, step = meta.step, reply, done](absl::Status s) {
+    if (s.ok() && reply != nullptr && handler_->StepEndsEpoch(step)) reply->epoch_end.store(true);
+    done(s);
+  });
+}
+
 void InProcClient::AbortAsync(const RequestMeta& meta, const std::string& reason,
                               DoneCallback done) {
   absl::Status s = CheckRequestMeta(meta);

@@ -25,6 +25,7 @@ class InProcClient : public PServerClient {
   void PrefetchAsync(const RequestMeta& meta, const std::string& table,
                      const std::vector<int64_t>* ids, Tensor* out, DoneCallback done) override;
   void BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) override;
+  void SendBarrierAsync(const RequestMeta& meta, StepReply* reply, DoneCallback done) override;
   void AbortAsync(const RequestMeta& meta, const std::string& reason, DoneCallback done) override;
   void RegisterAsync(const RequestMeta& meta, const JobFields& fields, uint64_t nonce,
                      DoneCallback done) override;
