@@ -54,24 +54,62 @@ absl::Status FieldError(int field, int num_dense, int num_sparse, absl::string_v
                                                  "): ", what, " ", Quote(text)));
 }
 
+// The value of each hex digit, 0xff for any other byte.
+struct HexTable {
+  unsigned char value[256];
+  constexpr HexTable() : value() {
+    for (int c = 0; c < 256; ++c) {
+      value[c] = c >= '0' && c <= '9'   ? static_cast<unsigned char>(c - '0')
+                 : c >= 'a' && c <= 'f' ? static_cast<unsigned char>(c - 'a' + 10)
+                 : c >= 'A' && c <= 'F' ? static_cast<unsigned char>(c - 'A' + 10)
+                                        : 0xff;
+    }
+  }
+};
+constexpr HexTable kHex;
+
 bool ParseHex(absl::string_view text, uint64_t* out) {
   if (text.empty() || text.size() > 16) return false;
   uint64_t v = 0;
+  unsigned bad = 0;  // any digit's 0xff marks the text invalid; no branch per digit
   for (char c : text) {
-    int d;
-    if (c >= '0' && c <= '9') {
-      d = c - '0';
-    } else if (c >= 'a' && c <= 'f') {
-      d = c - 'a' + 10;
-    } else if (c >= 'A' && c <= 'F') {
-      d = c - 'A' + 10;
-    } else {
-      return false;
-    }
-    v = (v << 4) | static_cast<uint64_t>(d);
+    const unsigned d = kHex.value[static_cast<unsigned char>(c)];
+    bad |= d;
+    v = (v << 4) | (d & 0xf);
   }
+  if (bad > 0xf) return false;
   *out = v;
   return true;
+}
+
+// absl::SimpleAtoi's result for a decimal integer, without its generality on the common case:
+// an optional '-' and 1 to 18 digits (cannot overflow). Anything else goes to SimpleAtoi.
+bool ParseCount(absl::string_view text, int64_t* out) {
+  size_t i = !text.empty() && text[0] == '-' ? 1 : 0;
+  if (text.size() > i && text.size() - i <= 18) {
+    int64_t v = 0;
+    for (; i < text.size(); ++i) {
+      const unsigned d = static_cast<unsigned char>(text[i]) - '0';
+      if (d > 9) return absl::SimpleAtoi(text, out);
+      v = v * 10 + d;
+    }
+    *out = text[0] == '-' ? -v : v;
+    return true;
+  }
+  return absl::SimpleAtoi(text, out);
+}
+
+// log1p of the small counts most dense fields hold, computed once with DenseFromCount's formula.
+constexpr int64_t kDenseTableSize = 1 << 12;
+const float* DenseTable() {
+  static const float* table = [] {
+    float* t = new float[kDenseTableSize];
+    for (int64_t c = 0; c < kDenseTableSize; ++c) {
+      t[c] = static_cast<float>(std::log1p(static_cast<double>(c)));
+    }
+    return t;
+  }();
+  return table;
 }
 
 void AppendHex(uint64_t v, std::string* out) {
@@ -124,7 +162,8 @@ absl::StatusOr<int64_t> ParseId(absl::string_view text) {
 }
 
 float DenseFromCount(int64_t count) {
-  return static_cast<float>(std::log1p(static_cast<double>(std::max<int64_t>(count, 0))));
+  if (count < kDenseTableSize) return DenseTable()[std::max<int64_t>(count, 0)];
+  return static_cast<float>(std::log1p(static_cast<double>(count)));
 }
 
 int64_t CountFromDense(float value) { return std::llround(std::expm1(static_cast<double>(value))); }
@@ -159,7 +198,7 @@ absl::Status ParseCriteoLine(absl::string_view line, int num_dense, int num_spar
       }
     } else if (f <= num_dense) {
       int64_t count = 0;
-      if (!text.empty() && !absl::SimpleAtoi(text, &count)) {
+      if (!text.empty() && !ParseCount(text, &count)) {
         return FieldError(f, num_dense, num_sparse, "dense value is not an integer:", text);
       }
       example->dense[f - 1] = DenseFromCount(count);

@@ -6,12 +6,18 @@
 //   - a bad line gives INVALID_ARGUMENT with a one-line message ("field ..." / "expected ...");
 //   - a parsed line has the configured field counts, finite non-negative dense values, and ids
 //     that FormatId/ParseId round-trip;
+//   - a parsed line's values are those of a slow reference parse (absl::SimpleAtoi and log1p
+//     for dense counts, digit by digit for hex ids);
 //   - reading the file gives exactly the examples of its non-empty lines, or fails at the first
-//     bad line with "<path>:<line>: <the line's error>".
+//     bad line with "<path>:<line>: <the line's error>";
+//   - a good file read as three byte ranges (CriteoReader::Restrict, cut anywhere) gives the same
+//     examples, in order.
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -20,7 +26,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/data/criteo.h"
 
@@ -49,6 +57,31 @@ const std::string& ScratchPath() {
     return p;
   }();
   return *path;
+}
+
+// The slow reference for a parsed line's values.
+void CheckAgainstReference(absl::string_view line, int num_dense, const Example& ex) {
+  std::vector<absl::string_view> fields = absl::StrSplit(line, '\t');
+  for (int f = 0; f < num_dense; ++f) {
+    const absl::string_view text = fields[1 + f];
+    int64_t count = 0;
+    if (!text.empty()) Require(absl::SimpleAtoi(text, &count), "an accepted count is SimpleAtoi's");
+    const float want =
+        static_cast<float>(std::log1p(static_cast<double>(std::max<int64_t>(count, 0))));
+    Require(ex.dense[f] == want, "dense value is log1p(max(count, 0))");
+  }
+  for (size_t s = 0; s < ex.sparse.size(); ++s) {
+    const absl::string_view text = fields[1 + num_dense + s];
+    uint64_t id = 0;
+    for (char c : text) {
+      const char* digits = "0123456789abcdef";
+      const char lower = static_cast<char>(c >= 'A' && c <= 'F' ? c - 'A' + 'a' : c);
+      const char* at = std::strchr(digits, lower);
+      Require(lower != 0 && at != nullptr, "an accepted id is hex digits");
+      id = id << 4 | static_cast<uint64_t>(at - digits);
+    }
+    Require(static_cast<uint64_t>(ex.sparse[s]) == id, "id is the hex value's bits");
+  }
 }
 
 void WriteScratch(absl::string_view contents) {
@@ -119,6 +152,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     Require(ex.dense.size() == static_cast<size_t>(num_dense), "dense count");
+    CheckAgainstReference(line, num_dense, ex);
     Require(ex.sparse.size() == static_cast<size_t>(num_sparse), "sparse count");
     Require(ex.label == 0 || ex.label == 1, "label is 0 or 1");
     for (float v : ex.dense) Require(std::isfinite(v) && v >= 0, "dense value finite, >= 0");
@@ -143,6 +177,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Require(read.ok(), "a file of good lines reads");
     Require(read->num_dense == num_dense && read->num_sparse == num_sparse, "file field counts");
     Require(read->examples == want, "file examples are the lines' examples");
+    // Three byte ranges, cut where the input's second byte says, read in order.
+    const int64_t n = static_cast<int64_t>(contents.size());
+    const int64_t a = size > 2 ? data[1] % (n + 1) : 0;
+    const int64_t b = size > 3 ? a + data[2] % (n - a + 1) : n;
+    std::vector<Example> ranged;
+    for (const auto& [begin, end] : {std::make_pair(int64_t{0}, a), std::make_pair(a, b),
+                                     std::make_pair(b, int64_t{-1})}) {
+      auto reader = CriteoReader::Open(ScratchPath(), num_dense, num_sparse);
+      Require(reader.ok() && (*reader)->Restrict(begin, end).ok(), "a range opens");
+      Example ex;
+      while (true) {
+        absl::StatusOr<bool> more = (*reader)->Next(&ex);
+        Require(more.ok(), "a range of a good file reads");
+        if (!*more) break;
+        ranged.push_back(ex);
+      }
+    }
+    Require(ranged == want, "three byte ranges read the file's examples once, in order");
   }
   return 0;
 }

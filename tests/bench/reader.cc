@@ -1,0 +1,200 @@
+// reader: how fast training data is parsed, and whether streaming keeps memory flat.
+//
+//   bazel run -c opt //tests/bench:reader -- [--lines=400000] [--dir=/tmp]
+//
+// Writes --lines synthetic Criteo lines (13 dense counts, 26 ids; the CTR demo's shape) to a
+// plain and a gzip file under --dir, then reports for each:
+//   - parse only: ParseCriteoLine over lines already in memory (one core);
+//   - zlib inflate only: the gzip file decompressed and dropped (the floor for gzip input);
+//   - read + parse: CriteoReader, one thread;
+//   - stream: ExampleStream (background parse thread, queue, shuffle buffer) drained by the
+//     caller, with the process's CPU seconds for both threads;
+// as lines/s of wall time and per CPU-second ("per core"). Then it streams the plain file
+// through a queue of 4096 and a shuffle buffer of 4096 examples (the file holds ~50x more) and
+// prints the process RSS after the first 5% of the lines and its peak afterwards: flat means
+// memory does not grow with the data read.
+#include <sys/resource.h>
+#include <zlib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/data/criteo.h"
+#include "common/data/stream.h"
+#include "common/data/synthetic.h"
+
+ABSL_FLAG(int64_t, lines, 400000, "Criteo lines to generate and read.");
+ABSL_FLAG(std::string, dir, "/tmp", "Where the data files go (removed at the end).");
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+double CpuSeconds() {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// Resident set size of this process, MB.
+double RssMb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      int64_t kb = 0;
+      std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &kb)) return kb / 1024.0;
+    }
+  }
+  return -1;
+}
+
+void Report(const std::string& what, int64_t lines, double wall, double cpu) {
+  std::printf("%-34s %10.0f lines/s  %10.0f lines/s per core  (%.2f s wall, %.2f CPU-s)\n",
+              what.c_str(), lines / wall, lines / cpu, wall, cpu);
+}
+
+int Run() {
+  const int64_t n = absl::GetFlag(FLAGS_lines);
+  const std::string dir = absl::GetFlag(FLAGS_dir);
+  const std::string plain = dir + "/tessera_reader_bench.txt";
+  const std::string packed = dir + "/tessera_reader_bench.txt.gz";
+
+  // The data: the CTR demo's synthetic examples, written as Criteo text.
+  data::CtrDataOptions o;
+  o.vocab_per_slot = 1000000;
+  auto ds = data::MakeCtrData(n, o);
+  if (!ds.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(ds.status().message()).c_str());
+    return 1;
+  }
+  absl::Status written = data::WriteCriteoFile(plain, *ds);
+  if (!written.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(written.message()).c_str());
+    return 1;
+  }
+  ds->examples.clear();
+  ds->examples.shrink_to_fit();
+  std::string text;
+  {
+    std::ifstream in(plain, std::ios::binary);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  {
+    gzFile gz = gzopen(packed.c_str(), "wb6");
+    gzwrite(gz, text.data(), static_cast<unsigned>(text.size()));
+    gzclose(gz);
+  }
+  std::printf("%lld lines, %.1f MB plain, %.1f MB gzip\n", static_cast<long long>(n),
+              text.size() / 1e6,
+              static_cast<double>(std::ifstream(packed, std::ios::ate | std::ios::binary).tellg()) /
+                  1e6);
+
+  // Parse only.
+  {
+    std::vector<absl::string_view> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
+    data::Example e;
+    const double cpu0 = CpuSeconds();
+    const Clock::time_point t0 = Clock::now();
+    for (absl::string_view line : lines) {
+      if (!data::ParseCriteoLine(line, data::kCriteoNumDense, data::kCriteoNumSparse, &e).ok()) {
+        std::fprintf(stderr, "bad line\n");
+        return 1;
+      }
+    }
+    Report("parse only (ParseCriteoLine)", n, Seconds(t0), CpuSeconds() - cpu0);
+  }
+  text.clear();
+  text.shrink_to_fit();
+
+  // The floor for gzip: zlib's inflate alone, no line split and no parse.
+  {
+    gzFile gz = gzopen(packed.c_str(), "rb");
+    gzbuffer(gz, 1 << 18);
+    std::vector<char> buffer(1 << 18);
+    const double cpu0 = CpuSeconds();
+    const Clock::time_point t0 = Clock::now();
+    while (gzread(gz, buffer.data(), static_cast<unsigned>(buffer.size())) > 0) {
+    }
+    gzclose(gz);
+    Report("zlib inflate only (no parse), gzip", n, Seconds(t0), CpuSeconds() - cpu0);
+  }
+
+  for (const std::string& path : {plain, packed}) {
+    const std::string kind = path == plain ? "plain" : "gzip";
+    {
+      auto reader = data::CriteoReader::Open(path);
+      data::Example e;
+      int64_t got = 0;
+      const double cpu0 = CpuSeconds();
+      const Clock::time_point t0 = Clock::now();
+      while (*(*reader)->Next(&e)) ++got;
+      Report("read + parse, " + kind, got, Seconds(t0), CpuSeconds() - cpu0);
+    }
+    {
+      data::ExampleStreamOptions so;
+      so.shuffle_buffer = 10000;
+      auto stream = data::ExampleStream::Open({data::DataShard{path}}, so);
+      std::vector<data::Example> batch;
+      int64_t got = 0;
+      const double cpu0 = CpuSeconds();
+      const Clock::time_point t0 = Clock::now();
+      while (true) {
+        absl::StatusOr<int64_t> count = (*stream)->NextBatch(128, &batch);
+        if (!count.ok() || *count == 0) break;
+        got += *count;
+      }
+      Report("stream (shuffle 10000), " + kind, got, Seconds(t0), CpuSeconds() - cpu0);
+    }
+  }
+
+  // Memory while streaming ~50x what the queue and the buffer hold.
+  {
+    data::ExampleStreamOptions so;
+    so.shuffle_buffer = 4096;
+    so.queue_examples = 4096;
+    auto stream = data::ExampleStream::Open({data::DataShard{plain}}, so);
+    std::vector<data::Example> batch;
+    int64_t got = 0;
+    double early = -1, peak = 0;
+    while (true) {
+      absl::StatusOr<int64_t> count = (*stream)->NextBatch(128, &batch);
+      if (!count.ok() || *count == 0) break;
+      got += *count;
+      if (early < 0 && got >= n / 20) early = RssMb();
+      if (early >= 0 && got % 4096 < 128) peak = std::max(peak, RssMb());
+    }
+    std::printf(
+        "streaming RSS: %.1f MB after %lld lines, peak %.1f MB over the remaining %lld "
+        "(queue 4096 + shuffle 4096 examples; %.0fx that many lines read)\n",
+        early, static_cast<long long>(n / 20), peak, static_cast<long long>(got - n / 20),
+        got / 8192.0);
+  }
+  std::remove(plain.c_str());
+  std::remove(packed.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return tessera::Run();
+}
