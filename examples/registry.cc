@@ -55,15 +55,11 @@ absl::StatusOr<ExampleData> LoadExampleData(const ExampleOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("unknown example '", options.name, "'"));
   }
   if (!options.train_data.empty()) {
-    data::CriteoDataOptions read;
-    read.max_line_bytes = options.max_line_bytes;
-    read.num_multi = options.num_multi;
-    read.max_bad_lines = options.max_bad_lines;
-    auto train = data::ReadCriteoData(options.train_data, read, &d.train_read);
+    auto train = data::ReadCriteoData(options.train_data, options.read, &d.train_read);
     if (!train.ok()) return train.status();
     d.train = std::move(*train);
     if (!options.test_data.empty()) {
-      auto test = data::ReadCriteoData(options.test_data, read, &d.test_read);
+      auto test = data::ReadCriteoData(options.test_data, options.read, &d.test_read);
       if (!test.ok()) return test.status();
       d.test = std::move(*test);
     }
@@ -71,7 +67,7 @@ absl::StatusOr<ExampleData> LoadExampleData(const ExampleOptions& options) {
   }
   data::CtrDataOptions o;
   o.vocab_per_slot = options.vocab_per_slot;
-  o.num_multi = options.num_multi;
+  o.num_multi = options.read.num_multi;
   o.model_seed = kModelSeed;
   o.seed = options.seed;
   auto train = data::MakeCtrData(options.num_examples, o);

@@ -24,11 +24,12 @@ struct ExampleOptions {
   uint64_t seed = 1;               // data seed (test data uses seed + 1000003)
   int64_t num_examples = 60000;
   int64_t num_test_examples = 5000;
-  std::string train_data;          // Criteo-format file instead of synthetic data (ctr)
+  std::string train_data;          // data files instead of synthetic data (ctr)
   std::string test_data;
-  int64_t max_line_bytes = int64_t{1} << 20;  // longest line of a data file
-  int64_t max_bad_lines = 0;  // malformed lines skipped (train and test data each)
-  int num_multi = 0;  // ctr: multi-hot slots (the model's MULTI_SLOT feeds) in the data
+  // How the files are read (format, schema, longest line, bad lines skipped in train and test
+  // data each); its num_multi is also the synthetic data's multi-hot slots (the model's
+  // MULTI_SLOT feeds).
+  data::CriteoDataOptions read;
 };
 
 // Names the daemons accept.

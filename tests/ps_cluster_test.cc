@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/ops/ops.h"
@@ -220,7 +222,8 @@ TEST(PsClusterTest, PythonWideDeepOnTwoByTwoEqualsCppSingleMachine) {
 // (one machine: the examples of all of them, in order).
 std::map<std::string, Tensor> ExpectMultiHotJobEqualsSingleMachine(
     Job job, const std::string& name, const std::function<void(ModelFile*)>& edit,
-    double rtol = 1e-5, int gzip_parts = 0, int stream_epochs = 0) {
+    double rtol = 1e-5, int gzip_parts = 0, int stream_epochs = 0,
+    const std::string& data_format = "criteo") {
   const std::string dir = MakeTempDir(name);
   const std::string model_path = dir + "/multi_hot.pbtxt";
   if (!RunPythonModel("multi_hot.py", {"--out=" + model_path, "--distributed_tables"},
@@ -255,6 +258,29 @@ std::map<std::string, Tensor> ExpectMultiHotJobEqualsSingleMachine(
       }
     }
     EXPECT_TRUE(data::WriteCriteoFile(dir + "/" + set + ".txt", *d).ok());
+    if (data_format != "criteo") {
+      // The same examples as CSV (a header of the Criteo names; dense values as the floats
+      // they are, ids in decimal) or as MultiSlot lines.
+      std::string text;
+      if (data_format == "csv") {
+        text = "label";
+        for (int i = 1; i <= 13; ++i) absl::StrAppend(&text, ",I", i);
+        for (int i = 1; i <= 26; ++i) absl::StrAppend(&text, ",C", i);
+        absl::StrAppend(&text, ",M1,M2\n");
+      }
+      const bool csv = data_format == "csv";
+      for (const data::Example& e : d->examples) {
+        absl::StrAppend(&text, csv ? "" : "1 ", e.label, csv ? "" : " 13");
+        for (float v : e.dense) absl::StrAppend(&text, csv ? "," : " ", absl::StrFormat("%.9g", v));
+        for (int64_t id : e.sparse) absl::StrAppend(&text, csv ? "," : " 1 ", id);
+        for (const auto& ids : e.multi) {
+          absl::StrAppend(&text, csv ? "," : absl::StrCat(" ", ids.size(), " "),
+                          absl::StrJoin(ids, csv ? "|" : " "));
+        }
+        text += "\n";
+      }
+      std::ofstream(dir + "/" + set + "." + data_format, std::ios::binary) << text;
+    }
     if (gzip_parts > 0 && std::string(set) == "train") {
       EXPECT_EQ(mkdir((dir + "/train_parts").c_str(), 0755), 0);
       // Streamed: parts of 2 or 3 local batches of 48 (576 = 96 + 144 + 96 + 144 + 96), so
@@ -349,9 +375,11 @@ std::map<std::string, Tensor> ExpectMultiHotJobEqualsSingleMachine(
   EXPECT_EQ(reference.params.size(), 4u);  // deep_fc_0 and deep_out weights and biases
 
   job.example = "ctr";
+  const std::string ext = data_format == "criteo" ? "txt" : data_format;
   job.flags = {"--model=" + model_path,
-               "--train_data=" + dir + (gzip_parts > 0 ? "/train_parts" : "/train.txt"),
-               "--test_data=" + dir + "/test.txt", "--batch_size=96",
+               "--train_data=" + dir + (gzip_parts > 0 ? "/train_parts" : "/train." + ext),
+               "--test_data=" + dir + "/test." + ext, "--data_format=" + data_format,
+               "--batch_size=96",
                "--epochs=1",               "--seed=5",
                "--split_method=hash_name"};
   job.flags.insert(job.flags.end(), stream_flags.begin(), stream_flags.end());
@@ -382,6 +410,13 @@ TEST(PsClusterTest, DirectoryOfGzipFilesEqualsSingleMachineOnTheirConcatenation)
 TEST(PsClusterTest, StreamedGzipFilesEqualSingleMachineOnTheTrainersBatches) {
   ExpectMultiHotJobEqualsSingleMachine(Job{}, "streamed_parts", nullptr, 1e-4, 5,
                                        /*stream_epochs=*/2);
+}
+
+// The same data as CSV with a header (columns by their Criteo names, ids in decimal) and as
+// Fluid's MultiSlot text: the same parameters as one machine.
+TEST(PsClusterTest, CsvAndMultiSlotDataEqualSingleMachine) {
+  ExpectMultiHotJobEqualsSingleMachine(Job{}, "csv", nullptr, 1e-5, 0, 0, "csv");
+  ExpectMultiHotJobEqualsSingleMachine(Job{}, "multislot", nullptr, 1e-5, 0, 0, "multislot");
 }
 
 // Tables with optimizers of their own (a type, and a learning rate of their own or the model's),

@@ -32,10 +32,28 @@ namespace tessera {
 
 namespace {
 
-// The data a trainer trains on: --train_data/--test_data (Criteo format), or the built-in
-// --example's synthetic data.
-// `num_multi`: the model's multi-hot slots, which the data must have.
-examples::ExampleOptions DataOptionsFor(const ClusterConfig& config, int num_multi) {
+// How a trainer reads its data files: --data_format (Criteo's layout of 13 dense and 26
+// categorical fields; any other format has exactly the model's feeds), --float_dense,
+// --csv_columns, the line and bad-line bounds. Every data flag was checked at start
+// (cluster_config.h), so the parses here cannot fail.
+data::CriteoDataOptions ReadOptionsFor(const ClusterConfig& config, const FeedSpec& feeds) {
+  data::CriteoDataOptions read;
+  read.format = data::ParseDataFormat(config.data_format).value_or(data::DataFormat::kCriteo);
+  read.float_dense = config.float_dense;
+  read.csv = data::ParseCsvColumns(config.csv_columns).value_or(data::CsvColumns{});
+  if (read.format != data::DataFormat::kCriteo) {
+    read.num_dense = feeds.num_dense;
+    read.num_sparse = static_cast<int>(feeds.slots.size());
+  }
+  read.num_multi = static_cast<int>(feeds.multi_slots.size());
+  read.max_line_bytes = config.max_line_bytes;
+  read.max_bad_lines = config.max_bad_lines;
+  return read;
+}
+
+// The data a trainer trains on: --train_data/--test_data, or the built-in --example's synthetic
+// data.
+examples::ExampleOptions DataOptionsFor(const ClusterConfig& config, const FeedSpec& feeds) {
   examples::ExampleOptions o;
   o.name = config.example;
   o.seed = config.seed;
@@ -44,9 +62,7 @@ examples::ExampleOptions DataOptionsFor(const ClusterConfig& config, int num_mul
   o.vocab_per_slot = config.vocab_per_slot;
   o.train_data = config.train_data;
   o.test_data = config.test_data;
-  o.max_line_bytes = config.max_line_bytes;
-  o.max_bad_lines = config.max_bad_lines;
-  o.num_multi = num_multi;
+  o.read = ReadOptionsFor(config, feeds);
   return o;
 }
 
@@ -207,9 +223,8 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
     log << "trainer " << config.trainer_id << ": " << MemoryOptimizeReport(stats) << std::endl;
   }
 
-  const int num_multi = static_cast<int>(model.feeds.multi_slots.size());
   const bool streaming = config.reader == "stream";
-  examples::ExampleOptions data_options = DataOptionsFor(config, num_multi);
+  examples::ExampleOptions data_options = DataOptionsFor(config, model.feeds);
   // Streamed training data is read epoch by epoch (below); only the held-out data is loaded.
   std::vector<data::DataFile> train_files;
   if (streaming) {
@@ -273,8 +288,8 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
                                            "Malformed data lines skipped (--max_bad_lines).",
                                            {{"trainer_id", std::to_string(config.trainer_id)},
                                             {"data", "train"}}));
-    streams = [&config, &train_files, &log, stream_bad_lines,
-               num_multi](int64_t epoch) -> absl::StatusOr<std::unique_ptr<data::ExampleStream>> {
+    streams = [&config, &train_files, &log, stream_bad_lines, read = data_options.read](
+                  int64_t epoch) -> absl::StatusOr<std::unique_ptr<data::ExampleStream>> {
       data::ShardOptions so;
       so.num_trainers = config.trainers;
       so.rank = config.trainer_id;
@@ -282,9 +297,7 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
       TS_ASSIGN_OR_RETURN(std::vector<data::DataShard> shards,
                           data::AssignShards(train_files, so, epoch));
       data::ExampleStreamOptions eo;
-      eo.format.num_multi = num_multi;
-      eo.format.max_line_bytes = config.max_line_bytes;
-      eo.format.max_bad_lines = config.max_bad_lines;
+      eo.format = read;
       eo.shuffle_buffer = config.shuffle_buffer;
       eo.shuffle_seed = data::StreamShuffleSeed(config.seed, epoch, config.trainer_id);
       eo.queue_examples = config.reader_queue;

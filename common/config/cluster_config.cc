@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/data/formats.h"
 #include "absl/strings/strip.h"
 
 namespace tessera {
@@ -200,6 +201,24 @@ const std::vector<Setting>& Table() {
         {"TESSERA_TEST_DATA"},
         "Criteo-format held-out data, as --train_data (with --train_data)"},
        Str(&ClusterConfig::test_data)},
+      {{"data_format",
+        {"TESSERA_DATA_FORMAT"},
+        "format of --train_data / --test_data: criteo (label, 13 dense counts, 26 hex ids, "
+        "tab-separated), csv (a header line; columns by name, see --csv_columns), libsvm "
+        "(label index:value ...) or multislot (Fluid's: per slot a count, then its values); "
+        "every format but criteo holds exactly the model's feeds"},
+       Str(&ClusterConfig::data_format)},
+      {{"float_dense",
+        {"TESSERA_FLOAT_DENSE"},
+        "criteo data: the dense fields are decimal floats taken as they are (\"260.0\") instead of "
+        "integer counts stored as log(1 + count)"},
+       Bool(&ClusterConfig::float_dense, "float_dense")},
+      {{"csv_columns",
+        {"TESSERA_CSV_COLUMNS"},
+        "csv data: the header columns of each feed, as label=COL;dense=COL,...;slots=COL,...;"
+        "multi=COL,... (multi-hot ids separated by '|'); a part left out takes the Criteo names "
+        "(label, I1.., C1.., M1..)"},
+       Str(&ClusterConfig::csv_columns)},
       {{"reader",
         {"TESSERA_READER"},
         "how a trainer reads --train_data: memory (every trainer loads all of it and trains on "
@@ -529,6 +548,12 @@ absl::Status Validate(const ClusterConfig& c) {
   }
   if (c.mode != "pserver" && c.mode != "collective") {
     return bad(absl::StrCat("--mode='", c.mode, "' must be pserver or collective"));
+  }
+  if (absl::StatusOr<data::DataFormat> f = data::ParseDataFormat(c.data_format); !f.ok()) {
+    return bad(absl::StrCat("--data_format: ", f.status().message()));
+  }
+  if (absl::StatusOr<data::CsvColumns> cols = data::ParseCsvColumns(c.csv_columns); !cols.ok()) {
+    return bad(absl::StrCat("--csv_columns: ", cols.status().message()));
   }
   if (c.reader != "memory" && c.reader != "stream") {
     return bad(absl::StrCat("--reader='", c.reader, "' must be memory or stream"));

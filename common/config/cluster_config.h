@@ -47,6 +47,9 @@ struct ClusterConfig {
   int64_t max_line_bytes = int64_t{1} << 20;  // longest line a data file may have
   int64_t max_bad_lines = 0;  // malformed data lines skipped before failing
   std::string reader = "memory";  // "memory" | "stream" (common/data/stream.h)
+  std::string data_format = "criteo";  // criteo | csv | libsvm | multislot (common/data/formats.h)
+  bool float_dense = false;            // criteo: dense fields are floats, not counts
+  std::string csv_columns;             // csv: "label=..;dense=..;slots=..;multi=.." ("" = Criteo names)
   int64_t shuffle_buffer = 10000;   // --reader=stream: examples of the shuffle buffer
   int64_t reader_queue = 8192;      // --reader=stream: parsed examples read ahead
   int64_t num_examples = 60000;  // synthetic training examples

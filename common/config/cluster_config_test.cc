@@ -191,6 +191,26 @@ TEST(ClusterConfigTest, ValidateChecksTheWhole) {
   c.trainers = 1;
   EXPECT_FALSE(Validate(c).ok());
   c.trainer_id = 0;
+  // Data settings: the format, CSV columns and the streaming reader's needs.
+  c.data_format = "parquet";
+  EXPECT_NE(Validate(c).message().find("--data_format: data format 'parquet'"), std::string::npos)
+      << Validate(c);
+  c.data_format = "csv";
+  c.csv_columns = "click";
+  EXPECT_NE(Validate(c).message().find("--csv_columns: CSV columns part 'click'"),
+            std::string::npos)
+      << Validate(c);
+  c.csv_columns = "label=click";
+  EXPECT_TRUE(Validate(c).ok());
+  c.reader = "mmap";
+  EXPECT_NE(Validate(c).message().find("--reader='mmap' must be memory or stream"),
+            std::string::npos);
+  c.reader = "stream";
+  EXPECT_TRUE(Validate(c).ok());  // a pserver needs no data
+  c.role = "trainer";
+  EXPECT_NE(Validate(c).message().find("--reader=stream needs --train_data"), std::string::npos);
+  c.train_data = "/data";
+  EXPECT_TRUE(Validate(c).ok());
   c.role = "worker";
   EXPECT_NE(Validate(c).message().find("--role='worker'"), std::string::npos);
 }

@@ -169,7 +169,7 @@ float DenseFromCount(int64_t count) {
 int64_t CountFromDense(float value) { return std::llround(std::expm1(static_cast<double>(value))); }
 
 absl::Status ParseCriteoLine(absl::string_view line, int num_dense, int num_sparse,
-                             Example* example, int num_multi) {
+                             Example* example, int num_multi, bool float_dense) {
   TS_RETURN_IF_ERROR(CheckCounts(num_dense, num_sparse, num_multi));
   const int64_t expected = 1 + int64_t{num_dense} + num_sparse + num_multi;
   const int64_t got = 1 + std::count(line.begin(), line.end(), '\t');
@@ -196,6 +196,13 @@ absl::Status ParseCriteoLine(absl::string_view line, int num_dense, int num_spar
       } else {
         return FieldError(f, num_dense, num_sparse, "label is not 0 or 1:", text);
       }
+    } else if (f <= num_dense && float_dense) {
+      double value = 0;
+      if (!text.empty() &&
+          (!absl::SimpleAtod(text, &value) || !std::isfinite(value) || std::fabs(value) > 3.4e38)) {
+        return FieldError(f, num_dense, num_sparse, "dense value is not a finite number:", text);
+      }
+      example->dense[f - 1] = static_cast<float>(value);
     } else if (f <= num_dense) {
       int64_t count = 0;
       if (!text.empty() && !ParseCount(text, &count)) {
@@ -237,13 +244,11 @@ absl::StatusOr<Example> ParseCriteoLine(absl::string_view line, int num_dense, i
 // ---------------------------------------------------------------------------------------------
 // CriteoReader
 
-CriteoReader::CriteoReader(std::string path, gzFile file, int num_dense, int num_sparse,
-                           int64_t max_line_bytes, int num_multi)
+CriteoReader::CriteoReader(std::string path, gzFile file, std::unique_ptr<LineParser> parser,
+                           int64_t max_line_bytes)
     : path_(std::move(path)),
       file_(file),
-      num_dense_(num_dense),
-      num_sparse_(num_sparse),
-      num_multi_(num_multi),
+      parser_(std::move(parser)),
       max_line_bytes_(max_line_bytes) {}
 
 CriteoReader::~CriteoReader() { gzclose(file_); }
@@ -252,6 +257,17 @@ absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::stri
                                                                  int num_dense, int num_sparse,
                                                                  int64_t max_line_bytes, int num_multi) {
   TS_RETURN_IF_ERROR(CheckCounts(num_dense, num_sparse, num_multi));
+  DataSchema schema;
+  schema.num_dense = num_dense;
+  schema.num_sparse = num_sparse;
+  schema.num_multi = num_multi;
+  return Open(path, schema, max_line_bytes);
+}
+
+absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::string& path,
+                                                                 const DataSchema& schema,
+                                                                 int64_t max_line_bytes) {
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<LineParser> parser, NewLineParser(schema));
   if (max_line_bytes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_line_bytes=", max_line_bytes, " for ", path, ": must be >= 1"));
@@ -270,7 +286,7 @@ absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(const std::stri
   }
   gzbuffer(file, kReadBufferBytes);
   std::unique_ptr<CriteoReader> reader(
-      new CriteoReader(path, file, num_dense, num_sparse, max_line_bytes, num_multi));
+      new CriteoReader(path, file, std::move(parser), max_line_bytes));
   reader->gzip_ = gzdirect(file) == 0;  // reads the header
   reader->buffer_.resize(kReadBufferBytes);
   return reader;
@@ -288,6 +304,17 @@ absl::Status CriteoReader::Restrict(int64_t begin, int64_t end) {
   }
   end_ = end;
   if (begin == 0) return absl::OkStatus();
+  if (parser_->has_header() && !header_read_) {
+    // The header comes first, whatever the range.
+    absl::StatusOr<bool> got = ReadLine();
+    if (!got.ok()) return got.status();
+    TS_RETURN_IF_ERROR(ReadHeader());
+    if (offset_ >= begin) {
+      // The range starts inside the header line: its first line is the one after it.
+      numbered_ = false;
+      return absl::OkStatus();
+    }
+  }
   // The line that holds byte begin - 1 belongs to the range before: skip through its end.
   errno = 0;
   if (gzseek(file_, static_cast<z_off_t>(begin - 1), SEEK_SET) < 0) {
@@ -295,12 +322,28 @@ absl::Status CriteoReader::Restrict(int64_t begin, int64_t end) {
     return ErrnoError(absl::StrCat("cannot seek to byte ", begin - 1, " of"), path_);
   }
   offset_ = begin - 1;
+  buffer_pos_ = buffer_end_ = 0;  // what was read ahead (a header) is not at the new offset
+  eof_ = false;
   numbered_ = false;
   const int64_t saved_end = end_;
   end_ = -1;
   absl::StatusOr<bool> skipped = ReadLine();
   end_ = saved_end;
   return skipped.status();
+}
+
+absl::Status CriteoReader::ReadHeader() {
+  header_read_ = true;
+  absl::string_view line(line_);
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  if (absl::StartsWith(line, "\xEF\xBB\xBF")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ":1: the file starts with a UTF-8 byte-order mark (EF BB BF); "
+                     "save it without one"));
+  }
+  absl::Status s = parser_->Header(line);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(path_, ":1: ", s.message()));
+  return absl::OkStatus();
 }
 
 absl::Status CriteoReader::SetStride(int64_t stride, int64_t offset) {
@@ -383,6 +426,14 @@ absl::StatusOr<bool> CriteoReader::Next(Example* example) {
           absl::StrCat(path_, ":1: the file starts with a UTF-8 byte-order mark (EF BB BF); "
                        "save it without one"));
     }
+    if (line_start_ == 0 && parser_->has_header()) {
+      absl::Status header = ReadHeader();
+      if (!header.ok()) {
+        failed_ = true;
+        return header;
+      }
+      continue;
+    }
     if (stride_ > 1 && (line_number_ - 1) % stride_ != stride_offset_) continue;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.size() > static_cast<size_t>(max_line_bytes_)) {
@@ -396,7 +447,7 @@ absl::StatusOr<bool> CriteoReader::Next(Example* example) {
         line.find('\r') != absl::string_view::npos
             ? absl::InvalidArgumentError(
                   "a CR (\\r) inside the line: CR-only line ends (classic Mac)? convert them to LF")
-            : ParseCriteoLine(line, num_dense_, num_sparse_, example, num_multi_);
+            : parser_->Parse(line, example);
     if (!s.ok()) {
       const std::string error = absl::StrCat(Where(line_number_, line_start_), ": ", s.message());
       if (bad_lines_ < max_bad_lines_) {
@@ -492,6 +543,17 @@ absl::StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& spec
   return paths;
 }
 
+DataSchema SchemaOf(const CriteoDataOptions& options) {
+  DataSchema s;
+  s.format = options.format;
+  s.num_dense = options.num_dense;
+  s.num_sparse = options.num_sparse;
+  s.num_multi = options.num_multi;
+  s.float_dense = options.float_dense;
+  s.csv = options.csv;
+  return s;
+}
+
 absl::StatusOr<Dataset> ReadCriteoData(const std::string& spec, const CriteoDataOptions& options,
                                        CriteoReadStats* stats) {
   TS_ASSIGN_OR_RETURN(std::vector<std::string> paths, ExpandDataPaths(spec));
@@ -502,8 +564,7 @@ absl::StatusOr<Dataset> ReadCriteoData(const std::string& spec, const CriteoData
   CriteoReadStats seen;
   for (const std::string& path : paths) {
     TS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> reader,
-                        CriteoReader::Open(path, options.num_dense, options.num_sparse,
-                                           options.max_line_bytes, options.num_multi));
+                        CriteoReader::Open(path, SchemaOf(options), options.max_line_bytes));
     // The budget is for all the files together.
     reader->set_max_bad_lines(options.max_bad_lines, seen.bad_lines, seen.first_bad_line);
     TS_RETURN_IF_ERROR(AppendExamples(reader.get(), &dataset));

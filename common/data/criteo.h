@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/data/example.h"
+#include "common/data/formats.h"
 
 struct gzFile_s;  // zlib's file handle (zlib.h: gzFile)
 
@@ -63,8 +64,9 @@ int64_t CountFromDense(float value);
 
 // Parses one line (without its '\n') into *example, reusing its vectors. On error returns
 // InvalidArgument "field <f> (<name>): ..." and leaves *example unspecified.
+// float_dense: dense fields are finite decimal floats, stored as they are (empty = 0).
 absl::Status ParseCriteoLine(absl::string_view line, int num_dense, int num_sparse,
-                             Example* example, int num_multi = 0);
+                             Example* example, int num_multi = 0, bool float_dense = false);
 absl::StatusOr<Example> ParseCriteoLine(absl::string_view line, int num_dense = kCriteoNumDense,
                                         int num_sparse = kCriteoNumSparse);
 
@@ -81,6 +83,11 @@ class CriteoReader {
   static absl::StatusOr<std::unique_ptr<CriteoReader>> Open(
       const std::string& path, int num_dense = kCriteoNumDense, int num_sparse = kCriteoNumSparse,
       int64_t max_line_bytes = kDefaultMaxLineBytes, int num_multi = 0);
+  // A file of any format of formats.h (`schema.format`): the same reader, the lines parsed by
+  // NewLineParser(schema); a header line (CSV) is read first, whatever the range or stride.
+  static absl::StatusOr<std::unique_ptr<CriteoReader>> Open(
+      const std::string& path, const DataSchema& schema,
+      int64_t max_line_bytes = kDefaultMaxLineBytes);
   ~CriteoReader();
   CriteoReader(const CriteoReader&) = delete;
   CriteoReader& operator=(const CriteoReader&) = delete;
@@ -121,8 +128,10 @@ class CriteoReader {
   const std::string& first_bad_line() const { return first_bad_line_; }
 
  private:
-  CriteoReader(std::string path, ::gzFile_s* file, int num_dense, int num_sparse,
-               int64_t max_line_bytes, int num_multi);
+  CriteoReader(std::string path, ::gzFile_s* file, std::unique_ptr<LineParser> parser,
+               int64_t max_line_bytes);
+  // The line just read is the file's header: hands it to the parser.
+  absl::Status ReadHeader();
   // Reads the next line (without '\n') into line_: true, false at the end of the file, or an
   // error when it exceeds max_line_bytes_ (stops reading there) or the file cannot be read.
   absl::StatusOr<bool> ReadLine();
@@ -132,9 +141,8 @@ class CriteoReader {
   std::string path_;
   ::gzFile_s* file_;
   bool gzip_ = false;
-  int num_dense_;
-  int num_sparse_;
-  int num_multi_;
+  std::unique_ptr<LineParser> parser_;
+  bool header_read_ = false;
   int64_t max_line_bytes_;
   int64_t line_number_ = 0;
   bool numbered_ = true;  // line numbers are the file's (no seek happened)
@@ -172,10 +180,17 @@ struct CriteoDataOptions {
   int num_dense = kCriteoNumDense;
   int num_sparse = kCriteoNumSparse;
   int num_multi = 0;
+  // The files' format (formats.h): Criteo's by default.
+  DataFormat format = DataFormat::kCriteo;
+  bool float_dense = false;
+  CsvColumns csv;
   int64_t max_line_bytes = kDefaultMaxLineBytes;
   // Malformed lines skipped over all the files together (CriteoReader::set_max_bad_lines).
   int64_t max_bad_lines = 0;
 };
+
+// The schema of `options` (format, counts, float_dense, CSV columns).
+DataSchema SchemaOf(const CriteoDataOptions& options);
 
 // What ReadCriteoData skipped.
 struct CriteoReadStats {

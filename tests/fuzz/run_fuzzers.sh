@@ -10,12 +10,12 @@
 # tests/run_all.sh counts with the Bazel tests.
 #
 # Environment: FUZZ_SECONDS (default 60) per target; FUZZ_TARGETS (default "codec program
-# criteo model_file"); FUZZ_JOBS (default 2) parallel compilations; CXX (default clang++).
+# criteo formats model_file"); FUZZ_JOBS (default 2) parallel compilations; CXX (default clang++).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
-FUZZ_TARGETS="${FUZZ_TARGETS:-codec program criteo model_file}"
+FUZZ_TARGETS="${FUZZ_TARGETS:-codec program criteo formats model_file}"
 FUZZ_JOBS="${FUZZ_JOBS:-2}"
 FUZZ_ARTIFACTS="${FUZZ_ARTIFACTS:-/tmp/tessera-fuzz-artifacts}"
 CXX="${CXX:-clang++}"
@@ -43,7 +43,8 @@ trap 'exit 130' INT TERM
 # Library sources each target needs (repo-relative), beside the generated protobuf code.
 declare -A SRCS
 SRCS[codec]="common/rpc/grpc/codec.cc common/rpc/request_checks.cc common/tensor.cc common/device/place.cc"
-SRCS[criteo]="common/data/criteo.cc"
+SRCS[criteo]="common/data/criteo.cc common/data/formats.cc"
+SRCS[formats]="common/data/criteo.cc common/data/formats.cc"
 SRCS[program]="common/tensor.cc common/device/place.cc common/program_io.cc common/executor.cc common/op_registry.cc
   common/op_desc.cc common/scope.cc common/ops/ops.cc common/ops/basic_ops.cc common/ops/math_ops.cc
   common/ops/activation_ops.cc common/ops/loss_ops.cc common/ops/tensor_ops.cc
@@ -55,6 +56,7 @@ SRCS[model_file]="${SRCS[program]} common/model_file.cc common/layers/optimizer.
 declare -A PROTOS
 PROTOS[codec]="tensor program pserver"
 PROTOS[criteo]=""
+PROTOS[formats]=""
 PROTOS[program]="tensor program"
 PROTOS[model_file]="tensor program model"
 
