@@ -4,7 +4,8 @@
 //
 // Writes --lines synthetic Criteo lines (13 dense counts, 26 ids; the CTR demo's shape) to a
 // plain and a gzip file under --dir, then reports for each:
-//   - parse only: ParseCriteoLine over lines already in memory (one core);
+//   - parse only: ParseCriteoLine over lines already in memory (one core), and the same
+//     examples as csv, multislot and libsvm lines through their LineParsers;
 //   - zlib inflate only: the gzip file decompressed and dropped (the floor for gzip input);
 //   - read + parse: CriteoReader, one thread;
 //   - stream: ExampleStream (background parse thread, queue, shuffle buffer) drained by the
@@ -30,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/data/criteo.h"
+#include "common/data/formats.h"
 #include "common/data/stream.h"
 #include "common/data/synthetic.h"
 
@@ -88,6 +90,59 @@ int Run() {
   if (!written.ok()) {
     std::fprintf(stderr, "%s\n", std::string(written.message()).c_str());
     return 1;
+  }
+  // The same examples in the other formats, parsed alone: csv (the Criteo column names, ids in
+  // decimal), multislot, and libsvm (the dense values and the 26 ids as indices of one
+  // multi-hot slot).
+  {
+    const int64_t m = std::min<int64_t>(n, 200000);
+    for (data::DataFormat format :
+         {data::DataFormat::kCsv, data::DataFormat::kMultiSlot, data::DataFormat::kLibsvm}) {
+      data::DataSchema schema;
+      schema.format = format;
+      if (format == data::DataFormat::kLibsvm) {
+        schema.num_sparse = 0;
+        schema.num_multi = 1;
+      }
+      auto parser = data::NewLineParser(schema);
+      std::vector<std::string> lines;
+      std::string header = "label";
+      for (int i = 1; i <= 13; ++i) absl::StrAppend(&header, ",I", i);
+      for (int i = 1; i <= 26; ++i) absl::StrAppend(&header, ",C", i);
+      for (int64_t i = 0; i < m; ++i) {
+        const data::Example& e = ds->examples[static_cast<size_t>(i)];
+        std::string line;
+        if (format == data::DataFormat::kCsv) {
+          line = absl::StrCat(e.label);
+          for (float v : e.dense) absl::StrAppend(&line, ",", v);
+          for (int64_t id : e.sparse) absl::StrAppend(&line, ",", id);
+        } else if (format == data::DataFormat::kMultiSlot) {
+          line = absl::StrCat("1 ", e.label, " 13");
+          for (float v : e.dense) absl::StrAppend(&line, " ", v);
+          for (int64_t id : e.sparse) absl::StrAppend(&line, " 1 ", id);
+        } else {
+          line = absl::StrCat(e.label);
+          for (int d = 0; d < 13; ++d) absl::StrAppend(&line, " ", d, ":", e.dense[d]);
+          for (int64_t id : e.sparse) {
+            absl::StrAppend(&line, " ", 13 + (static_cast<uint64_t>(id) >> 1), ":1");
+          }
+        }
+        lines.push_back(std::move(line));
+      }
+      if (!(*parser)->Header(header).ok()) return 1;
+      data::Example e;
+      const double cpu0 = CpuSeconds();
+      const Clock::time_point t0 = Clock::now();
+      for (const std::string& line : lines) {
+        absl::Status s = (*parser)->Parse(line, &e);
+        if (!s.ok()) {
+          std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+          return 1;
+        }
+      }
+      Report(absl::StrCat("parse only, ", data::DataFormatName(format)), m, Seconds(t0),
+             CpuSeconds() - cpu0);
+    }
   }
   ds->examples.clear();
   ds->examples.shrink_to_fit();
