@@ -21,6 +21,7 @@
 #include "common/status.h"
 #include "examples/registry.h"
 #include "trainer/collective_ops.h"
+#include "trainer/checkpoints.h"
 #include "trainer/communicator.h"
 #include "trainer/device_setup.h"
 #include "trainer/heartbeat.h"
@@ -321,80 +322,24 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
     }
   }
 
-  // Checkpoints (README "Checkpoints"): resume at a checkpoint's position (its step, epoch and
-  // step within the epoch: the data order depends only on seed + epoch, and in sync mode every
-  // trainer is where trainer 0 is); trainer 0 commits a checkpoint every checkpoint_every
-  // steps and at the end.
+  // Checkpoints (trainer/checkpoints.h): every trainer resumes at --init_from's position;
+  // trainer 0 commits a checkpoint every --checkpoint_every steps and at the end.
   io::FileSystem* fs = io::PosixFileSystem::Default();
   if (collective_mode && (!config.checkpoint_dir.empty() || !config.init_from.empty())) {
     return absl::InvalidArgumentError(
         "--checkpoint_dir / --init_from need pservers (not supported with --mode=collective)");
   }
-  TrainPosition resume;
-  bool resumed = false;
-  if (!config.init_from.empty()) {
-    auto state = [&]() -> absl::StatusOr<io::TrainerCheckpointState> {
-      TS_ASSIGN_OR_RETURN(std::string ckpt, io::ResolveCheckpoint(fs, config.init_from));
-      log << "trainer " << config.trainer_id << ": restoring " << ckpt << std::endl;
-      return io::ReadTrainerCheckpoint(fs, ckpt);
-    }();
-    if (!state.ok()) {
-      return absl::Status(state.status().code(), absl::StrCat("--init_from=", config.init_from,
-                                                              ": ", state.status().message()));
-    }
-    resume = TrainPosition{state->step, state->epoch, state->step_in_epoch};
-    resumed = true;
-    rpc.step = resume.global_step;
-    lo.epochs = static_cast<int>(std::max<int64_t>(0, config.epochs - resume.epoch));
-    log << "trainer " << config.trainer_id << ": resuming at step " << resume.global_step
-        << " (epoch " << resume.epoch << ", step " << resume.step_in_epoch << " of it)"
-        << std::endl;
+  TS_ASSIGN_OR_RETURN(std::optional<TrainPosition> resume, ReadResumePosition(config, fs, log));
+  if (resume.has_value()) {
+    rpc.step = resume->global_step;
+    lo.epochs = static_cast<int>(std::max<int64_t>(0, config.epochs - resume->epoch));
   }
   const bool checkpointing = config.trainer_id == 0 && !config.checkpoint_dir.empty();
-  int64_t last_checkpoint = resumed ? resume.global_step : -1;
-  auto write_checkpoint = [&](const TrainPosition& p) -> absl::Status {
-    TS_ASSIGN_OR_RETURN(std::string dir,
-                        io::BeginCheckpoint(fs, config.checkpoint_dir, p.global_step));
-    const int num_ps = static_cast<int>(config.pservers.size());
-    StatusGroup group(num_ps);
-    RequestMeta meta = rpc.Meta();
-    for (const auto& ep : config.pservers) {
-      // Pservers write under their own --checkpoint_dir: the request names only ckpt-<step>.
-      rpc.clients->Get(ep)->CheckpointAsync(meta, io::CheckpointDirName(p.global_step),
-                                            group.Callback());
-    }
-    TS_RETURN_IF_ERROR(group.Wait());
-    std::vector<std::string> manifests;
-    for (int i = 0; i < num_ps; ++i) {
-      manifests.push_back(io::PserverFilePrefix(i, num_ps) + ".MANIFEST");
-    }
-    io::TrainerCheckpointState st;
-    st.step = p.global_step;
-    st.epoch = p.epoch;
-    st.step_in_epoch = p.step_in_epoch;
-    st.seed = config.seed;
-    st.trainers = config.trainers;
-    st.num_pservers = num_ps;
-    TS_RETURN_IF_ERROR(io::CommitTrainerCheckpoint(fs, dir, st, manifests));
-    TS_RETURN_IF_ERROR(io::FinishCheckpoint(fs, config.checkpoint_dir, p.global_step,
-                                            static_cast<int>(config.checkpoint_keep)));
-    last_checkpoint = p.global_step;
-    log << "trainer 0: checkpoint " << dir << " committed" << std::endl;
-    return absl::OkStatus();
-  };
-  auto checkpoint = [&](const TrainPosition& p) -> absl::Status {
-    absl::Status s = write_checkpoint(p);
-    if (s.ok()) return s;
-    // No partial ckpt-* is left behind (the previous complete one stays the one to restore).
-    absl::Status cleaned = io::AbandonCheckpoint(fs, config.checkpoint_dir, p.global_step);
-    if (!cleaned.ok()) {
-      log << "trainer 0: could not remove the partial checkpoint of step " << p.global_step
-          << ": " << cleaned.message() << std::endl;
-    }
-    return absl::Status(
-        s.code(), absl::StrCat("checkpoint of step ", p.global_step,
-                               " in --checkpoint_dir=", config.checkpoint_dir, ": ", s.message()));
-  };
+  std::vector<PServerClient*> pserver_clients;
+  for (const std::string& ep : config.pservers) pserver_clients.push_back(pool.Get(ep));
+  CheckpointWriter checkpoints(config, fs, pserver_clients, &log);
+  if (resume.has_value()) checkpoints.set_last_step(resume->global_step);
+  auto checkpoint = [&](const TrainPosition& p) { return checkpoints.Save(rpc.Meta(), p); };
   if (checkpointing && config.checkpoint_every > 0) {
     lo.on_step_end = [&](const TrainPosition& p) {
       return p.global_step % config.checkpoint_every == 0 ? checkpoint(p) : absl::OkStatus();
@@ -521,14 +466,14 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
     // Create() runs the startup program, which pulls the initial parameters from the pservers.
     TS_ASSIGN_OR_RETURN(auto trainer,
                         LocalTrainer::Create(devices.executor_registry(&timed_registry), dist, lo));
-    if (resumed) trainer->ResumeAt(resume);
+    if (resume.has_value()) trainer->ResumeAt(*resume);
     TS_RETURN_IF_ERROR(
         (streaming ? trainer->Train(streams) : trainer->Train(data.train)).status());
     if (devices.on_gpu()) {
       log << "trainer " << config.trainer_id << ": " << PlaceMemoryReport(devices.places[0])
           << std::endl;
     }
-    if (checkpointing && trainer->global_step() != last_checkpoint) {
+    if (checkpointing && trainer->global_step() != checkpoints.last_step()) {
       TS_RETURN_IF_ERROR(
           checkpoint(TrainPosition{trainer->global_step(), trainer->epochs_done(), 0}));
     }

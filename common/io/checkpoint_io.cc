@@ -264,7 +264,8 @@ absl::Status CommitTrainerCheckpoint(FileSystem* fs, const std::string& dir,
       "trainer.state",
       absl::StrCat("step ", state.step, "\nepoch ", state.epoch, "\nstep_in_epoch ",
                    state.step_in_epoch, "\nseed ", state.seed, "\ntrainers ", state.trainers,
-                   "\nnum_pservers ", state.num_pservers, "\n")));
+                   "\nnum_pservers ", state.num_pservers, "\nstream_shuffle_buffer ",
+                   state.stream_shuffle_buffer, "\n")));
   writer.SetMeta("format", "1");
   writer.SetMeta("step", absl::StrCat(state.step));
   writer.SetMeta("num_pservers", absl::StrCat(state.num_pservers));
@@ -305,6 +306,8 @@ absl::StatusOr<TrainerCheckpointState> ReadTrainerCheckpoint(FileSystem* fs,
     *field = it->second;
   }
   st.seed = static_cast<uint64_t>(kv["seed"]);
+  auto stream = kv.find("stream_shuffle_buffer");
+  st.stream_shuffle_buffer = stream == kv.end() ? -1 : stream->second;
   return st;
 }
 

@@ -110,6 +110,9 @@ struct TrainerCheckpointState {
   uint64_t seed = 0;          // the data order's seed (each epoch shuffles with seed + epoch)
   int64_t trainers = 1;
   int64_t num_pservers = 1;
+  // --reader=stream's shuffle buffer, whose streams a restore replays; -1: the in-memory reader
+  // (and checkpoints written before streaming existed).
+  int64_t stream_shuffle_buffer = -1;
 };
 
 // The commit: writes <dir>/trainer.state, then <dir>/MANIFEST listing it and the pservers'
