@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "cluster/cluster_programs.h"
 #include "cluster/job_fields.h"
-#include "common/data/stream.h"
 #include "common/device/placement.h"
 #include "common/io/checkpoint_io.h"
 #include "common/layers/memory_optimize.h"
@@ -19,53 +18,19 @@
 #include "common/rpc/request_checks.h"
 #include "common/rpc/rpc_metrics.h"
 #include "common/status.h"
-#include "examples/registry.h"
 #include "trainer/collective_ops.h"
 #include "trainer/checkpoints.h"
 #include "trainer/communicator.h"
 #include "trainer/device_setup.h"
 #include "trainer/heartbeat.h"
 #include "trainer/local_trainer.h"
+#include "trainer/training_data.h"
 #include "trainer/op_timing.h"
 #include "trainer/rpc_ops.h"
 
 namespace tessera {
 
 namespace {
-
-// How a trainer reads its data files: --data_format (Criteo's layout of 13 dense and 26
-// categorical fields; any other format has exactly the model's feeds), --float_dense,
-// --csv_columns, the line and bad-line bounds. Every data flag was checked at start
-// (cluster_config.h), so the parses here cannot fail.
-data::CriteoDataOptions ReadOptionsFor(const ClusterConfig& config, const FeedSpec& feeds) {
-  data::CriteoDataOptions read;
-  read.format = data::ParseDataFormat(config.data_format).value_or(data::DataFormat::kCriteo);
-  read.float_dense = config.float_dense;
-  read.csv = data::ParseCsvColumns(config.csv_columns).value_or(data::CsvColumns{});
-  if (read.format != data::DataFormat::kCriteo) {
-    read.num_dense = feeds.num_dense;
-    read.num_sparse = static_cast<int>(feeds.slots.size());
-  }
-  read.num_multi = static_cast<int>(feeds.multi_slots.size());
-  read.max_line_bytes = config.max_line_bytes;
-  read.max_bad_lines = config.max_bad_lines;
-  return read;
-}
-
-// The data a trainer trains on: --train_data/--test_data, or the built-in --example's synthetic
-// data.
-examples::ExampleOptions DataOptionsFor(const ClusterConfig& config, const FeedSpec& feeds) {
-  examples::ExampleOptions o;
-  o.name = config.example;
-  o.seed = config.seed;
-  o.num_examples = config.num_examples;
-  o.num_test_examples = config.num_test_examples;
-  o.vocab_per_slot = config.vocab_per_slot;
-  o.train_data = config.train_data;
-  o.test_data = config.test_data;
-  o.read = ReadOptionsFor(config, feeds);
-  return o;
-}
 
 // The error a failed trainer passes to the pservers with its ABORT: one printable line of at most
 // kMaxAbortReasonBytes.
@@ -224,43 +189,11 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
     log << "trainer " << config.trainer_id << ": " << MemoryOptimizeReport(stats) << std::endl;
   }
 
-  const bool streaming = config.reader == "stream";
-  examples::ExampleOptions data_options = DataOptionsFor(config, model.feeds);
-  // Streamed training data is read epoch by epoch (below); only the held-out data is loaded.
-  std::vector<data::DataFile> train_files;
-  if (streaming) {
-    data_options.train_data = config.test_data;
-    data_options.test_data.clear();
-    TS_ASSIGN_OR_RETURN(std::vector<std::string> paths,
-                        data::ExpandDataPaths(config.train_data));
-    TS_ASSIGN_OR_RETURN(train_files, data::StatDataFiles(paths));
-  }
-  TS_ASSIGN_OR_RETURN(examples::ExampleData data,
-                      streaming && data_options.train_data.empty()
-                          ? absl::StatusOr<examples::ExampleData>(examples::ExampleData{})
-                          : examples::LoadExampleData(data_options));
-  if (streaming) {
-    data.test = std::move(data.train);
-    data.test_read = data.train_read;
-    data.train = data::Dataset{};
-    data.train_read = data::CriteoReadStats{};
-  }
-  // Lines skipped under --max_bad_lines: in the log and on /metrics.
-  for (const auto& [what, read] : {std::make_pair("train", &data.train_read),
-                                   std::make_pair("test", &data.test_read)}) {
-    if (read->bad_lines == 0) continue;
-    log << "trainer " << config.trainer_id << ": skipped " << read->bad_lines << " bad lines of "
-        << what << " data (--max_bad_lines=" << config.max_bad_lines
-        << "); the first: " << read->first_bad_line << std::endl;
-    TS_ASSIGN_OR_RETURN(Counter * bad,
-                        metrics.GetCounter("tessera_trainer_data_bad_lines_total",
-                                           "Malformed data lines skipped (--max_bad_lines).",
-                                           {{"trainer_id", std::to_string(config.trainer_id)},
-                                            {"data", what}}));
-    bad->Increment(static_cast<double>(read->bad_lines));
-  }
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<TrainingData> data,
+                      TrainingData::Open(config, model.feeds, &metrics, &log));
+  const bool streaming = data->streamed();
   // A job that would train no step is a configuration error, refused before anything starts.
-  const int64_t num_train = static_cast<int64_t>(data.train.examples.size());
+  const int64_t num_train = static_cast<int64_t>(data->train().examples.size());
   const int64_t steps_per_epoch = num_train / config.batch_size +
                                   (num_train % config.batch_size >= config.trainers ? 1 : 0);
   if (!streaming && steps_per_epoch * config.epochs == 0) {
@@ -279,38 +212,7 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   lo.log_every_steps = config.trainer_id == 0 ? config.log_every_steps : 0;
   lo.log = &log;
   lo.before_step = [&rpc](int64_t step) { rpc.step = step; };
-  // Streamed data: each epoch, this trainer's shards of the files (the same assignment on every
-  // trainer), shuffled through a buffer seeded by seed, epoch and trainer.
-  LocalTrainer::StreamFactory streams;
-  Counter* stream_bad_lines = nullptr;
   if (streaming) {
-    TS_ASSIGN_OR_RETURN(stream_bad_lines,
-                        metrics.GetCounter("tessera_trainer_data_bad_lines_total",
-                                           "Malformed data lines skipped (--max_bad_lines).",
-                                           {{"trainer_id", std::to_string(config.trainer_id)},
-                                            {"data", "train"}}));
-    streams = [&config, &train_files, &log, stream_bad_lines, read = data_options.read](
-                  int64_t epoch) -> absl::StatusOr<std::unique_ptr<data::ExampleStream>> {
-      data::ShardOptions so;
-      so.num_trainers = config.trainers;
-      so.rank = config.trainer_id;
-      so.seed = config.seed;
-      TS_ASSIGN_OR_RETURN(std::vector<data::DataShard> shards,
-                          data::AssignShards(train_files, so, epoch));
-      data::ExampleStreamOptions eo;
-      eo.format = read;
-      eo.shuffle_buffer = config.shuffle_buffer;
-      eo.shuffle_seed = data::StreamShuffleSeed(config.seed, epoch, config.trainer_id);
-      eo.queue_examples = config.reader_queue;
-      eo.on_read_all = [&log, &config, stream_bad_lines, epoch](const data::ExampleStreamStats& s) {
-        if (s.bad_lines == 0) return;
-        stream_bad_lines->Increment(static_cast<double>(s.bad_lines));
-        log << "trainer " << config.trainer_id << ": epoch " << epoch << ": skipped "
-            << s.bad_lines << " bad lines of train data (--max_bad_lines=" << config.max_bad_lines
-            << "); the first: " << s.first_bad_line << std::endl;
-      };
-      return data::ExampleStream::Open(std::move(shards), eo);
-    };
     if (config.sync_mode) {
       // Every trainer ends the epoch after the step in which the first one ran out of data:
       // its send barrier says so, and the pservers' answer tells all (README "Data at scale").
@@ -374,10 +276,7 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   }
 
   log << "trainer " << config.trainer_id << "/" << config.trainers << ": example " << config.example
-      << ", "
-      << (streaming ? absl::StrCat("streaming ", train_files.size(), " data files")
-                    : absl::StrCat(data.train.examples.size(), " training examples"))
-      << ", global batch "
+      << ", " << data->Describe() << ", global batch "
       << config.batch_size << ", "
       << (collective_mode ? std::string("collective (Gloo all-reduce)")
                           : absl::StrCat("pservers ", config.pservers.size(), " (",
@@ -468,7 +367,8 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
                         LocalTrainer::Create(devices.executor_registry(&timed_registry), dist, lo));
     if (resume.has_value()) trainer->ResumeAt(*resume);
     TS_RETURN_IF_ERROR(
-        (streaming ? trainer->Train(streams) : trainer->Train(data.train)).status());
+        (streaming ? trainer->Train(data->streams()) : trainer->Train(data->train())).status());
+    if (streaming) data->ReportStreamBadLines();
     if (devices.on_gpu()) {
       log << "trainer " << config.trainer_id << ": " << PlaceMemoryReport(devices.places[0])
           << std::endl;
@@ -477,8 +377,8 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
       TS_RETURN_IF_ERROR(
           checkpoint(TrainPosition{trainer->global_step(), trainer->epochs_done(), 0}));
     }
-    if (config.trainer_id == 0 && !data.test.examples.empty()) {
-      TS_ASSIGN_OR_RETURN(EvalResult eval, trainer->Evaluate(data.test));
+    if (config.trainer_id == 0 && !data->test().examples.empty()) {
+      TS_ASSIGN_OR_RETURN(EvalResult eval, trainer->Evaluate(data->test()));
       log << "trainer 0: held-out loss " << eval.mean_loss;
       if (eval.has_auc) log << " auc " << eval.auc;
       log << std::endl;
