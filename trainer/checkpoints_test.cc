@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/io/checkpoint_io.h"
 #include "common/io/file_system.h"
+#include "common/rpc/answering_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -19,12 +20,12 @@ using ::testing::HasSubstr;
 
 // A pserver that writes its shard's manifest of a checkpoint under `root` (or fails), and
 // answers nothing else.
-class FakePserver : public PServerClient {
+class FakePserver : public AnsweringPServerClient {
  public:
-  FakePserver(std::string root, int index, int num) : root_(std::move(root)), index_(index), num_(num) {}
+  FakePserver(std::string root, int index, int num)
+      : root_(std::move(root)), index_(index), num_(num) {}
   bool fail = false;
 
-  const std::string& endpoint() const override { return endpoint_; }
   void CheckpointAsync(const RequestMeta&, const std::string& dir, DoneCallback done) override {
     if (fail) return done(absl::UnavailableError("pserver gone"));
     done(io::WriteFileAtomic(io::PosixFileSystem::Default(),
@@ -32,28 +33,9 @@ class FakePserver : public PServerClient {
                                           io::PserverFilePrefix(index_, num_), ".MANIFEST"),
                              "a pserver's manifest"));
   }
-  void SendVariableAsync(const RequestMeta&, const std::string&, const Variable*,
-                         DoneCallback done) override {
-    done(absl::UnimplementedError("fake"));
-  }
-  void GetVariableAsync(const RequestMeta&, const std::string&, Variable*,
-                        DoneCallback done) override {
-    done(absl::UnimplementedError("fake"));
-  }
-  void PrefetchAsync(const RequestMeta&, const std::string&, const std::vector<int64_t>*, Tensor*,
-                     DoneCallback done) override {
-    done(absl::UnimplementedError("fake"));
-  }
-  void BarrierAsync(const RequestMeta&, BarrierKind, DoneCallback done) override {
-    done(absl::UnimplementedError("fake"));
-  }
-  void RegisterAsync(const RequestMeta&, const JobFields&, uint64_t, DoneCallback done) override {
-    done(absl::UnimplementedError("fake"));
-  }
 
  private:
   std::string root_;
-  std::string endpoint_ = "fake:1";
   int index_, num_;
 };
 
@@ -160,9 +142,8 @@ TEST(CheckpointsTest, AStreamedCheckpointNeedsTheSameStreams) {
   // An in-memory job's checkpoint resumes with another trainer count (the global order is the
   // same), but not as a streamed job.
   ClusterConfig memory = Config(TempRoot());
-  CheckpointWriter memory_writer(memory, fs, {&a, &b}, &log);
-  a = FakePserver(memory.checkpoint_dir, 0, 2);
-  b = FakePserver(memory.checkpoint_dir, 1, 2);
+  FakePserver ma(memory.checkpoint_dir, 0, 2), mb(memory.checkpoint_dir, 1, 2);
+  CheckpointWriter memory_writer(memory, fs, {&ma, &mb}, &log);
   ASSERT_TRUE(memory_writer.Save({"job", 0, 4}, TrainPosition{4, 0, 4}).ok());
   memory.init_from = memory.checkpoint_dir;
   memory.trainers = 4;

@@ -9,13 +9,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/rpc/answering_client.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
 namespace {
 
 // A client whose sends complete when the test says so (or at once, with `inline_done`).
-class FakeClient : public PServerClient {
+class FakeClient : public AnsweringPServerClient {
  public:
   struct Call {
     std::string name;
@@ -23,9 +24,9 @@ class FakeClient : public PServerClient {
     DoneCallback done;
   };
   explicit FakeClient(std::string endpoint, bool inline_done = false)
-      : endpoint_(std::move(endpoint)), inline_done_(inline_done) {}
+      : AnsweringPServerClient(absl::UnimplementedError("fake"), std::move(endpoint)),
+        inline_done_(inline_done) {}
 
-  const std::string& endpoint() const override { return endpoint_; }
   void SendVariableAsync(const RequestMeta&, const std::string& name, const Variable* var,
                          DoneCallback done) override {
     Call call{name, Variable(), std::move(done)};
@@ -47,23 +48,6 @@ class FakeClient : public PServerClient {
     }
     absl::MutexLock lock(&mu_);
     pending_.push_back(std::move(call));
-  }
-  void GetVariableAsync(const RequestMeta&, const std::string&, Variable*,
-                        DoneCallback done) override {
-    done(absl::UnimplementedError("fake"));
-  }
-  void PrefetchAsync(const RequestMeta&, const std::string&, const std::vector<int64_t>*, Tensor*,
-                     DoneCallback done) override {
-    done(absl::UnimplementedError("fake"));
-  }
-  void BarrierAsync(const RequestMeta&, BarrierKind, DoneCallback done) override {
-    done(absl::UnimplementedError("fake"));
-  }
-  void CheckpointAsync(const RequestMeta&, const std::string&, DoneCallback done) override {
-    done(absl::UnimplementedError("fake"));
-  }
-  void RegisterAsync(const RequestMeta&, const JobFields&, uint64_t, DoneCallback done) override {
-    done(absl::UnimplementedError("fake"));
   }
 
   // Records each batch's size; its variables then go as SendVariable calls (the default).
@@ -111,7 +95,6 @@ class FakeClient : public PServerClient {
   std::vector<Call>& sent() { return sent_; }  // read once nothing is in flight
 
  private:
-  const std::string endpoint_;
   const bool inline_done_;
   absl::Mutex mu_;
   std::deque<Call> pending_ ABSL_GUARDED_BY(mu_);

@@ -8,27 +8,16 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/rpc/answering_client.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
 namespace {
 
 // Records the barriers it gets; holds their callbacks while `hold` is set.
-class FakePserver : public PServerClient {
+class FakePserver : public AnsweringPServerClient {
  public:
-  const std::string& endpoint() const override { return endpoint_; }
-  void SendVariableAsync(const RequestMeta&, const std::string&, const Variable*,
-                         DoneCallback done) override {
-    done(absl::OkStatus());
-  }
-  void GetVariableAsync(const RequestMeta&, const std::string&, Variable*,
-                        DoneCallback done) override {
-    done(absl::OkStatus());
-  }
-  void PrefetchAsync(const RequestMeta&, const std::string&, const std::vector<int64_t>*,
-                     Tensor*, DoneCallback done) override {
-    done(absl::OkStatus());
-  }
+  FakePserver() : AnsweringPServerClient(absl::OkStatus()) {}
   void BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) override {
     {
       absl::MutexLock lock(&mu_);
@@ -39,12 +28,6 @@ class FakePserver : public PServerClient {
         return;
       }
     }
-    done(absl::OkStatus());
-  }
-  void CheckpointAsync(const RequestMeta&, const std::string&, DoneCallback done) override {
-    done(absl::OkStatus());
-  }
-  void RegisterAsync(const RequestMeta&, const JobFields&, uint64_t, DoneCallback done) override {
     done(absl::OkStatus());
   }
 
@@ -76,7 +59,6 @@ class FakePserver : public PServerClient {
   }
 
  private:
-  std::string endpoint_ = "fake:1";
   absl::Mutex mu_;
   bool hold_ = false;
   std::vector<DoneCallback> held_;

@@ -159,14 +159,19 @@ absl::StatusOr<double> LocalTrainer::ReadLoss() const {
   return ValueAt(*t, 0);
 }
 
-absl::StatusOr<std::vector<EpochStats>> LocalTrainer::Train(const data::Dataset& train) {
+template <typename Data>
+absl::StatusOr<std::vector<EpochStats>> LocalTrainer::TrainEpochs(const Data& data) {
   std::vector<EpochStats> all;
   epochs_target_ = epoch_ + options_.epochs;
   for (int e = 0; e < options_.epochs; ++e) {
-    TS_ASSIGN_OR_RETURN(EpochStats stats, TrainEpoch(train));
+    TS_ASSIGN_OR_RETURN(EpochStats stats, TrainEpoch(data));
     all.push_back(stats);
   }
   return all;
+}
+
+absl::StatusOr<std::vector<EpochStats>> LocalTrainer::Train(const data::Dataset& train) {
+  return TrainEpochs(train);
 }
 
 void LocalTrainer::ResumeAt(const TrainPosition& position) {
@@ -330,13 +335,7 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) 
 }
 
 absl::StatusOr<std::vector<EpochStats>> LocalTrainer::Train(const StreamFactory& streams) {
-  std::vector<EpochStats> all;
-  epochs_target_ = epoch_ + options_.epochs;
-  for (int e = 0; e < options_.epochs; ++e) {
-    TS_ASSIGN_OR_RETURN(EpochStats stats, TrainEpoch(streams));
-    all.push_back(stats);
-  }
-  return all;
+  return TrainEpochs(streams);
 }
 
 absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const StreamFactory& streams) {

@@ -149,6 +149,9 @@ class LocalTrainer {
  private:
   LocalTrainer(const OpRegistry* registry, ModelSpec model, Options options);
   struct EpochRun;
+  // Options::epochs epochs of TrainEpoch(data).
+  template <typename Data>
+  absl::StatusOr<std::vector<EpochStats>> TrainEpochs(const Data& data);
   using FeedFn = std::function<absl::Status(int64_t begin, int64_t count, Scope* scope)>;
   EpochRun BeginEpoch();
   // One step on a local batch of `size` examples, fed by `feed`, and its bookkeeping; `ends`
