@@ -22,7 +22,7 @@ absl::Status CheckSameStreams(const ClusterConfig& config, const io::TrainerChec
     return absl::FailedPreconditionError(absl::StrCat(
         "the checkpoint was written by a job with ", what, "=", saved, " but this one has ", what,
         "=", now, " (a streamed job resumes by reading its streams again up to the checkpoint's "
-        "step, which needs the same --reader, --shuffle_buffer, --seed and --trainers)"));
+        "step, which needs the same --reader, --shuffle_buffer, --seed, --batch_size and --trainers)"));
   };
   if (s.stream_shuffle_buffer < 0 || buffer < 0) {
     return refuse("--reader", s.stream_shuffle_buffer < 0 ? "memory" : "stream", config.reader);
@@ -31,6 +31,9 @@ absl::Status CheckSameStreams(const ClusterConfig& config, const io::TrainerChec
     return refuse("--shuffle_buffer", s.stream_shuffle_buffer, buffer);
   }
   if (s.seed != config.seed) return refuse("--seed", s.seed, config.seed);
+  if (s.batch_size >= 0 && s.batch_size != config.batch_size) {
+    return refuse("--batch_size", s.batch_size, config.batch_size);
+  }
   if (s.trainers != config.trainers) return refuse("--trainers", s.trainers, config.trainers);
   return absl::OkStatus();
 }
@@ -85,6 +88,7 @@ absl::Status CheckpointWriter::Write(const RequestMeta& meta, const TrainPositio
   st.trainers = config_.trainers;
   st.num_pservers = num_ps;
   st.stream_shuffle_buffer = StreamShuffleBuffer(config_);
+  st.batch_size = config_.batch_size;
   TS_RETURN_IF_ERROR(io::CommitTrainerCheckpoint(fs_, dir, st, manifests));
   TS_RETURN_IF_ERROR(io::FinishCheckpoint(fs_, config_.checkpoint_dir, p.global_step,
                                           static_cast<int>(config_.checkpoint_keep)));

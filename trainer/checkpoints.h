@@ -4,7 +4,8 @@
 // resumes at. In sync mode every trainer is where trainer 0 is, and the data order depends only
 // on the seed and the epoch; a streamed job (--reader=stream) replays each trainer's streams to
 // the position, which needs the same seed, trainer count and shuffle buffer as the checkpointed
-// job: a restore that differs in one of them is refused, naming both values.
+// job (and its batch size): a restore that differs in one of them is refused, naming both
+// values.
 //
 // Save (trainer 0, --checkpoint_dir): asks every pserver to write its shard of ckpt-<step> under
 // its own --checkpoint_dir (all at once), then commits trainer.state and the MANIFEST listing

@@ -134,6 +134,9 @@ TEST(CheckpointsTest, AStreamedCheckpointNeedsTheSameStreams) {
   other.seed = 8;
   EXPECT_THAT(refused(other), HasSubstr("--seed=7 but this one has --seed=8"));
   other = c;
+  other.batch_size = 512;
+  EXPECT_THAT(refused(other), HasSubstr("--batch_size=256 but this one has --batch_size=512"));
+  other = c;
   other.trainers = 3;
   EXPECT_THAT(refused(other), HasSubstr("--trainers=2 but this one has --trainers=3"));
   other = c;

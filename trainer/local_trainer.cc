@@ -352,7 +352,13 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const StreamFactory& streams
   const int64_t skip = skip_steps_;
   skip_steps_ = 0;
   if (skip > 0) {  // resumed: the examples of the steps before the checkpoint
-    TS_RETURN_IF_ERROR(stream->Skip(skip * local).status());
+    TS_ASSIGN_OR_RETURN(const int64_t skipped, stream->Skip(skip * local));
+    if (skipped < skip * local) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "resuming epoch ", epoch_, " at its step ", skip, " needs ", skip * local,
+          " examples of trainer ", options_.rank, "'s data, which holds only ", skipped,
+          ": did the data files or the batch size change since the checkpoint?"));
+    }
     run.step_in_epoch = skip;
   }
   std::vector<data::Example> batch, next;
@@ -379,7 +385,15 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const StreamFactory& streams
           return feeder_.Feed(examples.subspan(b, count), scope);
         },
         epoch_ends, &run));
-    if (epoch_ends()) break;
+    if (epoch_ends()) {
+      if (!last) {
+        log() << "trainer " << options_.rank << ": epoch " << epoch_
+              << " ended when another trainer ran out of data; the rest of this trainer's share "
+                 "was not read (more files, or a file count that is a multiple of the trainers, "
+                 "leave less behind)\n";
+      }
+      break;
+    }
     std::swap(batch, next);
     size = next_size;
   }

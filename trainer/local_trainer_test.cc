@@ -391,6 +391,9 @@ TEST_F(LocalTrainerTest, StreamedEpochEndsWhenAnyTrainerRunsOutAndResumes) {
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ((*stats)[0].steps, 3);
   EXPECT_EQ(lasts, (std::vector<bool>{false, false, false}));
+  EXPECT_NE(log_.str().find("epoch 0 ended when another trainer ran out of data"),
+            std::string::npos)
+      << log_.str();
   EXPECT_EQ((*agreed)->epochs_done(), 1);
 
   // Alone, the same stream runs 5 steps, the last one saying so.
@@ -426,6 +429,16 @@ TEST_F(LocalTrainerTest, StreamedEpochEndsWhenAnyTrainerRunsOutAndResumes) {
   ASSERT_TRUE((*second)->Train(StreamOf(path, 16)).ok());
   EXPECT_EQ((*second)->global_step(), 5);
   EXPECT_TRUE(SameParams(alone->get(), second->get()));
+
+  // A checkpoint's position past the end of the data (the files or the batch changed) is an
+  // error, not an empty epoch.
+  auto past = LocalTrainer::Create(registry_.get(), Linear(0.1f, true), o);
+  (*past)->ResumeAt(TrainPosition{10, 0, 10});
+  absl::Status beyond = (*past)->Train(StreamOf(path, 16)).status();
+  EXPECT_EQ(beyond.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(beyond.message().find("needs 80 examples of trainer 0's data, which holds only 40"),
+            std::string::npos)
+      << beyond;
 
   // A stream without any example is an error naming the epoch.
   const std::string empty = ::testing::TempDir() + "/stream_empty.txt";

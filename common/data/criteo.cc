@@ -364,7 +364,14 @@ absl::StatusOr<bool> CriteoReader::ReadLine() {
   const size_t limit = static_cast<size_t>(max_line_bytes_) + 1;
   while (true) {
     if (buffer_pos_ == buffer_end_) {
+      // A read error comes after the lines completed before it (zlib hands out what it could
+      // decompress of a truncated stream).
+      if (!read_error_.ok()) {
+        return absl::DataLossError(absl::StrCat(Where(line_number_ + 1, line_start_), ": ",
+                                                read_error_.message()));
+      }
       if (eof_) return !line_.empty();  // a last line without '\n'
+      errno = 0;
       const int n = gzread(file_, &buffer_[0], static_cast<unsigned>(buffer_.size()));
       int err = Z_OK;
       const char* message = gzerror(file_, &err);
@@ -372,13 +379,12 @@ absl::StatusOr<bool> CriteoReader::ReadLine() {
         return ErrnoError(absl::StrCat("error reading line ", line_number_ + 1, " of"), path_);
       }
       if (n < 0 || (err != Z_OK && err != Z_STREAM_END)) {
-        return absl::DataLossError(absl::StrCat(Where(line_number_ + 1, line_start_),
-                                                ": gzip data truncated or corrupt (zlib: ",
-                                                message, ")"));
+        read_error_ = absl::DataLossError(
+            absl::StrCat("gzip data truncated or corrupt (zlib: ", message, ")"));
       }
       buffer_pos_ = 0;
-      buffer_end_ = static_cast<size_t>(n);
-      if (n == 0) eof_ = true;
+      buffer_end_ = static_cast<size_t>(std::max(n, 0));
+      if (n == 0 && read_error_.ok()) eof_ = true;
       continue;
     }
     const char* start = buffer_.data() + buffer_pos_;
@@ -505,7 +511,8 @@ absl::StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& spec
       DIR* dir = ::opendir(path.c_str());
       if (dir == nullptr) return ErrnoError("cannot list data directory", path);
       while (const struct dirent* e = ::readdir(dir)) {
-        if (e->d_name[0] == '.') continue;
+        // Hidden files, and Hadoop / Spark markers such as _SUCCESS, hold no data.
+        if (e->d_name[0] == '.' || e->d_name[0] == '_') continue;
         const std::string file = absl::StrCat(path, "/", e->d_name);
         struct stat fst;
         if (::stat(file.c_str(), &fst) == 0 && S_ISREG(fst.st_mode)) found.push_back(file);

@@ -153,6 +153,7 @@ class CriteoReader {
   size_t buffer_pos_ = 0;
   size_t buffer_end_ = 0;
   bool eof_ = false;
+  absl::Status read_error_;  // met after the buffered bytes: returned once they are used up
   int64_t offset_ = 0;
   int64_t end_ = -1;  // Restrict()'s end
   int64_t stride_ = 1;
@@ -170,7 +171,8 @@ absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path, int num_dense = 
                                        int num_multi = 0);
 
 // The files a data flag names (--train_data, --test_data, ctr --train): a comma-separated list
-// of files, directories (their regular files not starting with '.', sorted by name) and glob
+// of files, directories (their regular files not starting with '.' or '_' (Hadoop / Spark
+// markers such as _SUCCESS), sorted by name) and glob
 // patterns (sorted matches), in the order given. An item that names nothing (an empty
 // directory, a pattern without a match) is an error naming it; a missing plain file fails when
 // it is opened.

@@ -275,6 +275,27 @@ TEST(CriteoDataTest, GzipFilesReadLikeTheirText) {
   WriteText(dir + "/cut.gz", bytes.substr(0, bytes.size() - 12));
   absl::StatusOr<Dataset> cut = ReadCriteoFile(dir + "/cut.gz");
   ASSERT_FALSE(cut.ok());
+  // The complete lines before a truncation are read first; the error names the line cut off.
+  std::string many;
+  for (int i = 0; i < 3000; ++i) many += Line(i % 2 ? "1" : "0", {absl::StrCat(i)}, {}) + "\n";
+  WriteGzip(dir + "/many.gz", many);
+  std::ifstream many_in(dir + "/many.gz", std::ios::binary);
+  std::string many_bytes((std::istreambuf_iterator<char>(many_in)),
+                         std::istreambuf_iterator<char>());
+  WriteText(dir + "/many_cut.gz", many_bytes.substr(0, many_bytes.size() / 2));
+  auto reader = CriteoReader::Open(dir + "/many_cut.gz");
+  ASSERT_TRUE(reader.ok());
+  Example e;
+  int64_t read = 0;
+  absl::StatusOr<bool> more;
+  while ((more = (*reader)->Next(&e)).ok() && *more) ++read;
+  ASSERT_FALSE(more.ok());
+  EXPECT_GT(read, 100);
+  EXPECT_LT(read, 3000);
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(more.status().message()),
+              HasSubstr(absl::StrCat(dir, "/many_cut.gz:", read + 1,
+                                     ": gzip data truncated or corrupt")));
   EXPECT_THAT(std::string(cut.status().message()),
               HasSubstr(dir + "/cut.gz:"));
   EXPECT_THAT(std::string(cut.status().message()), HasSubstr("gzip data truncated or corrupt"));
@@ -286,6 +307,7 @@ TEST(CriteoDataTest, SpecsNameFilesDirectoriesAndPatternsInOrder) {
   WriteGzip(dir + "/day/part-1.gz", Line("1", {}, {}) + "\n");
   WriteText(dir + "/day/part-0", Line("0", {}, {}) + "\n");
   WriteText(dir + "/day/.hidden", "not data\n");
+  WriteText(dir + "/day/_SUCCESS", "");  // a Hadoop / Spark marker
   WriteText(dir + "/extra.txt", Line("1", {}, {}) + "\n" + Line("1", {}, {}) + "\n");
   absl::StatusOr<std::vector<std::string>> paths =
       ExpandDataPaths(dir + "/extra.txt," + dir + "/day," + dir + "/day/part-*.gz");

@@ -52,7 +52,7 @@ absl::StatusOr<std::vector<DataFile>> StatDataFiles(const std::vector<std::strin
   return files;
 }
 
-absl::StatusOr<std::vector<DataShard>> AssignShards(const std::vector<DataFile>& files,
+absl::StatusOr<std::vector<DataShard>> AssignShards(const std::vector<DataFile>& all_files,
                                                     const ShardOptions& options, int64_t epoch) {
   if (options.num_trainers < 1 || options.rank < 0 || options.rank >= options.num_trainers ||
       epoch < 0) {
@@ -60,6 +60,12 @@ absl::StatusOr<std::vector<DataShard>> AssignShards(const std::vector<DataFile>&
         "AssignShards: trainers=", options.num_trainers, " rank=", options.rank,
         " epoch=", epoch, ": need trainers >= 1, 0 <= rank < trainers and epoch >= 0"));
   }
+  // Empty files hold no line: they are nobody's share.
+  std::vector<DataFile> nonempty;
+  for (const DataFile& f : all_files) {
+    if (f.bytes > 0) nonempty.push_back(f);
+  }
+  const std::vector<DataFile>& files = nonempty;
   const int64_t n = static_cast<int64_t>(files.size());
   std::vector<int64_t> order;
   if (options.shuffle) {
@@ -120,6 +126,7 @@ absl::StatusOr<std::unique_ptr<ExampleStream>> ExampleStream::Open(
 }
 
 ExampleStream::~ExampleStream() {
+  stopping_.store(true, std::memory_order_relaxed);
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -170,7 +177,7 @@ absl::Status ExampleStream::ProduceShard(const DataShard& shard, std::vector<Exa
     stats_.bad_lines = reader->bad_lines();
     stats_.first_bad_line = reader->first_bad_line();
   };
-  while (true) {
+  while (!stopping_.load(std::memory_order_relaxed)) {
     absl::StatusOr<bool> more = reader->Next(&(*chunk)[*filled]);
     if (!more.ok()) {
       record_bad_lines();
@@ -183,6 +190,7 @@ absl::Status ExampleStream::ProduceShard(const DataShard& shard, std::vector<Exa
     }
   }
   record_bad_lines();
+  if (stopping_.load(std::memory_order_relaxed)) return absl::CancelledError("stream stopped");
   return absl::OkStatus();
 }
 

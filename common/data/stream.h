@@ -10,8 +10,8 @@
 //     equal byte ranges (a line belongs to the range holding its first byte); a gzip file,
 //     which cannot be split without reading it, by lines (trainer k parses lines k, k+N, ...
 //     and skips the others unparsed).
-// Every trainer computes every trainer's assignment from the same inputs (the file list, its
-// sizes, the seed and the epoch), without talking to the others.
+// Empty files are left out. Every trainer computes every trainer's assignment from the same
+// inputs (the file list, its sizes, the seed and the epoch), without talking to the others.
 //
 // ExampleStream reads a list of shards: one background thread opens them in order and parses
 // their lines (CriteoReader) into a bounded queue; Next() hands the examples out through a
@@ -22,6 +22,7 @@
 #ifndef TESSERA_COMMON_DATA_STREAM_H_
 #define TESSERA_COMMON_DATA_STREAM_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -160,6 +161,8 @@ class ExampleStream {
   std::vector<Example> shuffle_;
   std::mt19937_64 rng_;
 
+  // Set by the destructor: the producer stops between lines (stop_ wakes it in Push).
+  std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
 

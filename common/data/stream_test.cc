@@ -118,6 +118,17 @@ TEST(AssignShardsTest, WholeFilesBalancedByBytesAndReshuffledPerEpoch) {
   EXPECT_EQ((*AssignShards(files, plain, 0))[0].path, "f0");
 }
 
+TEST(AssignShardsTest, EmptyFilesAreNobodysShare) {
+  const std::vector<DataFile> files = {{"empty", 0, false}, {"data", 100, false}};
+  for (int rank = 0; rank < 2; ++rank) {
+    auto shards = AssignShards(files, ShardOptions{2, rank, 1, true}, 0);
+    ASSERT_TRUE(shards.ok());
+    ASSERT_EQ(shards->size(), 1u);  // one non-empty file for 2 trainers: split in byte ranges
+    EXPECT_EQ((*shards)[0].path, "data");
+    EXPECT_EQ((*shards)[0].begin, rank == 0 ? 0 : 50);
+  }
+}
+
 TEST(AssignShardsTest, RefusesBadOptions) {
   EXPECT_FALSE(AssignShards({}, ShardOptions{0, 0}, 0).ok());
   EXPECT_FALSE(AssignShards({}, ShardOptions{2, 2}, 0).ok());

@@ -265,7 +265,7 @@ absl::Status CommitTrainerCheckpoint(FileSystem* fs, const std::string& dir,
       absl::StrCat("step ", state.step, "\nepoch ", state.epoch, "\nstep_in_epoch ",
                    state.step_in_epoch, "\nseed ", state.seed, "\ntrainers ", state.trainers,
                    "\nnum_pservers ", state.num_pservers, "\nstream_shuffle_buffer ",
-                   state.stream_shuffle_buffer, "\n")));
+                   state.stream_shuffle_buffer, "\nbatch_size ", state.batch_size, "\n")));
   writer.SetMeta("format", "1");
   writer.SetMeta("step", absl::StrCat(state.step));
   writer.SetMeta("num_pservers", absl::StrCat(state.num_pservers));
@@ -308,6 +308,8 @@ absl::StatusOr<TrainerCheckpointState> ReadTrainerCheckpoint(FileSystem* fs,
   st.seed = static_cast<uint64_t>(kv["seed"]);
   auto stream = kv.find("stream_shuffle_buffer");
   st.stream_shuffle_buffer = stream == kv.end() ? -1 : stream->second;
+  auto batch = kv.find("batch_size");
+  st.batch_size = batch == kv.end() ? -1 : batch->second;
   return st;
 }
 

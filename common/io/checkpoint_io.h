@@ -113,6 +113,7 @@ struct TrainerCheckpointState {
   // --reader=stream's shuffle buffer, whose streams a restore replays; -1: the in-memory reader
   // (and checkpoints written before streaming existed).
   int64_t stream_shuffle_buffer = -1;
+  int64_t batch_size = -1;  // the global batch (-1: not recorded by older checkpoints)
 };
 
 // The commit: writes <dir>/trainer.state, then <dir>/MANIFEST listing it and the pservers'
