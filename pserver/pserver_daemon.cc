@@ -106,10 +106,9 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log, DaemonPh
       << (config.sync_mode ? "sync" : "async") << ")" << (so.security.tls() ? ", mutual TLS" : "")
       << (so.security.job_token.empty() ? "" : ", job token required") << std::endl;
 
-  // Prometheus metrics: the server's counters, published every 500 ms.
+  // Prometheus metrics: the server's counters, brought up to date whenever /metrics is read (a
+  // collector of the registry; no thread polls them).
   std::unique_ptr<MetricsServer> metrics_server;
-  std::atomic<bool> exporting{true};
-  std::thread exporter;
   if (config.metrics_port > 0) {
     MetricsServerOptions mo;
     mo.host = config.current_endpoint.substr(0, config.current_endpoint.rfind(':'));
@@ -134,34 +133,37 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log, DaemonPh
     Counter* unauthenticated =
         counter("tessera_rpc_unauthenticated_total",
                 "Requests refused for a missing or wrong job token (UNAUTHENTICATED).");
-    exporter = std::thread([&, steps, sends, gets, prefetches, applied, rows, refused_ids,
-                            unauthenticated] {
-      ParameterServerStats last;
-      int64_t last_unauthenticated = 0;
-      while (exporting) {
-        int64_t refused = server.unauthenticated_requests();
-        unauthenticated->Increment(static_cast<double>(refused - last_unauthenticated));
-        last_unauthenticated = refused;
-        ParameterServerStats now = ps->stats();
-        steps->Increment(static_cast<double>(now.steps - last.steps));
-        sends->Increment(static_cast<double>(now.sends - last.sends));
-        gets->Increment(static_cast<double>(now.gets - last.gets));
-        prefetches->Increment(static_cast<double>(now.prefetches - last.prefetches));
-        applied->Increment(static_cast<double>(now.grads_applied - last.grads_applied));
-        rows->Set(static_cast<double>(now.table_rows));
-        refused_ids->Increment(
-            static_cast<double>(now.table_refused_rows - last.table_refused_rows));
-        for (const auto& [shard, n] : now.table_shard_rows) {
-          auto gauge =
-              metrics.GetGauge("tessera_pserver_table_shard_rows", "Rows held by each table shard.",
-                               {{"endpoint", config.current_endpoint},
-                                {"table", shard.first},
-                                {"shard", std::to_string(shard.second)}});
-          if (gauge.ok()) (*gauge)->Set(static_cast<double>(n));
-        }
-        last = now;
-        absl::SleepFor(absl::Milliseconds(500));
+    // What the counters last published, so that each collection adds the difference.
+    struct Published {
+      absl::Mutex mu;
+      ParameterServerStats stats ABSL_GUARDED_BY(mu);
+      int64_t unauthenticated ABSL_GUARDED_BY(mu) = 0;
+    };
+    auto published = std::make_shared<Published>();
+    metrics.AddCollector([&metrics, &config, &server, ps = ps.get(), published, steps, sends,
+                          gets, prefetches, applied, rows, refused_ids, unauthenticated] {
+      absl::MutexLock lock(&published->mu);
+      const int64_t refused = server.unauthenticated_requests();
+      unauthenticated->Increment(static_cast<double>(refused - published->unauthenticated));
+      published->unauthenticated = refused;
+      const ParameterServerStats now = ps->stats();
+      const ParameterServerStats& last = published->stats;
+      steps->Increment(static_cast<double>(now.steps - last.steps));
+      sends->Increment(static_cast<double>(now.sends - last.sends));
+      gets->Increment(static_cast<double>(now.gets - last.gets));
+      prefetches->Increment(static_cast<double>(now.prefetches - last.prefetches));
+      applied->Increment(static_cast<double>(now.grads_applied - last.grads_applied));
+      rows->Set(static_cast<double>(now.table_rows));
+      refused_ids->Increment(static_cast<double>(now.table_refused_rows - last.table_refused_rows));
+      for (const auto& [shard, n] : now.table_shard_rows) {
+        auto gauge =
+            metrics.GetGauge("tessera_pserver_table_shard_rows", "Rows held by each table shard.",
+                             {{"endpoint", config.current_endpoint},
+                              {"table", shard.first},
+                              {"shard", std::to_string(shard.second)}});
+        if (gauge.ok()) (*gauge)->Set(static_cast<double>(n));
       }
+      published->stats = now;
     });
   }
 
@@ -214,8 +216,6 @@ absl::Status RunPserver(const ClusterConfig& config, std::ostream& log, DaemonPh
   }
   stop_stats.Notify();
   if (stats_logger.joinable()) stats_logger.join();
-  exporting = false;
-  if (exporter.joinable()) exporter.join();
   if (metrics_server != nullptr) metrics_server->Shutdown();
   server.Shutdown();
   server.Wait();

@@ -206,7 +206,22 @@ absl::StatusOr<Histogram*> MetricsRegistry::GetHistogram(const std::string& name
   return (*series)->histogram.get();
 }
 
+void MetricsRegistry::AddCollector(std::function<void()> collect) {
+  absl::MutexLock lock(&collectors_mu_);
+  collectors_.push_back(std::move(collect));
+}
+
+void MetricsRegistry::Collect() const {
+  std::vector<std::function<void()>> collectors;
+  {
+    absl::MutexLock lock(&collectors_mu_);
+    collectors = collectors_;
+  }
+  for (const auto& collect : collectors) collect();
+}
+
 std::string MetricsRegistry::Exposition() const {
+  Collect();
   absl::MutexLock lock(&mu_);
   std::string out;
   for (const auto& [name, family] : families_) {
@@ -241,6 +256,7 @@ std::string MetricsRegistry::Exposition() const {
 }
 
 std::map<std::string, double> MetricsRegistry::Snapshot() const {
+  Collect();
   absl::MutexLock lock(&mu_);
   std::map<std::string, double> out;
   for (const auto& [name, family] : families_) {

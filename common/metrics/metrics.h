@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -100,6 +101,12 @@ class MetricsRegistry {
   absl::StatusOr<Histogram*> GetHistogram(const std::string& name, const std::string& help,
                                           std::vector<double> bounds, const Labels& labels = {});
 
+  // Runs `collect` at the start of every Exposition() and Snapshot(), before they read any value,
+  // so that metrics mirroring another object's counters are current when read, with no thread
+  // polling them. `collect` may call Get*() and must be thread-safe (scrapes may overlap); it
+  // and what it reads must outlive the registry's last read.
+  void AddCollector(std::function<void()> collect);
+
   // Every family in Prometheus text exposition format 0.0.4 (families sorted by name, series
   // by labels; "# HELP" and "# TYPE" lines; histograms as _bucket{le=...}, _sum, _count).
   std::string Exposition() const;
@@ -126,8 +133,13 @@ class MetricsRegistry {
                                     const std::vector<double>& bounds, const Labels& labels)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Runs every collector (without mu_ held: they add series).
+  void Collect() const;
+
   mutable absl::Mutex mu_;
   std::map<std::string, Family> families_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex collectors_mu_;
+  std::vector<std::function<void()>> collectors_ ABSL_GUARDED_BY(collectors_mu_);
 };
 
 }  // namespace tessera

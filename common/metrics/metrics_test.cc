@@ -142,5 +142,26 @@ TEST(MetricsTest, ExponentialBuckets) {
   EXPECT_TRUE(ExponentialBuckets(1, 2, 0).empty());
 }
 
+
+// A collector brings mirrored values up to date at every read, before anything is read.
+TEST(MetricsRegistryTest, CollectorsRunBeforeEveryRead) {
+  MetricsRegistry r;
+  int source = 0;
+  int runs = 0;
+  Gauge* mirror = *r.GetGauge("mirror", "A mirrored value.");
+  r.AddCollector([&] {
+    ++runs;
+    mirror->Set(source);
+    auto late = r.GetCounter("added_by_collector", "Created at the first read.");
+    if (late.ok()) (*late)->Increment();
+  });
+  source = 7;
+  EXPECT_NE(r.Exposition().find("mirror 7"), std::string::npos) << r.Exposition();
+  source = 9;
+  std::map<std::string, double> snap = r.Snapshot();
+  EXPECT_EQ(snap.at("mirror"), 9);
+  EXPECT_EQ(snap.at("added_by_collector"), 2);  // two reads so far
+  EXPECT_EQ(runs, 2);
+}
 }  // namespace
 }  // namespace tessera
