@@ -107,7 +107,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Require(parser.ok(), "the fuzzer's schemas are valid");
   absl::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   bool header = (*parser)->has_header();
-  bool header_ok = false;
   Example a, b;
   for (size_t pos = 0; pos <= text.size();) {
     size_t nl = text.find('\n', pos);
@@ -121,7 +120,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         RequireOneLineError(s, "a bad header is one INVALID_ARGUMENT line");
         return 0;
       }
-      header_ok = true;
       continue;
     }
     absl::Status s = (*parser)->Parse(line, &a);
@@ -137,6 +135,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Require((*parser)->Parse(line, &b).ok() && a == b, "parsing is a function of the line");
     CheckAgainstReference(schema.format, line, a);
   }
-  (void)header_ok;
   return 0;
 }
