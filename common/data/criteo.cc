@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/data/text_fields.h"
 #include "common/status.h"
 
 namespace tessera {
@@ -32,12 +33,7 @@ constexpr unsigned kReadBufferBytes = 1 << 18;
 // log1p(2^62): larger dense values stand for counts that do not fit an int64.
 constexpr float kMaxDense = 42.97f;
 
-// The bad text, escaped and shortened so that a message stays one readable line.
-std::string Quote(absl::string_view text) {
-  constexpr size_t kMax = 60;
-  const bool cut = text.size() > kMax;
-  return absl::StrCat("'", absl::CHexEscape(text.substr(0, kMax)), cut ? "...'" : "'");
-}
+using text_fields::Quote;
 
 // "label", "I3", "C12", "M1" for a 0-based field index.
 std::string FieldName(int field, int num_dense, int num_sparse) {
@@ -80,23 +76,6 @@ bool ParseHex(absl::string_view text, uint64_t* out) {
   if (bad > 0xf) return false;
   *out = v;
   return true;
-}
-
-// absl::SimpleAtoi's result for a decimal integer, without its generality on the common case:
-// an optional '-' and 1 to 18 digits (cannot overflow). Anything else goes to SimpleAtoi.
-bool ParseCount(absl::string_view text, int64_t* out) {
-  size_t i = !text.empty() && text[0] == '-' ? 1 : 0;
-  if (text.size() > i && text.size() - i <= 18) {
-    int64_t v = 0;
-    for (; i < text.size(); ++i) {
-      const unsigned d = static_cast<unsigned char>(text[i]) - '0';
-      if (d > 9) return absl::SimpleAtoi(text, out);
-      v = v * 10 + d;
-    }
-    *out = text[0] == '-' ? -v : v;
-    return true;
-  }
-  return absl::SimpleAtoi(text, out);
 }
 
 // log1p of the small counts most dense fields hold, computed once with DenseFromCount's formula.
@@ -197,15 +176,12 @@ absl::Status ParseCriteoLine(absl::string_view line, int num_dense, int num_spar
         return FieldError(f, num_dense, num_sparse, "label is not 0 or 1:", text);
       }
     } else if (f <= num_dense && float_dense) {
-      double value = 0;
-      if (!text.empty() &&
-          (!absl::SimpleAtod(text, &value) || !std::isfinite(value) || std::fabs(value) > 3.4e38)) {
+      if (!text_fields::ParseFinite(text, /*empty_is_zero=*/true, &example->dense[f - 1])) {
         return FieldError(f, num_dense, num_sparse, "dense value is not a finite number:", text);
       }
-      example->dense[f - 1] = static_cast<float>(value);
     } else if (f <= num_dense) {
       int64_t count = 0;
-      if (!text.empty() && !ParseCount(text, &count)) {
+      if (!text.empty() && !text_fields::ParseInt64(text, &count)) {
         return FieldError(f, num_dense, num_sparse, "dense value is not an integer:", text);
       }
       example->dense[f - 1] = DenseFromCount(count);
@@ -550,17 +526,6 @@ absl::StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& spec
   return paths;
 }
 
-DataSchema SchemaOf(const CriteoDataOptions& options) {
-  DataSchema s;
-  s.format = options.format;
-  s.num_dense = options.num_dense;
-  s.num_sparse = options.num_sparse;
-  s.num_multi = options.num_multi;
-  s.float_dense = options.float_dense;
-  s.csv = options.csv;
-  return s;
-}
-
 absl::StatusOr<Dataset> ReadCriteoData(const std::string& spec, const CriteoDataOptions& options,
                                        CriteoReadStats* stats) {
   TS_ASSIGN_OR_RETURN(std::vector<std::string> paths, ExpandDataPaths(spec));
@@ -571,7 +536,7 @@ absl::StatusOr<Dataset> ReadCriteoData(const std::string& spec, const CriteoData
   CriteoReadStats seen;
   for (const std::string& path : paths) {
     TS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> reader,
-                        CriteoReader::Open(path, SchemaOf(options), options.max_line_bytes));
+                        CriteoReader::Open(path, options, options.max_line_bytes));
     // The budget is for all the files together.
     reader->set_max_bad_lines(options.max_bad_lines, seen.bad_lines, seen.first_bad_line);
     TS_RETURN_IF_ERROR(AppendExamples(reader.get(), &dataset));

@@ -178,21 +178,13 @@ absl::StatusOr<Dataset> ReadCriteoFile(const std::string& path, int num_dense = 
 // it is opened.
 absl::StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& spec);
 
-struct CriteoDataOptions {
-  int num_dense = kCriteoNumDense;
-  int num_sparse = kCriteoNumSparse;
-  int num_multi = 0;
-  // The files' format (formats.h): Criteo's by default.
-  DataFormat format = DataFormat::kCriteo;
-  bool float_dense = false;
-  CsvColumns csv;
+// How data files are read: their schema (format, field counts, float_dense, CSV columns;
+// Criteo's layout by default) and the reader's bounds.
+struct CriteoDataOptions : DataSchema {
   int64_t max_line_bytes = kDefaultMaxLineBytes;
   // Malformed lines skipped over all the files together (CriteoReader::set_max_bad_lines).
   int64_t max_bad_lines = 0;
 };
-
-// The schema of `options` (format, counts, float_dense, CSV columns).
-DataSchema SchemaOf(const CriteoDataOptions& options);
 
 // What ReadCriteoData skipped.
 struct CriteoReadStats {

@@ -1,6 +1,5 @@
 #include "common/data/formats.h"
 
-#include <charconv>
 #include <cmath>
 #include <deque>
 #include <map>
@@ -13,48 +12,21 @@
 #include "absl/strings/str_split.h"
 #include "common/data/criteo.h"
 #include "common/data/rng.h"
+#include "common/data/text_fields.h"
 #include "common/status.h"
 
 namespace tessera {
 namespace data {
 namespace {
 
-std::string Quote(absl::string_view text) {
-  constexpr size_t kMax = 60;
-  return absl::StrCat("'", absl::CHexEscape(text.substr(0, kMax)), text.size() > kMax ? "...'" : "'");
-}
+using text_fields::ParseFinite;
+using text_fields::ParseInt64;
+using text_fields::Quote;
 
 absl::Status FieldError(size_t field, absl::string_view name, absl::string_view what,
                         absl::string_view text) {
   return absl::InvalidArgumentError(
       absl::StrCat("field ", field + 1, " (", name, "): ", what, " ", Quote(text)));
-}
-
-// absl::SimpleAtod's value, through std::from_chars (fast) when it takes the whole text;
-// anything else (spaces, '+', hex floats) goes to SimpleAtod.
-bool ParseDouble(absl::string_view text, double* out) {
-  const std::from_chars_result r = std::from_chars(text.data(), text.data() + text.size(), *out);
-  if (r.ec == std::errc() && r.ptr == text.data() + text.size()) return true;
-  return absl::SimpleAtod(text, out);
-}
-
-// absl::SimpleAtoi's value for an int64, likewise.
-bool ParseInt64(absl::string_view text, int64_t* out) {
-  const std::from_chars_result r = std::from_chars(text.data(), text.data() + text.size(), *out);
-  if (r.ec == std::errc() && r.ptr == text.data() + text.size()) return true;
-  return absl::SimpleAtoi(text, out);
-}
-
-// A finite decimal number ("" -> 0 when `empty_is_zero`).
-bool ParseFinite(absl::string_view text, bool empty_is_zero, float* out) {
-  if (text.empty()) {
-    *out = 0;
-    return empty_is_zero;
-  }
-  double v = 0;
-  if (!ParseDouble(text, &v) || !std::isfinite(v) || std::fabs(v) > 3.4e38) return false;
-  *out = static_cast<float>(v);
-  return true;
 }
 
 // A categorical value: a decimal int64 is that id, "" is 0, any other text its hash.

@@ -165,7 +165,7 @@ absl::Status ExampleStream::ProduceShard(const DataShard& shard, std::vector<Exa
                                          size_t* filled) {
   const CriteoDataOptions& f = options_.format;
   TS_ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> reader,
-                      CriteoReader::Open(shard.path, SchemaOf(f), f.max_line_bytes));
+                      CriteoReader::Open(shard.path, f, f.max_line_bytes));
   TS_RETURN_IF_ERROR(reader->Restrict(shard.begin, shard.end));
   TS_RETURN_IF_ERROR(reader->SetStride(shard.stride, shard.offset));
   {
