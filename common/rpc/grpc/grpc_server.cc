@@ -122,15 +122,7 @@ class GrpcServer::Service : public RawService {
         static_cast<int>(dests.size()),
         [this, meta, barrier, response, finish] {
           if (barrier) {
-            handler_->HandleBarrier(meta, SEND_BARRIER, [this, meta, response, finish](
-                                                            absl::Status st) {
-              if (st.ok()) {  // the barrier's answer (sync mode, streamed data)
-                SendResponse answer;
-                answer.set_epoch_end(handler_->StepEndsEpoch(meta.step));
-                *response = SerializeProto(answer);
-              }
-              finish(st);
-            });
+            SendBarrier<SendResponse>(meta, response, finish);
           } else {
             finish(absl::OkStatus());
           }
@@ -323,14 +315,7 @@ class GrpcServer::Service : public RawService {
       if (!s.ok()) return Fail(reactor, s);
       handler_->HandleAbort(meta, req.reason(), std::move(finish));
     } else if (req.kind() == SEND_BARRIER) {
-      handler_->HandleBarrier(meta, SEND_BARRIER, [this, meta, response, finish](absl::Status st) {
-        if (st.ok()) {
-          BarrierResponse answer;
-          answer.set_epoch_end(handler_->StepEndsEpoch(meta.step));
-          *response = SerializeProto(answer);
-        }
-        finish(st);
-      });
+      SendBarrier<BarrierResponse>(meta, response, std::move(finish));
     } else {
       handler_->HandleBarrier(meta, req.kind(), std::move(finish));
     }
@@ -372,6 +357,21 @@ class GrpcServer::Service : public RawService {
   }
 
  private:
+  // The send barrier of meta's trainer; once it is released, `response` holds its answer (an
+  // `Answer`: SendResponse or BarrierResponse, whose epoch_end tells whether the step ends the
+  // epoch, sync mode with streamed data), then `finish` runs.
+  template <typename Answer>
+  void SendBarrier(const RequestMeta& meta, grpc::ByteBuffer* response, DoneCallback finish) {
+    handler_->HandleBarrier(meta, SEND_BARRIER, [this, meta, response, finish](absl::Status st) {
+      if (st.ok()) {
+        Answer answer;
+        answer.set_epoch_end(handler_->StepEndsEpoch(meta.step));
+        *response = SerializeProto(answer);
+      }
+      finish(st);
+    });
+  }
+
   // Stores the bytes of a received message (a whole variable or a chunk) in `var`, which
   // PrepareReceive returned for its header.
   static absl::Status CopyReceived(const DecodedVariable& decoded, Variable* var) {
