@@ -1,6 +1,8 @@
 #include "pserver/parameter_server.h"
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -104,6 +106,16 @@ ParameterServer::~ParameterServer() {
   pool_.reset();
 }
 
+namespace {
+int TableShards(int requested) {
+  if (requested > 0) return requested;
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int shards = 4;
+  while (shards < 2 * threads && shards < 64) shards *= 2;
+  return shards;
+}
+}  // namespace
+
 absl::Status ParameterServer::InitTables() {
   for (const auto& op : program_.blocks(0).ops()) {
     if (op.type() != "sparse_table") continue;
@@ -141,6 +153,7 @@ absl::Status ParameterServer::InitTables() {
     o.admission_threshold = options_.table_admission_threshold;
     o.evict_after_steps = options_.table_evict_after_steps;
     o.max_rows = options_.table_max_rows;
+    o.num_shards = TableShards(options_.table_shards);
     auto table = SparseTable::Create(o);
     if (!table.ok()) {
       return absl::InvalidArgumentError(

@@ -68,6 +68,11 @@ struct ParameterServerOptions {
   // Row budget of each table shard on this pserver (0 = none): new ids beyond it are refused
   // with RESOURCE_EXHAUSTED and counted; held rows are never dropped for it.
   int64_t table_max_rows = 0;
+  // Internal shards (locks) of each distributed table (SparseTableOptions::num_shards). 0: the
+  // smallest power of two >= 2 x the machine's hardware threads, in [4, 64]. Shards are there for
+  // concurrency: more than the threads that can touch a table at once only thin out each batch's
+  // per-shard runs (a CTR batch holds a few hundred ids per table) and scatter its rows.
+  int table_shards = 0;
   // Checkpoints (pserver/checkpoint.h): this pserver's index among num_pservers, the
   // transpiler's parameter blocks of all pservers (the slice metadata saved with a checkpoint),
   // how table ids are sharded, and the file system (null: the local one).

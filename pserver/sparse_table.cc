@@ -192,6 +192,11 @@ struct alignas(64) SparseTable::Shard {
   mutable absl::Mutex mu;
   std::unique_ptr<Bucket[]> buckets ABSL_GUARDED_BY(mu);
   uint64_t capacity ABSL_GUARDED_BY(mu) = 0;      // buckets, a power of two
+  // The address of `buckets` and capacity - 1, published under mu whenever they change and read
+  // without it: a batch prefetches the buckets of all its ids before it locks any shard. They
+  // are only ever prefetch hints (a stale pair prefetches a useless line, which is harmless).
+  std::atomic<uintptr_t> bucket_hint{0};
+  std::atomic<uint64_t> mask_hint{0};
   uint64_t size ABSL_GUARDED_BY(mu) = 0;          // live rows
   std::vector<char*> chunks ABSL_GUARDED_BY(mu);  // owned by the table's ChunkArena
   uint32_t used_slots ABSL_GUARDED_BY(mu) = 0;    // slots [0, used_slots) were handed out
@@ -215,6 +220,7 @@ struct SparseTable::Partition {
   std::vector<uint32_t> count;  // per first occurrence: occurrences of its id in the batch
   std::vector<uint32_t> order;  // first occurrences grouped by shard, ascending within a shard
   std::vector<uint32_t> begin;  // shard s owns order[begin[s], begin[s + 1])
+  std::vector<uint32_t> slot;   // parallel to order: the row's slot, or kNoSlot (FindSlots)
   // Scratch of PartitionIds, kept so that a thread's next batch allocates nothing.
   std::vector<uint32_t> first, tail, firsts, cursor;
 };
@@ -327,6 +333,7 @@ SparseTable::SparseTable(const SparseTableOptions& options, Opt opt)
     shard.capacity = kInitialCapacity;
     shard.buckets.reset(new Bucket[kInitialCapacity]);
     std::memset(shard.buckets.get(), 0xFF, sizeof(Bucket) * kInitialCapacity);
+    PublishBuckets(shard);
   }
 }
 
@@ -400,25 +407,54 @@ void SparseTable::PartitionIds(absl::Span<const int64_t> ids, Partition* p) cons
   }
   for (int s = 0; s < num_shards; ++s) p->begin[s + 1] += p->begin[s];
   p->order.resize(firsts.size());
+  p->slot.resize(firsts.size());
   std::vector<uint32_t>& cursor = p->cursor;
   cursor.assign(p->begin.begin(), p->begin.end() - 1);
   for (uint32_t i : firsts) p->order[cursor[(p->hash[i] >> 32) & shard_mask_]++] = i;
 }
 
-void SparseTable::Prefetch(const Shard& shard, const Partition& part, uint32_t k,
-                           uint32_t end) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  constexpr uint32_t kBucketAhead = 8, kSlotAhead = 4;
-  const uint64_t mask = shard.capacity - 1;
-  if (k + kBucketAhead < end) {
-    __builtin_prefetch(&shard.buckets[part.hash[part.order[k + kBucketAhead]] & mask]);
-  }
-  if (k + kSlotAhead < end) {
-    const uint64_t h = part.hash[part.order[k + kSlotAhead]];
-    const Bucket b = shard.buckets[h & mask];
-    if (b.slot != kNoSlot && b.tag == static_cast<uint32_t>(h)) {
-      const char* slot = SlotPtr(shard, b.slot);
-      for (size_t line = 0; line < stride_; line += 64) __builtin_prefetch(slot + line);
+void SparseTable::PublishBuckets(Shard& shard) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  shard.bucket_hint.store(reinterpret_cast<uintptr_t>(shard.buckets.get()),
+                          std::memory_order_relaxed);
+  shard.mask_hint.store(shard.capacity - 1, std::memory_order_relaxed);
+}
+
+void SparseTable::PrefetchBuckets(const Partition& part) const {
+  for (int s = 0; s <= shard_mask_; ++s) {
+    const uint32_t b = part.begin[s], e = part.begin[s + 1];
+    if (b == e) continue;
+    const Shard& shard = shards_[s];
+    const uintptr_t base = shard.bucket_hint.load(std::memory_order_relaxed);
+    const uint64_t mask = shard.mask_hint.load(std::memory_order_relaxed);
+    for (uint32_t k = b; k < e; ++k) {
+      // Integer arithmetic: the array may have been replaced since (a prefetch never faults).
+      __builtin_prefetch(
+          reinterpret_cast<const void*>(base + (part.hash[part.order[k]] & mask) * sizeof(Bucket)));
     }
+  }
+}
+
+void SparseTable::FindSlots(const Shard& shard, absl::Span<const int64_t> ids, Partition* part,
+                            uint32_t b, uint32_t e) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // First the rows whose bucket tag matches (the buckets are cached by now), so that their
+  // misses overlap; then the exact search, which compares each row's id.
+  const uint64_t mask = shard.capacity - 1;
+  const Bucket* buckets = shard.buckets.get();
+  for (uint32_t k = b; k < e; ++k) {
+    const uint32_t tag = static_cast<uint32_t>(part->hash[part->order[k]]);
+    for (uint64_t i = tag & mask;; i = (i + 1) & mask) {
+      const Bucket bucket = buckets[i];
+      if (bucket.slot == kNoSlot) break;
+      if (bucket.tag == tag) {
+        const char* row = SlotPtr(shard, bucket.slot);
+        for (size_t line = 0; line < stride_; line += 64) __builtin_prefetch(row + line);
+        break;
+      }
+    }
+  }
+  for (uint32_t k = b; k < e; ++k) {
+    const uint32_t pos = part->order[k];
+    part->slot[k] = FindSlot(shard, ids[pos], part->hash[pos]);
   }
 }
 
@@ -465,6 +501,7 @@ uint32_t SparseTable::CreateRow(Shard& shard, int64_t id, uint64_t hash, uint32_
     }
     shard.buckets = std::move(next);
     shard.capacity = cap;
+    PublishBuckets(shard);
   }
   uint32_t slot;
   if (shard.free_head != kNoSlot) {
@@ -611,6 +648,7 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
   }
   thread_local Partition part;  // reused: a batch allocates nothing once warm
   PartitionIds(ids, &part);
+  PrefetchBuckets(part);
   const uint32_t seen = SeenStamp();
   const int64_t threshold = options_.admission_threshold;
   const size_t row_bytes = sizeof(float) * dim_;
@@ -619,13 +657,13 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
     Shard& shard = shards_[s];
     const uint32_t b = part.begin[s], e = part.begin[s + 1];
     const uint32_t epoch = epoch_.load(std::memory_order_relaxed);
+    FindSlots(shard, ids, &part, b, e);
     for (uint32_t k = b; k < e; ++k) {
-      Prefetch(shard, part, k, e);
       const uint32_t pos = part.order[k];
       const int64_t id = ids[pos];
       const uint64_t hash = part.hash[pos];
       float* dst = out + static_cast<size_t>(pos) * dim_;
-      uint32_t slot = FindSlot(shard, id, hash);
+      uint32_t slot = part.slot[k];
       if (slot == kNoSlot) {
         if (threshold > 1) {
           // Every occurrence counts; all occurrences of this batch get the initial value.
@@ -687,6 +725,7 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
   }
   thread_local Partition part;
   PartitionIds(ids, &part);
+  PrefetchBuckets(part);
   const uint32_t seen = SeenStamp();
   const bool admission = options_.admission_threshold > 1;
   // Per-thread scratch, kept between batches; a thread that once saw a huge batch gives the
@@ -730,11 +769,11 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
     Shard& shard = shards_[s];
     const uint32_t b = part.begin[s], e = part.begin[s + 1];
     const uint32_t epoch = epoch_.load(std::memory_order_relaxed);
+    FindSlots(shard, ids, &part, b, e);
     for (uint32_t k = b; k < e; ++k) {
-      Prefetch(shard, part, k, e);
       const uint32_t pos = part.order[k];
       const int64_t id = ids[pos];
-      uint32_t slot = FindSlot(shard, id, part.hash[pos]);
+      uint32_t slot = part.slot[k];
       if (slot == kNoSlot) {
         if (admission) {
           shard.dropped += part.count[pos];
@@ -1028,19 +1067,20 @@ absl::StatusOr<int64_t> SparseTable::ImportFrom(
       if (pass == 0) continue;
       Partition part;
       PartitionIds(ids, &part);
+      PrefetchBuckets(part);
       const uint32_t seen = SeenStamp();
       for (int s = 0; s <= shard_mask_; ++s) {
         const uint32_t b = part.begin[s], e = part.begin[s + 1];
         if (b == e) continue;
         Shard& shard = shards_[s];
         absl::MutexLock lock(&shard.mu);
+        FindSlots(shard, ids, &part, b, e);
         for (uint32_t k = b; k < e; ++k) {
-          Prefetch(shard, part, k, e);
           const uint32_t pos = part.order[k];
           const int64_t id = ids[pos];
           uint32_t last = pos;  // a repeated id (not written by Export): the last record wins
           while (part.next[last] != Partition::kEnd) last = part.next[last];
-          uint32_t slot = FindSlot(shard, id, part.hash[pos]);
+          uint32_t slot = part.slot[k];
           if (slot == kNoSlot) {
             shard.pending.erase(id);
             slot = CreateRow(shard, id, part.hash[pos], seen, kImportedEpoch,

@@ -36,8 +36,10 @@
 // with Adagrad a slot is 144 bytes and the map adds 11-21 bytes per row: 10^7 rows measured
 // 158 bytes of RSS per row, 1.16x the raw 136 bytes (tests/bench/RESULTS.md).
 // A batch is first deduplicated (repeated ids are looked up once and copied; their gradients
-// are summed), then processed shard by shard, with the buckets and rows of the next ids
-// prefetched.
+// are summed), then processed shard by shard. The buckets of all its ids are prefetched before
+// the first shard is locked, and within a shard every row is found and prefetched before any is
+// touched, so that a batch spread thinly over the shards (a few ids each) still overlaps its
+// cache misses.
 //
 // Lifecycle options (each off by default):
 //  - admission_threshold K: a row is created only at the K-th Lookup of its id (occurrences
@@ -245,8 +247,16 @@ class SparseTable {
   void InitValues(int64_t id, float* values) const;
   // Links repeated ids to their first occurrence and groups first occurrences by shard.
   void PartitionIds(absl::Span<const int64_t> ids, Partition* p) const;
-  // Prefetches the bucket and row of first occurrences a few places after order[k].
-  void Prefetch(const Shard& shard, const Partition& part, uint32_t k, uint32_t end) const;
+  // Publishes a shard's bucket array for PrefetchBuckets (with its lock held).
+  void PublishBuckets(Shard& shard) const;
+  // Prefetches the bucket of every first occurrence of a partition, before any shard is locked:
+  // a batch of a few ids per shard then pays one memory latency for all its buckets, not one
+  // per id.
+  void PrefetchBuckets(const Partition& part) const;
+  // With the shard's lock held: part->slot[k] = the slot of order[k] (kNoSlot if absent) for k
+  // in [b, e), prefetching each row found, before the caller touches any of them.
+  void FindSlots(const Shard& shard, absl::Span<const int64_t> ids, Partition* part, uint32_t b,
+                 uint32_t e) const;
   // Visits the shards that hold ids of a partition, each once, with its lock held:
   //   for (ShardWalk walk(this, part); walk.Next();) { ... shards_[walk.shard()] ... }
   // From a per-call first shard on; a shard whose lock another batch holds is visited after

@@ -1,7 +1,10 @@
 // SparseTable (pserver/sparse_table.h) in process:
 //  (a) lookups + updates per second at dim 16 (Adagrad), ids drawn from a Zipf(alpha 1.1)
 //      distribution, 4096 ids per batch, with 1 and 2 threads (each thread: Lookup(batch) then
-//      ApplyGradients(batch) on one shared table);
+//      ApplyGradients(batch) on one shared table); --tables, --batch, --dim, --optimizer and
+//      --vocab give other shapes, e.g. the CTR job's pserver step (52 tables of 10^4 ids, 256
+//      ids per table and step, Adam; a step looks up every table, then updates every table):
+//        --tables=52 --batch=256 --vocab=10000 --dim=8 --optimizer=adam
 //  (c) resident memory per row for 10^7 rows at dim 16 with Adagrad (RSS growth from
 //      /proc/self/statm divided by rows), as a ratio to the raw 136 bytes (8 id + 16 * 4 values
 //      + 16 * 4 moments).
@@ -10,6 +13,7 @@
 //   bazel build //tests/bench:sparse_table
 //   bazel-bin/tests/bench/sparse_table [--part=all|a|c] [--seconds=3] [--repeats=3]
 //       [--threads=1,2] [--vocab=100000000] [--rows=10000000] [--export_path=/tmp/t.tbl]
+//       [--tables=1] [--batch=4096] [--dim=16] [--optimizer=adagrad]
 #include "pserver/sparse_table.h"
 
 #include <time.h>
@@ -42,6 +46,12 @@ ABSL_FLAG(int64_t, vocab, 100000000, "(a) Zipf range: ids are ranks in [0, vocab
 ABSL_FLAG(int, batches, 512,
           "(a) Pre-drawn batches, cycled over by all threads (each from its own offset), so the "
           "table is the same for every thread count.");
+ABSL_FLAG(int, tables, 1,
+          "(a) Tables; a step looks up one batch in every table, then updates every table (each "
+          "table draws its own batches).");
+ABSL_FLAG(int, batch, 4096, "(a) Ids per batch (per table and step).");
+ABSL_FLAG(int64_t, dim, 16, "(a) Floats per row.");
+ABSL_FLAG(std::string, optimizer, "adagrad", "(a) The tables' optimizer: sgd, adagrad or adam.");
 ABSL_FLAG(int64_t, rows, 10000000, "(c) Rows to create.");
 ABSL_FLAG(std::string, export_path, "",
           "(c) If set, also time Export (values only) and Import of the (c) table to this file.");
@@ -80,10 +90,10 @@ int64_t ResidentBytes() {
   return resident * sysconf(_SC_PAGESIZE);
 }
 
-std::unique_ptr<SparseTable> NewTable() {
+std::unique_ptr<SparseTable> NewTable(int64_t dim = kDim, const std::string& optimizer = "adagrad") {
   SparseTableOptions o;
-  o.dim = kDim;
-  o.optimizer = "adagrad";
+  o.dim = dim;
+  o.optimizer = optimizer;
   o.initializer.min = -0.01;
   o.initializer.max = 0.01;
   o.num_shards = absl::GetFlag(FLAGS_shards);
@@ -115,33 +125,49 @@ void PartA() {
   }
   const int num_batches = absl::GetFlag(FLAGS_batches);
   const int64_t vocab = absl::GetFlag(FLAGS_vocab);
-  // Pre-drawn batches (drawing is not timed).
-  std::vector<std::vector<int64_t>> batches(num_batches);
+  const int num_tables = absl::GetFlag(FLAGS_tables);
+  const int batch = absl::GetFlag(FLAGS_batch);
+  const int64_t dim = absl::GetFlag(FLAGS_dim);
+  const std::string optimizer = absl::GetFlag(FLAGS_optimizer);
+  if (num_tables < 1 || batch < 1 || dim < 1 || num_batches < 1) {
+    std::fprintf(stderr, "--tables, --batch, --dim and --batches must be >= 1\n");
+    std::exit(2);
+  }
+  // Pre-drawn batches (drawing is not timed): batches[b][t] is table t's ids at step b.
+  std::vector<std::vector<std::vector<int64_t>>> batches(
+      num_batches, std::vector<std::vector<int64_t>>(num_tables));
   absl::StatusOr<data::ZipfSampler> zipf = data::ZipfSampler::Create(vocab, 1.1, 0);
   Check(zipf.status());
   std::mt19937_64 rng(42);
   size_t distinct_total = 0;
-  for (auto& b : batches) {
-    b.resize(kBatch);
-    for (int64_t& id : b) id = Scramble(zipf->Sample(rng));
-    std::vector<int64_t> sorted = b;
-    std::sort(sorted.begin(), sorted.end());
-    distinct_total += std::unique(sorted.begin(), sorted.end()) - sorted.begin();
+  for (auto& step : batches) {
+    for (auto& b : step) {
+      b.resize(batch);
+      for (int64_t& id : b) id = Scramble(zipf->Sample(rng));
+      std::vector<int64_t> sorted = b;
+      std::sort(sorted.begin(), sorted.end());
+      distinct_total += std::unique(sorted.begin(), sorted.end()) - sorted.begin();
+    }
   }
-  std::vector<float> grads(kBatch * kDim);
+  std::vector<float> grads(static_cast<size_t>(batch) * dim);
   for (float& g : grads) g = std::uniform_real_distribution<float>(-1, 1)(rng);
+  const int64_t ids_per_step = static_cast<int64_t>(batch) * num_tables;
 
   std::printf(
-      "(a) dim %lld, adagrad, Zipf alpha 1.1 over %lld ids, %d ids per batch "
-      "(%.0f distinct per batch on average), %d pre-drawn batches\n",
-      static_cast<long long>(kDim), static_cast<long long>(vocab), kBatch,
-      static_cast<double>(distinct_total) / batches.size(), num_batches);
+      "(a) %d table(s), dim %lld, %s, Zipf alpha 1.1 over %lld ids, %d ids per batch "
+      "(%.0f distinct per batch on average), %d shards, %d pre-drawn steps\n",
+      num_tables, static_cast<long long>(dim), optimizer.c_str(), static_cast<long long>(vocab),
+      batch, static_cast<double>(distinct_total) / (num_batches * num_tables),
+      absl::GetFlag(FLAGS_shards), num_batches);
   for (int threads : thread_counts) {
-    std::unique_ptr<SparseTable> table = NewTable();
+    std::vector<std::unique_ptr<SparseTable>> tables;
+    for (int t = 0; t < num_tables; ++t) tables.push_back(NewTable(dim, optimizer));
     // Warm-up: one pass over the batches creates the rows they touch.
     {
-      std::vector<float> out(kBatch * kDim);
-      for (const auto& b : batches) Check(table->Lookup(b, out.data()));
+      std::vector<float> out(static_cast<size_t>(batch) * dim);
+      for (const auto& step : batches) {
+        for (int t = 0; t < num_tables; ++t) Check(tables[t]->Lookup(step[t], out.data()));
+      }
     }
     std::vector<double> rates;
     for (int rep = 0; rep < absl::GetFlag(FLAGS_repeats); ++rep) {
@@ -150,25 +176,26 @@ void PartA() {
       std::vector<double> lookup_s(threads, 0), update_s(threads, 0), cpu_s(threads, 0);
       std::vector<std::thread> workers;
       const Clock::time_point start = Clock::now();
-      for (int t = 0; t < threads; ++t) {
-        workers.emplace_back([&, t] {
-          std::vector<float> out(kBatch * kDim);
+      for (int w = 0; w < threads; ++w) {
+        workers.emplace_back([&, w] {
+          std::vector<float> out(static_cast<size_t>(batch) * dim);
           int64_t step = 1;
           const double cpu0 = ThreadCpuSeconds();
           while (!stop.load(std::memory_order_relaxed)) {
-            const std::vector<int64_t>& ids =
-                batches[(t * num_batches / threads + step) % num_batches];
+            const auto& ids = batches[(w * num_batches / threads + step) % num_batches];
             const Clock::time_point t0 = Clock::now();
-            Check(table->Lookup(ids, out.data()));
+            for (int t = 0; t < num_tables; ++t) Check(tables[t]->Lookup(ids[t], out.data()));
             const Clock::time_point t1 = Clock::now();
-            Check(table->ApplyGradients(ids, grads.data(), 0.01f, step));
+            for (int t = 0; t < num_tables; ++t) {
+              Check(tables[t]->ApplyGradients(ids[t], grads.data(), 0.01f, step));
+            }
             const Clock::time_point t2 = Clock::now();
-            lookup_s[t] += Seconds(t0, t1);
-            update_s[t] += Seconds(t1, t2);
-            ++done[t];
+            lookup_s[w] += Seconds(t0, t1);
+            update_s[w] += Seconds(t1, t2);
+            ++done[w];
             ++step;
           }
-          cpu_s[t] = ThreadCpuSeconds() - cpu0;
+          cpu_s[w] = ThreadCpuSeconds() - cpu0;
         });
       }
       std::this_thread::sleep_for(std::chrono::duration<double>(absl::GetFlag(FLAGS_seconds)));
@@ -177,26 +204,33 @@ void PartA() {
       const double elapsed = Seconds(start, Clock::now());
       int64_t total = 0;
       double ls = 0, us = 0, cs = 0;
-      for (int t = 0; t < threads; ++t) {
-        total += done[t];
-        ls += lookup_s[t];
-        us += update_s[t];
-        cs += cpu_s[t];
+      for (int w = 0; w < threads; ++w) {
+        total += done[w];
+        ls += lookup_s[w];
+        us += update_s[w];
+        cs += cpu_s[w];
       }
-      const double rate = total * kBatch / elapsed;
+      const double rate = static_cast<double>(total) * ids_per_step / elapsed;
       rates.push_back(rate);
       std::printf(
           "  threads %d repeat %d: %.2f M ids/s (each id looked up and updated once), "
-          "%.2f M ids per CPU-second; per batch: Lookup %.0f us, ApplyGradients %.0f us "
-          "(wall)\n",
-          threads, rep, rate / 1e6, total * kBatch / cs / 1e6, 1e6 * ls / total, 1e6 * us / total);
+          "%.2f M ids per CPU-second; per step (all tables): Lookup %.0f us, ApplyGradients "
+          "%.0f us (wall)\n",
+          threads, rep, rate / 1e6, static_cast<double>(total) * ids_per_step / cs / 1e6,
+          1e6 * ls / total, 1e6 * us / total);
     }
     std::sort(rates.begin(), rates.end());
+    int64_t rows = 0;
+    double bytes = 0;
+    for (const auto& table : tables) {
+      rows += table->Size();
+      bytes += static_cast<double>(table->MemoryBytes());
+    }
     std::printf(
         "(a) threads %d: median %.2f M ids/s (min %.2f, max %.2f), table rows %lld, "
         "%.1f MB\n",
         threads, rates[rates.size() / 2] / 1e6, rates.front() / 1e6, rates.back() / 1e6,
-        static_cast<long long>(table->Size()), table->MemoryBytes() / 1e6);
+        static_cast<long long>(rows), bytes / 1e6);
     std::fflush(stdout);
   }
 }
