@@ -58,7 +58,17 @@ absl::StatusOr<PreparedBlock> Executor::Prepare(const ProgramDesc& program, int 
 absl::Status Executor::Run(const PreparedBlock& prepared, Scope* scope) const {
   const BlockDesc& block = prepared.program->blocks(prepared.block_id);
   CreateBlockVariables(block, scope);
-  for (int i = 0; i < block.ops_size(); ++i) {
+  return RunOps(prepared, 0, block.ops_size(), scope);
+}
+
+absl::Status Executor::RunOps(const PreparedBlock& prepared, int begin, int end,
+                              Scope* scope) const {
+  const BlockDesc& block = prepared.program->blocks(prepared.block_id);
+  if (begin < 0 || end > block.ops_size() || begin > end) {
+    return absl::InvalidArgumentError(absl::StrCat("ops [", begin, ", ", end, ") of a block of ",
+                                                   block.ops_size(), " ops"));
+  }
+  for (int i = begin; i < end; ++i) {
     absl::Status s = RunKernel(*prepared.infos[i], block.ops(i), i, scope);
     if (!s.ok()) return s;
   }

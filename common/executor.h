@@ -38,6 +38,10 @@ class Executor {
   // Creates the block's variables in `scope` (if absent) and runs its ops. Stops at the first
   // failing op and returns its error.
   absl::Status Run(const PreparedBlock& block, Scope* scope) const;
+  // Runs ops [begin, end) of a prepared block, without creating the block's variables first
+  // (the ops create their outputs). Used to run a block in parts, e.g. a trainer's leading
+  // prefetch ops for the next batch in another scope (trainer/local_trainer.h).
+  absl::Status RunOps(const PreparedBlock& block, int begin, int end, Scope* scope) const;
   // Prepare + Run.
   absl::Status Run(const ProgramDesc& program, int block_id, Scope* scope) const;
   // Runs a single op (used by ops with sub-blocks and by tests).

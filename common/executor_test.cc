@@ -34,6 +34,32 @@ TEST_F(ExecutorTest, RunsOpsInOrder) {
   EXPECT_EQ(scope.FindVar("b")->Get<Tensor>().data<float>()[2], 6.0f);
 }
 
+TEST_F(ExecutorTest, RunOpsRunsARangeInTwoScopesAndRefusesBadRanges) {
+  ProgramDesc p = OneBlock();
+  OpDesc fill = MakeOp("fill_constant", {}, {{"Out", {"a"}}});
+  SetAttr(&fill, "shape", std::vector<int64_t>{2});
+  SetAttr(&fill, "value", 2.0f);
+  OpDesc scale = MakeOp("scale", {{"X", {"a"}}}, {{"Out", {"b"}}});
+  SetAttr(&scale, "scale", 3.0f);
+  *p.mutable_blocks(0)->add_ops() = fill;
+  *p.mutable_blocks(0)->add_ops() = scale;
+  auto prepared = exec_.Prepare(p, 0);
+  ASSERT_TRUE(prepared.ok());
+  Scope first, second;
+  ASSERT_TRUE(exec_.RunOps(*prepared, 0, 1, &first).ok());
+  EXPECT_EQ(first.FindVar("b"), nullptr);  // op 1 did not run
+  // Op 1 alone in another scope: its input is not there.
+  absl::Status s = exec_.RunOps(*prepared, 1, 2, &second);
+  EXPECT_NE(s.message().find("op #1 scale"), std::string::npos) << s;
+  ASSERT_TRUE(exec_.RunOps(*prepared, 1, 2, &first).ok());
+  EXPECT_EQ(first.FindVar("b")->Get<Tensor>().data<float>()[1], 6.0f);
+  for (auto [begin, end] : {std::pair{-1, 1}, std::pair{0, 3}, std::pair{2, 1}}) {
+    s = exec_.RunOps(*prepared, begin, end, &first);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << begin << " " << end;
+    EXPECT_NE(s.message().find("block of 2 ops"), std::string::npos) << s;
+  }
+}
+
 TEST_F(ExecutorTest, UnknownOpIsNamed) {
   ProgramDesc p = OneBlock();
   *p.mutable_blocks(0)->add_ops() = MakeOp("frobnicate", {}, {});

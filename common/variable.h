@@ -36,6 +36,8 @@ class Variable {
     return std::get_if<T>(&value_);
   }
   void Clear() { value_ = std::monostate(); }
+  // Exchanges the values (tensors keep their buffers: no copy).
+  void Swap(Variable& other) { value_.swap(other.value_); }
 
  private:
   std::variant<std::monostate, Tensor, SelectedRows> value_;

@@ -86,7 +86,8 @@ void StartTracedJobPastStep20(ProcessGroup* group, const std::string& dir,
   }
 }
 
-TEST(TraceClusterTest, TrainerWritesNestedStepTimeline) {
+// A traced 1-trainer CTR job; `prefetch_ahead` as the trainer's flag.
+void ExpectNestedStepTimeline(bool prefetch_ahead) {
   std::string dir = MakeTempDir("trace");
   auto eps = FreeEndpoints(2);
   ASSERT_TRUE(eps.ok());
@@ -108,7 +109,8 @@ TEST(TraceClusterTest, TrainerWritesNestedStepTimeline) {
   }
   std::string trace = dir + "/trace.json";
   std::vector<std::string> tr = {RunfilePath("trainer/tessera_trainer"), "--trainer_id=0",
-                                 "--trace=" + trace, "--trace_first_step=3", "--trace_steps=5"};
+                                 "--trace=" + trace, "--trace_first_step=3", "--trace_steps=5",
+                                 absl::StrCat("--prefetch_ahead=", prefetch_ahead)};
   tr.insert(tr.end(), common.begin(), common.end());
   auto trainer = group.Start(tr, dir + "/trainer.log");
   ASSERT_TRUE(trainer.ok());
@@ -161,6 +163,31 @@ TEST(TraceClusterTest, TrainerWritesNestedStepTimeline) {
   for (int64_t step = 4; step <= 7; ++step) {
     EXPECT_GE(steps[step].ts, steps[step - 1].ts + steps[step - 1].dur);
   }
+  // Where the lookups run: with prefetch_ahead, a step's prefetch span is the next batch's,
+  // started once the step's send returned (beside its recv); without, the step's own, before
+  // its compute.
+  std::map<int64_t, std::map<std::string, Span>> first;
+  for (const Span& s : spans) {
+    auto& f = first[s.step];
+    if (f.count(s.name) == 0 || s.ts < f[s.name].ts) f[s.name] = s;
+  }
+  for (int64_t step = 3; step <= 7; ++step) {
+    const Span& prefetch = first[step]["prefetch"];
+    if (prefetch_ahead) {
+      const Span& send = first[step]["send"];
+      EXPECT_GE(prefetch.ts, send.ts + send.dur) << "step " << step;
+    } else {
+      EXPECT_LE(prefetch.ts + prefetch.dur, first[step]["compute"].ts) << "step " << step;
+    }
+  }
+}
+
+TEST(TraceClusterTest, TrainerWritesNestedStepTimeline) {
+  ExpectNestedStepTimeline(/*prefetch_ahead=*/true);
+}
+
+TEST(TraceClusterTest, TrainerWritesNestedStepTimelineWithoutPrefetchAhead) {
+  ExpectNestedStepTimeline(/*prefetch_ahead=*/false);
 }
 
 TEST(TraceClusterTest, FailedRunKeepsTheStepsItRecorded) {

@@ -5,10 +5,12 @@
 #include <iostream>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "common/data/auc.h"
 #include "common/data/sampler.h"
 #include "common/op_desc.h"
@@ -30,6 +32,42 @@ constexpr int64_t kNonForwardRoles =
 // Reads element i of a float32/float64 tensor as double.
 double ValueAt(const Tensor& t, int64_t i) {
   return t.dtype() == FLOAT64 ? t.data<double>()[i] : static_cast<double>(t.data<float>()[i]);
+}
+
+// The prefetch_ahead split of a block: ops [0, head) are prefetch ops reading only variables
+// that no op of the block writes (fed ids), ops [tail, n) recv / fetch_barrier ops, and nothing
+// the tail writes is read or written by the head. {0, 0} when the block has no such shape.
+std::pair<int, int> AheadSplit(const BlockDesc& block) {
+  const int n = block.ops_size();
+  int head = 0;
+  while (head < n && block.ops(head).type() == "prefetch") ++head;
+  int tail = n;
+  while (tail > head && (block.ops(tail - 1).type() == "recv" ||
+                         block.ops(tail - 1).type() == "fetch_barrier")) {
+    --tail;
+  }
+  if (head == 0 || tail == n) return {0, 0};
+  std::set<std::string> written, head_args, tail_writes;
+  for (int i = 0; i < n; ++i) {
+    for (const auto& out : AllOutputArgs(block.ops(i))) {
+      if (i >= head) written.insert(out);
+      if (i >= tail) tail_writes.insert(out);
+    }
+  }
+  for (int i = 0; i < head; ++i) {
+    for (const auto& in : AllInputArgs(block.ops(i))) {
+      if (written.count(in) > 0) return {0, 0};  // computed, not fed
+      head_args.insert(in);
+    }
+    for (const auto& out : AllOutputArgs(block.ops(i))) {
+      if (written.count(out) > 0) return {0, 0};  // another op writes it too
+      head_args.insert(out);
+    }
+  }
+  for (const auto& w : tail_writes) {
+    if (head_args.count(w) > 0) return {0, 0};
+  }
+  return {head, tail};
 }
 
 }  // namespace
@@ -127,6 +165,10 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
   if (!s.ok()) {
     return absl::Status(s.code(), absl::StrCat("startup program: ", s.message()));
   }
+  if (t->options_.prefetch_ahead && t->options_.cpu_places == 1 && !t->options_.after_run) {
+    std::tie(t->head_end_, t->tail_begin_) = AheadSplit(block);
+    if (t->head_end_ > 0) t->ahead_ = std::make_unique<ThreadPool>(1);
+  }
   if (t->options_.cpu_places > 1) {
     PlaceRunnerOptions po;
     po.num_places = t->options_.cpu_places;
@@ -198,6 +240,7 @@ LocalTrainer::EpochRun LocalTrainer::BeginEpoch() {
   epochs_target_ = std::max(epochs_target_, epoch_ + 1);
   EpochRun run;
   run.stats.epoch = epoch_;
+  staged_ = false;  // a staged batch belongs to the step after it in the same epoch
   if (!model_.prediction.empty() && model_.feeds.label_dtype == FLOAT32 &&
       options_.log_every_steps > 0) {
     auto auc = data::StreamingAuc::Create(1023);
@@ -207,11 +250,50 @@ LocalTrainer::EpochRun LocalTrainer::BeginEpoch() {
   return run;
 }
 
+absl::Status LocalTrainer::RunAhead(int64_t next_size, const FeedFn& next_feed,
+                                    const std::function<bool()>& ends) {
+  const BlockDesc& block = model_.main.blocks(0);
+  CreateBlockVariables(block, &scope_);
+  const bool looked_up = staged_;
+  staged_ = false;
+  TS_RETURN_IF_ERROR(
+      executor_.RunOps(main_block_, looked_up ? head_end_ : 0, tail_begin_, &scope_));
+  // The send has returned (sync: every pserver applied this step): the next batch's lookups
+  // see what they would see at the next step's start. Not when the epoch ends here.
+  const bool ahead = next_feed != nullptr && next_size > 0 && !(ends && ends());
+  absl::Status looked;
+  absl::Notification done;
+  if (ahead) {
+    TS_RETURN_IF_ERROR(next_feed(0, next_size, &staging_));
+    ahead_->Schedule([&] {
+      looked = executor_.RunOps(main_block_, 0, head_end_, &staging_);
+      done.Notify();
+    });
+  }
+  absl::Status received = executor_.RunOps(main_block_, tail_begin_, block.ops_size(), &scope_);
+  if (ahead) done.WaitForNotification();
+  TS_RETURN_IF_ERROR(received);
+  TS_RETURN_IF_ERROR(looked);
+  staged_ = ahead;
+  return absl::OkStatus();
+}
+
 absl::Status LocalTrainer::RunStep(int64_t size, FeedFn feed, const std::function<bool()>& ends,
-                                   EpochRun* run) {
+                                   EpochRun* run, int64_t next_size, FeedFn next_feed) {
   if (places_ != nullptr) {  // the local batch split across cpu_places
     if (options_.before_step) options_.before_step(global_step_);
     TS_RETURN_IF_ERROR(places_->Step(size, feed));
+  } else if (head_end_ > 0) {
+    if (staged_) {
+      // Fed and looked up during the previous step: swap it in (tensors keep their buffers).
+      for (const std::string& name : staging_.LocalVarNames()) {
+        staging_.Var(name)->Swap(*scope_.Var(name));
+      }
+    } else {
+      TS_RETURN_IF_ERROR(feed(0, size, &scope_));
+    }
+    if (options_.before_step) options_.before_step(global_step_);
+    TS_RETURN_IF_ERROR(RunAhead(next_size, next_feed, ends));
   } else {
     TS_RETURN_IF_ERROR(feed(0, size, &scope_));
     if (options_.before_step) options_.before_step(global_step_);
@@ -314,22 +396,29 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const data::Dataset& train) 
       (static_cast<int64_t>(order.size()) + options_.batch_size - 1) / options_.batch_size;
   const int64_t skip = skip_steps_;
   skip_steps_ = 0;
-  for (int64_t begin = 0; begin < static_cast<int64_t>(order.size());
-       begin += options_.batch_size) {
+  // This trainer's share of the global batch at `begin`; empty when there is no such step.
+  auto local_at = [&](int64_t begin) -> absl::Span<const int64_t> {
+    if (begin >= static_cast<int64_t>(order.size())) return {};
     const int64_t global = std::min<int64_t>(options_.batch_size, order.size() - begin);
-    if (global < options_.num_replicas) break;
+    if (global < options_.num_replicas) return {};
+    const data::ShardRange shard = sharder.ShardOf(global, options_.rank);
+    return all.subspan(begin + shard.begin, shard.size());
+  };
+  auto feed_of = [&](absl::Span<const int64_t> local) -> FeedFn {
+    return [this, examples, local](int64_t b, int64_t count, Scope* scope) {
+      return feeder_.Feed(examples, local.subspan(b, count), scope);
+    };
+  };
+  for (int64_t begin = 0;; begin += options_.batch_size) {
+    const absl::Span<const int64_t> local = local_at(begin);
+    if (local.empty()) break;
     if (run.step_in_epoch < skip) {  // resumed: run before the checkpoint
       ++run.step_in_epoch;
       continue;
     }
-    const data::ShardRange shard = sharder.ShardOf(global, options_.rank);
-    const absl::Span<const int64_t> local = all.subspan(begin + shard.begin, shard.size());
-    TS_RETURN_IF_ERROR(RunStep(
-        shard.size(),
-        [&](int64_t b, int64_t count, Scope* scope) {
-          return feeder_.Feed(examples, local.subspan(b, count), scope);
-        },
-        nullptr, &run));
+    const absl::Span<const int64_t> next = local_at(begin + options_.batch_size);
+    TS_RETURN_IF_ERROR(RunStep(static_cast<int64_t>(local.size()), feed_of(local), nullptr, &run,
+                               static_cast<int64_t>(next.size()), feed_of(next)));
   }
   return EndEpoch(&run);
 }
@@ -379,12 +468,16 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const StreamFactory& streams
       return ends;
     };
     const absl::Span<const data::Example> examples(batch.data(), static_cast<size_t>(size));
+    const absl::Span<const data::Example> following(next.data(), static_cast<size_t>(next_size));
     TS_RETURN_IF_ERROR(RunStep(
         size,
         [&](int64_t b, int64_t count, Scope* scope) {
           return feeder_.Feed(examples.subspan(b, count), scope);
         },
-        epoch_ends, &run));
+        epoch_ends, &run, next_size,
+        [&](int64_t b, int64_t count, Scope* scope) {
+          return feeder_.Feed(following.subspan(b, count), scope);
+        }));
     if (epoch_ends()) {
       if (!last) {
         log() << "trainer " << options_.rank << ": epoch " << epoch_

@@ -31,6 +31,7 @@
 #include "common/executor.h"
 #include "common/op_registry.h"
 #include "common/scope.h"
+#include "common/thread_pool.h"
 #include "proto/program.pb.h"
 #include "trainer/feeder.h"
 #include "common/model_spec.h"
@@ -79,6 +80,15 @@ struct LocalTrainerOptions {
   // none, which ends the epoch for every trainer. Empty: a trainer's epoch ends with its data.
   std::function<void(bool last)> before_stream_step;
   std::function<bool()> stream_epoch_ends;
+  // Double buffering (PS mode). While a step's trailing recv / fetch_barrier ops run, the next
+  // batch is fed into a second scope and the block's leading prefetch ops (the distributed
+  // table lookups) run for it on another thread; the next step swaps that batch in and starts
+  // at its compute. The lookups start only after the step's send (and its barrier) returned,
+  // i.e. after every pserver applied the step, which is when they would start at the next
+  // step anyway: a sync job trains exactly as without it. Inert unless the main block starts
+  // with prefetch ops that read only fed variables and ends with recv ops, cpu_places is 1 and
+  // after_run is empty. A traced step shows the next step's prefetch beside its recv.
+  bool prefetch_ahead = false;
 };
 
 struct EpochStats {
@@ -138,6 +148,8 @@ class LocalTrainer {
 
   // The variables (parameters, optimizer state, last step's activations).
   Scope* scope() { return &scope_; }
+  // Whether steps run with prefetch_ahead (the option is set and the program has its shape).
+  bool prefetching_ahead() const { return head_end_ > 0; }
   const ModelSpec& model() const { return model_; }
   const ProgramDesc& eval_program() const { return eval_program_; }
   int64_t global_step() const { return global_step_; }
@@ -156,8 +168,15 @@ class LocalTrainer {
   EpochRun BeginEpoch();
   // One step on a local batch of `size` examples, fed by `feed`, and its bookkeeping; `ends`
   // (may be empty) tells after the run whether the step ends the epoch.
+  // `next_feed` (may be empty) feeds the local batch of the step after it, of `next_size`
+  // examples, for prefetch_ahead.
   absl::Status RunStep(int64_t size, FeedFn feed, const std::function<bool()>& ends,
-                       EpochRun* run);
+                       EpochRun* run, int64_t next_size = 0, FeedFn next_feed = nullptr);
+  // The main block with prefetch_ahead: its lookups unless this batch was staged, the compute
+  // and send, then the receives while the next batch (if any, and if the epoch goes on) is fed
+  // into staging_ and looked up.
+  absl::Status RunAhead(int64_t next_size, const FeedFn& next_feed,
+                        const std::function<bool()>& ends);
   EpochStats EndEpoch(EpochRun* run);
   // Value of the loss variable after a run; error if it is missing or not finite.
   absl::StatusOr<double> ReadLoss() const;
@@ -176,6 +195,13 @@ class LocalTrainer {
   int64_t global_step_ = 0;
   int64_t skip_steps_ = 0;               // steps of the next epoch already run (ResumeAt)
   std::unique_ptr<PlaceRunner> places_;  // cpu_places > 1 only
+  // prefetch_ahead: ops [0, head_end_) are the lookups and [tail_begin_, n) the receives;
+  // head_end_ == 0 when off. staging_ holds the next batch (fed, looked up) when staged_.
+  int head_end_ = 0;
+  int tail_begin_ = 0;
+  Scope staging_;
+  bool staged_ = false;
+  std::unique_ptr<ThreadPool> ahead_;  // one thread: the next batch's lookups
 };
 
 }  // namespace tessera

@@ -209,6 +209,9 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   lo.num_replicas = config.trainers;
   lo.rank = config.trainer_id;
   lo.cpu_places = config.cpu_places;  // the local batch split across threads (trainer/places.h)
+  // Double buffering: the next batch's table lookups during this step's recv (PS mode only;
+  // inert for programs without distributed tables).
+  lo.prefetch_ahead = config.prefetch_ahead && !collective_mode;
   lo.log_every_steps = config.trainer_id == 0 ? config.log_every_steps : 0;
   lo.log = &log;
   lo.before_step = [&rpc](int64_t step) { rpc.step = step; };

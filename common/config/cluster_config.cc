@@ -349,6 +349,11 @@ const std::vector<Setting>& Table() {
         {"TESSERA_METRICS_PORT"},
         "serve Prometheus /metrics on this port (0 = off)"},
        Int(&ClusterConfig::metrics_port, "metrics_port", 0, 65535)},
+      {{"prefetch_ahead",
+        {"TESSERA_PREFETCH_AHEAD"},
+        "trainer, pserver mode: feed the next batch and look up its table rows while this "
+        "step's recv runs (double buffering; a sync job trains exactly as without it)"},
+       Bool(&ClusterConfig::prefetch_ahead, "prefetch_ahead")},
       // Trainer: CPU places (threads) per trainer; deploy/launch --devices=cpu:K sets the env.
       {{"cpu_places",
         {"TESSERA_CPU_PLACES"},
