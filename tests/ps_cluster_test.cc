@@ -165,6 +165,46 @@ TEST(PsClusterTest, SyncCtrWithLocalTablesOnTwoCpuPlacesEqualsSingleMachine) {
       {"--split_method=hash_name", "--nodistributed_tables", "--cpu_places=2"}, 1e-4);
 }
 
+// And with the tables on the pservers: the places' ids are looked up together, one request per
+// pserver and step (not one per place), and each place gets its rows: the job ends with the
+// parameters of the same job on one place. A sync step thus still makes at most 3 requests per
+// pserver (PrefetchBatch, SendBatch, GetBatch). 2 trainers x 2 epochs x 12 steps; besides the
+// steps a trainer makes a few requests (register, initial pull, complete, a heartbeat every
+// 2 s), far fewer than the 48 that a second prefetch per step would add.
+TEST(PsClusterTest, SyncCtrWithDistributedTablesOnTwoCpuPlacesEqualsOnePlace) {
+  const examples::ExampleOptions eo = Example("ctr", 576, 5);
+  std::vector<std::map<std::string, Tensor>> params[2];
+  std::string dir[2];
+  for (int places : {1, 2}) {
+    dir[places - 1] = MakeTempDir(absl::StrCat("sync_ctr_dist_places", places));
+    Job job;
+    job.example = eo.name;
+    job.flags = ExampleFlags(eo, 48, 2);
+    for (const std::string& f : {std::string("--split_method=hash_name"),
+                                 std::string("--distributed_tables"),
+                                 absl::StrCat("--cpu_places=", places)}) {
+      job.flags.push_back(f);
+    }
+    params[places - 1] = RunJob(job, dir[places - 1]);
+    ASSERT_EQ(params[places - 1].size(), 2u);
+  }
+  // The trainers hold the dense parameters (the tables live on the pservers); they depend on
+  // every looked-up row, so wrong rows for a place would show in them.
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(params[1][k].size(), 7u);
+    ExpectParamsClose(params[1][k], params[0][k], 1e-5);
+  }
+  const int64_t trainer_steps = 2 * 2 * (576 / 48);
+  for (int p = 0; p < 2; ++p) {
+    const std::string log = ReadFileOrEmpty(absl::StrCat(dir[1], "/pserver.", p, ".log"));
+    const size_t at = log.find(" requests=");
+    ASSERT_NE(at, std::string::npos) << log;
+    const int64_t requests = std::stoll(log.substr(at + 10));
+    EXPECT_LE(requests, 3 * trainer_steps + 24) << log;
+    EXPECT_GE(requests, 3 * trainer_steps) << log;
+  }
+}
+
 TEST(PsClusterTest, SyncThreeByThreeCtrWithSparseTablesEqualsSingleMachine) {
   Job job;
   job.pservers = 3;

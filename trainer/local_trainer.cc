@@ -34,38 +34,27 @@ double ValueAt(const Tensor& t, int64_t i) {
   return t.dtype() == FLOAT64 ? t.data<double>()[i] : static_cast<double>(t.data<float>()[i]);
 }
 
-// The prefetch_ahead split of a block: ops [0, head) are prefetch ops reading only variables
-// that no op of the block writes (fed ids), ops [tail, n) recv / fetch_barrier ops, and nothing
-// the tail writes is read or written by the head. {0, 0} when the block has no such shape.
+// The prefetch_ahead split of a block: ops [0, head) are its leading lookups
+// (LeadingLookupOps), ops [tail, n) recv / fetch_barrier ops writing nothing the lookups read or
+// write. {0, 0} when the block has no such shape.
 std::pair<int, int> AheadSplit(const BlockDesc& block) {
   const int n = block.ops_size();
-  int head = 0;
-  while (head < n && block.ops(head).type() == "prefetch") ++head;
+  const int head = LeadingLookupOps(block);
   int tail = n;
   while (tail > head && (block.ops(tail - 1).type() == "recv" ||
                          block.ops(tail - 1).type() == "fetch_barrier")) {
     --tail;
   }
   if (head == 0 || tail == n) return {0, 0};
-  std::set<std::string> written, head_args, tail_writes;
-  for (int i = 0; i < n; ++i) {
-    for (const auto& out : AllOutputArgs(block.ops(i))) {
-      if (i >= head) written.insert(out);
-      if (i >= tail) tail_writes.insert(out);
-    }
-  }
+  std::set<std::string> head_args;
   for (int i = 0; i < head; ++i) {
-    for (const auto& in : AllInputArgs(block.ops(i))) {
-      if (written.count(in) > 0) return {0, 0};  // computed, not fed
-      head_args.insert(in);
-    }
-    for (const auto& out : AllOutputArgs(block.ops(i))) {
-      if (written.count(out) > 0) return {0, 0};  // another op writes it too
-      head_args.insert(out);
-    }
+    for (const auto& in : AllInputArgs(block.ops(i))) head_args.insert(in);
+    for (const auto& out : AllOutputArgs(block.ops(i))) head_args.insert(out);
   }
-  for (const auto& w : tail_writes) {
-    if (head_args.count(w) > 0) return {0, 0};
+  for (int i = tail; i < n; ++i) {
+    for (const auto& out : AllOutputArgs(block.ops(i))) {
+      if (head_args.count(out) > 0) return {0, 0};
+    }
   }
   return {head, tail};
 }

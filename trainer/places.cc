@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -293,6 +294,21 @@ absl::StatusOr<std::unique_ptr<PlaceRunner>> PlaceRunner::Create(const Executor*
   TS_ASSIGN_OR_RETURN(r->programs_, SplitForPlaces(main));
   TS_ASSIGN_OR_RETURN(r->place_block_, executor->Prepare(r->programs_.place, 0));
   TS_ASSIGN_OR_RETURN(r->rest_block_, executor->Prepare(r->programs_.rest, 0));
+  const BlockDesc& place = r->programs_.place.blocks(0);
+  r->lookup_ops_ = r->options_.num_places > 1 ? LeadingLookupOps(place) : 0;
+  if (r->lookup_ops_ > 0) {
+    r->lookup_scope_ = scope->NewScope();
+    for (int i = 0; i < r->lookup_ops_; ++i) {
+      const std::vector<std::string> ids = OpInputs(place.ops(i), "Ids");
+      const std::vector<std::string> rows = OpOutputs(place.ops(i), "Out");
+      for (size_t e = 0; e < ids.size() && e < rows.size(); ++e) {
+        r->lookup_args_.push_back({ids[e], rows[e]});
+        // Local here, so that the concatenated ids and all rows never touch the trainer's.
+        r->lookup_scope_->Var(ids[e]);
+        r->lookup_scope_->Var(rows[e]);
+      }
+    }
+  }
   for (int p = 0; p < r->options_.num_places; ++p) {
     Scope* s = scope->NewScope();
     // The place's own activations and gradients (lookups would otherwise find the trainer's).
@@ -304,6 +320,63 @@ absl::StatusOr<std::unique_ptr<PlaceRunner>> PlaceRunner::Create(const Executor*
 
 PlaceRunner::~PlaceRunner() {
   for (Scope* s : place_scopes_) scope_->DeleteScope(s);
+  if (lookup_scope_ != nullptr) scope_->DeleteScope(lookup_scope_);
+}
+
+int LeadingLookupOps(const BlockDesc& block) {
+  const int n = block.ops_size();
+  int head = 0;
+  while (head < n && block.ops(head).type() == "prefetch") ++head;
+  std::set<std::string> written;  // by the ops after the lookups
+  for (int i = head; i < n; ++i) {
+    for (const auto& out : AllOutputArgs(block.ops(i))) written.insert(out);
+  }
+  std::set<std::string> outputs;
+  for (int i = 0; i < head; ++i) {
+    for (const auto& in : AllInputArgs(block.ops(i))) {
+      if (written.count(in) > 0 || outputs.count(in) > 0) return 0;  // computed, not fed
+    }
+    for (const auto& out : AllOutputArgs(block.ops(i))) {
+      if (written.count(out) > 0 || !outputs.insert(out).second) return 0;
+    }
+  }
+  return head;
+}
+
+absl::Status PlaceRunner::LookUpForPlaces(const std::vector<int>& active) {
+  // Each distinct ids variable: the places' rows in order, into lookup_scope_.
+  std::set<std::string> concatenated;
+  for (const auto& [ids, rows] : lookup_args_) {
+    if (!concatenated.insert(ids).second) continue;
+    std::vector<const Variable*> values;
+    for (int p : active) values.push_back(place_scopes_[static_cast<size_t>(p)]->FindVar(ids));
+    TS_RETURN_IF_ERROR(
+        options_.reducer->ConcatRows(ids, values, lookup_scope_->Var(ids)));
+  }
+  TS_RETURN_IF_ERROR(executor_->RunOps(place_block_, 0, lookup_ops_, lookup_scope_));
+  // Each place's rows: its share of the looked-up rows, with its ids' sequences (LoD).
+  for (const auto& [ids, rows] : lookup_args_) {
+    const Tensor& all = lookup_scope_->FindVar(rows)->Get<Tensor>();
+    const int64_t width = all.rank() == 2 ? all.dim(1) : 0;
+    int64_t offset = 0;
+    for (int p : active) {
+      Scope* s = place_scopes_[static_cast<size_t>(p)];
+      const Tensor& place_ids = s->FindVar(ids)->Get<Tensor>();
+      const int64_t count = place_ids.numel();
+      if (all.dtype() != FLOAT32 || width < 1 || offset + count > all.dim(0)) {
+        return absl::InternalError(absl::StrCat("lookup of '", ids, "' for the places gave ",
+                                                all.DebugString(), " for ", offset + count,
+                                                " ids"));
+      }
+      Tensor* out = s->Var(rows)->GetMutable<Tensor>();
+      out->Resize(FLOAT32, {count, width});
+      out->set_lod(place_ids.lod());
+      std::memcpy(out->data<float>(), all.data<float>() + offset * width,
+                  sizeof(float) * static_cast<size_t>(count * width));
+      offset += count;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PlaceRunner::Step(int64_t batch_size, const FeedFn& feed) {
@@ -321,22 +394,45 @@ absl::Status PlaceRunner::Step(int64_t batch_size, const FeedFn& feed) {
     active.push_back(p);
     ranges.push_back(r);
   }
-  std::vector<absl::Status> status(active.size());
-  auto run_place = [&](size_t i) {
-    Scope* s = place_scopes_[static_cast<size_t>(active[i])];
-    absl::Status st = feed(ranges[i].begin, ranges[i].size(), s);
-    if (st.ok()) st = executor_->Run(place_block_, s);
-    status[i] = std::move(st);
-  };
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < active.size(); ++i) threads.emplace_back(run_place, i);
-  run_place(0);
-  for (auto& t : threads) t.join();
-  for (size_t i = 0; i < active.size(); ++i) {
-    if (!status[i].ok()) {
-      return absl::Status(status[i].code(),
-                          absl::StrCat("place ", active[i], ": ", status[i].message()));
+  // fn(i) for every active place i, on threads of their own; the first error, naming its place.
+  auto on_places = [&](const std::function<absl::Status(size_t, Scope*)>& fn) -> absl::Status {
+    std::vector<absl::Status> status(active.size());
+    auto run = [&](size_t i) {
+      status[i] = fn(i, place_scopes_[static_cast<size_t>(active[i])]);
+    };
+    std::vector<std::thread> threads;
+    for (size_t i = 1; i < active.size(); ++i) threads.emplace_back(run, i);
+    run(0);
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < active.size(); ++i) {
+      if (!status[i].ok()) {
+        return absl::Status(status[i].code(),
+                            absl::StrCat("place ", active[i], ": ", status[i].message()));
+      }
     }
+    return absl::OkStatus();
+  };
+  if (lookup_ops_ > 0 && active.size() > 1) {
+    // Feed every place, look up all their ids at once, then run the rest of the place program.
+    for (size_t i = 0; i < active.size(); ++i) {
+      absl::Status st = feed(ranges[i].begin, ranges[i].size(),
+                             place_scopes_[static_cast<size_t>(active[i])]);
+      if (!st.ok()) {
+        return absl::Status(st.code(), absl::StrCat("place ", active[i], ": ", st.message()));
+      }
+    }
+    TS_RETURN_IF_ERROR(LookUpForPlaces(active));
+    const BlockDesc& place = programs_.place.blocks(0);
+    TS_RETURN_IF_ERROR(on_places([&](size_t, Scope* s) {
+      CreateBlockVariables(place, s);
+      return executor_->RunOps(place_block_, lookup_ops_, place.ops_size(), s);
+    }));
+  } else {
+    TS_RETURN_IF_ERROR(on_places([&](size_t i, Scope* s) {
+      absl::Status st = feed(ranges[i].begin, ranges[i].size(), s);
+      if (st.ok()) st = executor_->Run(place_block_, s);
+      return st;
+    }));
   }
 
   std::vector<double> weights;

@@ -57,6 +57,12 @@ struct PlacePrograms {
 // variable other than a gradient computed per place and read after the cut.
 absl::StatusOr<PlacePrograms> SplitForPlaces(const ProgramDesc& main);
 
+// The number of leading `prefetch` ops of `block` (distributed-table lookups) that read only
+// variables no op of the block writes (fed ids) and write only variables no other op writes:
+// they can run apart from the rest, for another batch (LocalTrainer's prefetch_ahead) or once
+// for the batches of all places (PlaceRunner). 0 if there is none.
+int LeadingLookupOps(const BlockDesc& block);
+
 // Combines one variable's values on the places into the trainer's variable. Implementations:
 // CpuPlaceReducer (host memory); later an NCCL one for GPU places. Called from one thread.
 class PlaceReducer {
@@ -111,7 +117,9 @@ class PlaceRunner {
   ~PlaceRunner();
 
   // One step on a local batch of batch_size >= 1 examples: places with no example (batch_size
-  // < num_places) sit the step out. Returns the first error of a place (prefixed "place p: "),
+  // < num_places) sit the step out. With two or more active places, the place program's
+  // leading lookups (LeadingLookupOps) run once, on the places' ids in place order (one
+  // request per pserver for the whole local batch), and each place gets its rows. Returns the first error of a place (prefixed "place p: "),
   // of the reduction, or of the rest program.
   absl::Status Step(int64_t batch_size, const FeedFn& feed);
 
@@ -130,6 +138,12 @@ class PlaceRunner {
   PreparedBlock place_block_;
   PreparedBlock rest_block_;
   std::vector<Scope*> place_scopes_;  // children of scope_
+  // The shared lookups: ops [0, lookup_ops_) of the place program, run on lookup_scope_ (a
+  // child of scope_) with every (ids, rows) argument pair of theirs.
+  absl::Status LookUpForPlaces(const std::vector<int>& active);
+  int lookup_ops_ = 0;
+  std::vector<std::pair<std::string, std::string>> lookup_args_;
+  Scope* lookup_scope_ = nullptr;
 };
 
 }  // namespace tessera
