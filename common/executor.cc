@@ -1,5 +1,7 @@
 #include "common/executor.h"
 
+#include <algorithm>
+
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -20,8 +22,9 @@ absl::Status Annotate(const absl::Status& s, int index, const OpDesc& op) {
   return out;
 }
 
-absl::Status RunKernel(const OpInfo& info, const OpDesc& op, int index, Scope* scope) {
-  OpContext ctx(op, scope);
+absl::Status RunKernel(const OpInfo& info, const OpDesc& op, int index, Scope* scope,
+                       const OpArgs* args = nullptr) {
+  OpContext ctx(op, scope, args);
   absl::Status s = info.kernel(ctx);
   if (s.ok()) s = ctx.attr_status();
   return s.ok() ? s : Annotate(s, index, op);
@@ -55,9 +58,29 @@ absl::StatusOr<PreparedBlock> Executor::Prepare(const ProgramDesc& program, int 
   return prepared;
 }
 
+std::pair<std::shared_ptr<const std::vector<OpArgs>>, bool> ArgCache::For(const BlockDesc& block,
+                                                                           const Scope& scope) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t version = scope.ChainVersion();
+  auto it = std::find_if(entries_.begin(), entries_.end(),
+                         [&](const Entry& e) { return e.scope_id == scope.id(); });
+  if (it != entries_.end() && it->version == version) {
+    if (it + 1 != entries_.end()) std::rotate(it, it + 1, entries_.end());
+    return {entries_.back().args, true};
+  }
+  if (it != entries_.end()) entries_.erase(it);
+  auto args = std::make_shared<std::vector<OpArgs>>();
+  args->reserve(static_cast<size_t>(block.ops_size()));
+  for (const OpDesc& op : block.ops()) args->push_back(ResolveOpArgs(op, scope));
+  if (entries_.size() == kMaxScopes) entries_.erase(entries_.begin());
+  entries_.push_back({scope.id(), version, args});
+  return {std::move(args), false};
+}
+
 absl::Status Executor::Run(const PreparedBlock& prepared, Scope* scope) const {
   const BlockDesc& block = prepared.program->blocks(prepared.block_id);
-  CreateBlockVariables(block, scope);
+  // Unchanged since the block's args were resolved here: every variable is there already.
+  if (!prepared.args->For(block, *scope).second) CreateBlockVariables(block, scope);
   return RunOps(prepared, 0, block.ops_size(), scope);
 }
 
@@ -68,8 +91,9 @@ absl::Status Executor::RunOps(const PreparedBlock& prepared, int begin, int end,
     return absl::InvalidArgumentError(absl::StrCat("ops [", begin, ", ", end, ") of a block of ",
                                                    block.ops_size(), " ops"));
   }
+  const std::shared_ptr<const std::vector<OpArgs>> args = prepared.args->For(block, *scope).first;
   for (int i = begin; i < end; ++i) {
-    absl::Status s = RunKernel(*prepared.infos[i], block.ops(i), i, scope);
+    absl::Status s = RunKernel(*prepared.infos[i], block.ops(i), i, scope, &(*args)[i]);
     if (!s.ok()) return s;
   }
   return absl::OkStatus();

@@ -11,22 +11,50 @@
 #ifndef TESSERA_COMMON_EXECUTOR_H_
 #define TESSERA_COMMON_EXECUTOR_H_
 
+#include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/op_registry.h"
 #include "common/scope.h"
 #include "proto/program.pb.h"
 
 namespace tessera {
 
+// The arguments of a block's ops resolved to variables (OpArgs), per scope: a step then finds
+// each op's variables without hashing a name or locking a scope. An entry stays valid while
+// its scope's ChainVersion() does not change (no variable created or erased in the scope or an
+// ancestor); a stale one is resolved again. Keeps the most recent few scopes. Thread-safe.
+class ArgCache {
+ public:
+  // The block's args in `scope`, and whether they were resolved before this call (with no
+  // variable created or erased since).
+  std::pair<std::shared_ptr<const std::vector<OpArgs>>, bool> For(const BlockDesc& block,
+                                                                  const Scope& scope);
+
+ private:
+  struct Entry {
+    uint64_t scope_id = 0;
+    uint64_t version = 0;
+    std::shared_ptr<const std::vector<OpArgs>> args;
+  };
+  static constexpr size_t kMaxScopes = 8;
+  absl::Mutex mu_;
+  std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);  // the most recently used last
+};
+
 // A block whose kernels have been looked up. Refers to the program, which must outlive it.
 struct PreparedBlock {
   const ProgramDesc* program = nullptr;
   int block_id = 0;
   std::vector<const OpInfo*> infos;  // parallel to the block's ops
+  // Shared by copies of this PreparedBlock (they run the same ops).
+  std::shared_ptr<ArgCache> args = std::make_shared<ArgCache>();
 };
 
 class Executor {

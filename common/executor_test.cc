@@ -60,6 +60,51 @@ TEST_F(ExecutorTest, RunOpsRunsARangeInTwoScopesAndRefusesBadRanges) {
   }
 }
 
+// Runs resolve each op's variables once per scope (PreparedBlock::args) and must notice every
+// change that would make a lookup find another variable.
+TEST_F(ExecutorTest, CachedArgumentsFollowCreatedErasedAndShadowedVariables) {
+  ProgramDesc p = OneBlock();
+  OpDesc scale = MakeOp("scale", {{"X", {"a"}}}, {{"Out", {"b"}}});
+  SetAttr(&scale, "scale", 3.0f);
+  *p.mutable_blocks(0)->add_ops() = scale;
+  auto prepared = exec_.Prepare(p, 0);
+  ASSERT_TRUE(prepared.ok());
+  auto set = [](Scope* s, const char* name, float v) {
+    Tensor* t = s->Var(name)->GetMutable<Tensor>();
+    t->Resize(FLOAT32, {1});
+    t->data<float>()[0] = v;
+  };
+  auto b_of = [](const Scope& s) { return s.FindVar("b")->Get<Tensor>().data<float>()[0]; };
+
+  Scope parent;
+  set(&parent, "a", 2);
+  Scope* child = parent.NewScope();
+  ASSERT_TRUE(exec_.Run(*prepared, child).ok());
+  EXPECT_EQ(b_of(*child), 6.0f);
+  ASSERT_TRUE(exec_.Run(*prepared, child).ok());  // cached
+  EXPECT_EQ(b_of(*child), 6.0f);
+  set(child, "a", 5);  // now shadows the parent's
+  ASSERT_TRUE(exec_.Run(*prepared, child).ok());
+  EXPECT_EQ(b_of(*child), 15.0f);
+  child->EraseVars({"a"});  // the parent's again
+  ASSERT_TRUE(exec_.Run(*prepared, child).ok());
+  EXPECT_EQ(b_of(*child), 6.0f);
+  parent.EraseVars({"a"});  // an ancestor's change
+  set(&parent, "a", 7);
+  ASSERT_TRUE(exec_.Run(*prepared, child).ok());
+  EXPECT_EQ(b_of(*child), 21.0f);
+  parent.EraseVars({"a"});
+  absl::Status s = exec_.Run(*prepared, child);
+  EXPECT_NE(s.message().find("'a' is absent"), std::string::npos) << s;
+  // Scopes come and go (an address may be reused): each is resolved afresh.
+  for (float v : {1.0f, 4.0f, 8.0f}) {
+    auto scope = std::make_unique<Scope>();
+    set(scope.get(), "a", v);
+    ASSERT_TRUE(exec_.Run(*prepared, scope.get()).ok());
+    EXPECT_EQ(b_of(*scope), 3 * v);
+  }
+}
+
 TEST_F(ExecutorTest, UnknownOpIsNamed) {
   ProgramDesc p = OneBlock();
   *p.mutable_blocks(0)->add_ops() = MakeOp("frobnicate", {}, {});

@@ -39,7 +39,40 @@ int ArgCount(const Slots& slots, absl::string_view slot) {
   const auto* args = SlotArguments(slots, slot);
   return args == nullptr ? 0 : args->size();
 }
+
+// Argument i of `slot` among all arguments of `slots` in order (as OpArgs holds them), or -1.
+int FlatIndex(const Slots& slots, absl::string_view slot, int i) {
+  int offset = 0;
+  for (const auto& s : slots) {
+    if (s.parameter() == slot) return i >= 0 && i < s.arguments_size() ? offset + i : -1;
+    offset += s.arguments_size();
+  }
+  return -1;
+}
+
+// The resolved variable of argument i of `slot`, or null.
+Variable* Resolved(const std::vector<Variable*>* resolved, const Slots& slots,
+                   absl::string_view slot, int i) {
+  if (resolved == nullptr) return nullptr;
+  const int at = FlatIndex(slots, slot, i);
+  return at >= 0 && at < static_cast<int>(resolved->size()) ? (*resolved)[at] : nullptr;
+}
+
+void ResolveSlots(const Slots& slots, const Scope& scope, std::vector<Variable*>* out) {
+  for (const auto& s : slots) {
+    for (const std::string& a : s.arguments()) {
+      out->push_back(RealArg(a) ? scope.FindVar(a) : nullptr);
+    }
+  }
+}
 }  // namespace
+
+OpArgs ResolveOpArgs(const OpDesc& op, const Scope& scope) {
+  OpArgs args;
+  ResolveSlots(op.inputs(), scope, &args.inputs);
+  ResolveSlots(op.outputs(), scope, &args.outputs);
+  return args;
+}
 
 bool OpContext::HasInput(absl::string_view slot) const { return AnyRealArg(op_.inputs(), slot); }
 
@@ -59,7 +92,8 @@ absl::StatusOr<const Variable*> OpContext::InputVar(absl::string_view slot, int 
   if (!RealArg(name)) {
     return Error(absl::StrCat("input slot ", slot, "[", i, "] is not bound"));
   }
-  const Variable* v = scope_->FindVar(name);
+  const Variable* v = Resolved(args_ == nullptr ? nullptr : &args_->inputs, op_.inputs(), slot, i);
+  if (v == nullptr) v = scope_->FindVar(name);
   if (v == nullptr || !v->IsInitialized()) {
     return Error(absl::StrCat("input ", slot, " variable '", name,
                               "' is absent from the scope (not fed or not computed yet)"));
@@ -94,7 +128,8 @@ absl::StatusOr<Variable*> OpContext::OutputVar(absl::string_view slot, int i) {
   if (!RealArg(name)) {
     return Error(absl::StrCat("output slot ", slot, "[", i, "] is not bound"));
   }
-  Variable* v = scope_->FindVar(name);
+  Variable* v = Resolved(args_ == nullptr ? nullptr : &args_->outputs, op_.outputs(), slot, i);
+  if (v == nullptr) v = scope_->FindVar(name);
   if (v == nullptr) v = scope_->Var(name);
   return v;
 }

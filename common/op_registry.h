@@ -24,10 +24,23 @@ namespace tessera {
 // Placeholder argument for a gradient output nobody needs; kernels skip such outputs.
 inline constexpr char kEmptyVarName[] = "@EMPTY@";
 
+// The variables an op's arguments name in one scope, resolved ahead of its runs (the
+// Executor's cache): parallel to the op's input (output) arguments, slot after slot in the
+// OpDesc's order; null where an argument is empty or the scope had no such variable then.
+struct OpArgs {
+  std::vector<Variable*> inputs;
+  std::vector<Variable*> outputs;
+};
+// Resolves `op`'s arguments in `scope` (FindVar).
+OpArgs ResolveOpArgs(const OpDesc& op, const Scope& scope);
+
 // What a kernel sees while it runs one op. Created per op run; not thread-safe.
 class OpContext {
  public:
-  OpContext(const OpDesc& op, Scope* scope) : op_(op), scope_(scope) {}
+  // `args` (may be null) are the op's arguments resolved in `scope` beforehand; an argument
+  // without one is looked up by name.
+  OpContext(const OpDesc& op, Scope* scope, const OpArgs* args = nullptr)
+      : op_(op), scope_(scope), args_(args) {}
 
   const OpDesc& op() const { return op_; }
   Scope* scope() const { return scope_; }
@@ -72,6 +85,7 @@ class OpContext {
 
   const OpDesc& op_;
   Scope* scope_;
+  const OpArgs* args_;
   mutable absl::Status attr_status_;
 };
 

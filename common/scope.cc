@@ -4,10 +4,26 @@
 
 namespace tessera {
 
+uint64_t Scope::NextId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t Scope::ChainVersion() const {
+  uint64_t v = 0;
+  for (const Scope* s = this; s != nullptr; s = s->parent_) {
+    v += s->version_.load(std::memory_order_acquire);
+  }
+  return v;
+}
+
 Variable* Scope::Var(absl::string_view name) {
   absl::MutexLock lock(&mu_);
   auto& slot = vars_[name];
-  if (slot == nullptr) slot = std::make_unique<Variable>();
+  if (slot == nullptr) {
+    slot = std::make_unique<Variable>();
+    version_.fetch_add(1, std::memory_order_release);
+  }
   return slot.get();
 }
 
@@ -39,7 +55,9 @@ void Scope::DeleteScope(Scope* kid) {
 
 void Scope::EraseVars(const std::vector<std::string>& names) {
   absl::MutexLock lock(&mu_);
-  for (const auto& n : names) vars_.erase(n);
+  for (const auto& n : names) {
+    if (vars_.erase(n) > 0) version_.fetch_add(1, std::memory_order_release);
+  }
 }
 
 std::vector<std::string> Scope::LocalVarNames() const {

@@ -6,6 +6,8 @@
 #ifndef TESSERA_COMMON_SCOPE_H_
 #define TESSERA_COMMON_SCOPE_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,10 +42,19 @@ class Scope {
   std::vector<std::string> LocalVarNames() const;
   const Scope* parent() const { return parent_; }
 
+  // Unique among the scopes of the process (an address may be reused, an id is not).
+  uint64_t id() const { return id_; }
+  // Grows whenever a variable is created in or erased from this scope or an ancestor: what a
+  // lookup finds stays the same while it does not change (the Executor caches lookups on it).
+  uint64_t ChainVersion() const;
+
  private:
   explicit Scope(const Scope* parent) : parent_(parent) {}
+  static uint64_t NextId();
 
   const Scope* parent_ = nullptr;
+  const uint64_t id_ = NextId();
+  std::atomic<uint64_t> version_{0};
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Variable>> vars_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Scope>> kids_ ABSL_GUARDED_BY(mu_);
