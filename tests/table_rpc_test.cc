@@ -1,6 +1,7 @@
 // A distributed table end to end over gRPC: trainer-side prefetch / lookup_sparse_grad /
 // split_by_shard / send ops against two in-process pservers (real GrpcServer + ParameterServer).
 // Ids anywhere in int64, batches where every id repeats, and empty batches.
+#include <cstring>
 #include <climits>
 
 #include "common/executor.h"
@@ -125,6 +126,36 @@ class TableRpcTest : public ::testing::Test {
   OpRegistry trainer_ops_;
   Scope scope_;
 };
+
+// The multi-table form: entries naming one table (two slots sharing it, or one slot twice)
+// share its lookups, and each Out gets the rows of its own Ids, as one-table prefetches give.
+TEST_F(TableRpcTest, EntriesSharingATableOrIdsGetTheRowsOfTheirIds) {
+  const std::vector<int64_t> a = {5, -7, 5, int64_t{1} << 40, 12};
+  const std::vector<int64_t> b = {12, 99, -7};
+  const Tensor want_a = Prefetch(a), want_b = Prefetch(b);
+  auto set = [&](const char* name, const std::vector<int64_t>& ids) {
+    Tensor* t = scope_.Var(name)->GetMutable<Tensor>();
+    t->Resize(INT64, {static_cast<int64_t>(ids.size()), 1});
+    for (size_t i = 0; i < ids.size(); ++i) t->data<int64_t>()[i] = ids[i];
+  };
+  set("ids_a", a);
+  set("ids_b", b);
+  OpDesc op = MakeOp("prefetch", {{"Ids", {"ids_a", "ids_b", "ids_a"}}},
+                     {{"Out", {"rows_a", "rows_b", "rows_a2"}}});
+  SetAttr(&op, "tables", std::vector<std::string>{"table", "table", "table"});
+  SetAttr(&op, "dims", std::vector<int64_t>{kDim, kDim, kDim});
+  SetAttr(&op, "epmap", eps_);
+  Executor exec(&trainer_ops_);
+  absl::Status s = exec.RunOp(op, &scope_);
+  ASSERT_TRUE(s.ok()) << s;
+  for (const auto& [name, want] : {std::pair<const char*, const Tensor*>{"rows_a", &want_a},
+                                   {"rows_b", &want_b},
+                                   {"rows_a2", &want_a}}) {
+    const Tensor& got = scope_.FindVar(name)->Get<Tensor>();
+    ASSERT_EQ(got.shape(), want->shape()) << name;
+    EXPECT_EQ(0, std::memcmp(got.raw_data(), want->raw_data(), got.nbytes())) << name;
+  }
+}
 
 TEST_F(TableRpcTest, ExtremeIdsRepeatedAndEmptyBatches) {
   const std::vector<int64_t> ids = {0, -1, INT64_MIN, INT64_MAX, 1000000000000000000LL};

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/ops/sharding.h"
 #include "common/status.h"
@@ -51,11 +50,57 @@ std::vector<std::string> Distinct(const std::vector<std::string>& endpoints) {
   return out;
 }
 
+// The distinct ids of some Ids tensors, split by shard, and where each position's id went: an
+// open-addressing table on the id (as split_by_shard's merge), no per-id allocation.
+struct IdShards {
+  std::vector<const Tensor*> inputs;
+  std::vector<std::vector<int64_t>> shard_ids;  // per shard: distinct ids, first appearance first
+  // Per input, per position: the shard and the index in shard_ids[shard] of its id.
+  std::vector<std::vector<std::pair<int, int64_t>>> where;
+
+  void Build(int num_shards, ShardMethod method) {
+    shard_ids.assign(num_shards, {});
+    size_t total = 0;
+    for (const Tensor* t : inputs) total += static_cast<size_t>(t->numel());
+    size_t cap = 16;
+    while (cap < 2 * total) cap <<= 1;
+    int shift = 64;
+    for (size_t c = cap; c > 1; c >>= 1) --shift;
+    struct Slot {
+      int64_t id;
+      int shard = -1;  // -1: empty
+      int64_t index;
+    };
+    std::vector<Slot> table(cap);
+    where.assign(inputs.size(), {});
+    for (size_t e = 0; e < inputs.size(); ++e) {
+      const int64_t* id = inputs[e]->data<int64_t>();
+      const int64_t count = inputs[e]->numel();
+      std::vector<std::pair<int, int64_t>>& w = where[e];
+      w.resize(static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) {
+        size_t h = static_cast<size_t>((static_cast<uint64_t>(id[i]) * 0x9E3779B97F4A7C15ull) >>
+                                       shift);
+        while (table[h].shard >= 0 && table[h].id != id[i]) h = (h + 1) & (cap - 1);
+        Slot& slot = table[h];
+        if (slot.shard < 0) {
+          slot.id = id[i];
+          slot.shard = ShardOf(id[i], num_shards, method);
+          slot.index = static_cast<int64_t>(shard_ids[slot.shard].size());
+          shard_ids[slot.shard].push_back(id[i]);
+        }
+        w[static_cast<size_t>(i)] = {slot.shard, slot.index};
+      }
+    }
+  }
+};
+
 // prefetch: Ids[i] (int64, any values) -> Out[i] [N_i, dims[i]], the rows of distributed table
 // tables[i] (single-table form: attrs table, dim). Per table (entries naming the same table
 // share its lookups), duplicate ids are fetched once and split by shard (attr shard_method;
-// shard k is served by epmap[k]); each pserver gets one request for all tables, all pservers in
-// flight together; rows are gathered back in input order.
+// shard k is served by epmap[k]); tables fed by the same Ids (a slot's deep and wide tables)
+// share that work. Each pserver gets one request for all tables, all pservers in flight
+// together; rows are gathered back in input order.
 absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   auto eps = ctx.StringsAttr("epmap");
   std::vector<std::string> tables = ctx.StringsAttr("tables");
@@ -65,7 +110,8 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
     dims = {ctx.IntAttr("dim", 0)};
   }
   const int num_entries = static_cast<int>(tables.size());
-  if (static_cast<int>(OpInputs(ctx.op(), "Ids").size()) != num_entries ||
+  const std::vector<std::string> ids_names = OpInputs(ctx.op(), "Ids");
+  if (static_cast<int>(ids_names.size()) != num_entries ||
       static_cast<int>(OpOutputs(ctx.op(), "Out").size()) != num_entries ||
       static_cast<int>(dims.size()) != num_entries) {
     return ctx.Error(
@@ -80,47 +126,55 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   struct PerTable {
     std::string name;
     int64_t dim = 0;
-    absl::flat_hash_map<int64_t, std::pair<int, int64_t>> where;  // id -> (shard, index)
-    std::vector<std::vector<int64_t>> shard_ids;
-    std::vector<Tensor> rows;
+    std::vector<std::string> ids;  // the Ids variables of its entries, in order
+    int group = -1;                // its IdShards
+    std::vector<Tensor> rows;      // per shard
   };
   std::vector<PerTable> per;  // distinct tables
-  std::vector<int> table_of(num_entries);
+  std::vector<int> table_of(num_entries), input_of(num_entries);
   std::vector<const Tensor*> ids_of(num_entries);
   for (int e = 0; e < num_entries; ++e) {
     if (dims[e] < 1) return ctx.Error(absl::StrCat("table ", tables[e], " has dim ", dims[e]));
     int t = 0;
     while (t < static_cast<int>(per.size()) && per[t].name != tables[e]) ++t;
     if (t == static_cast<int>(per.size())) {
-      per.push_back(
-          {tables[e], dims[e], {}, std::vector<std::vector<int64_t>>(n), std::vector<Tensor>(n)});
+      per.push_back({tables[e], dims[e], {}, -1, std::vector<Tensor>(n)});
     } else if (per[t].dim != dims[e]) {
       return ctx.Error(
           absl::StrCat("table ", tables[e], " has dims ", per[t].dim, " and ", dims[e]));
     }
     table_of[e] = t;
+    input_of[e] = static_cast<int>(per[t].ids.size());
+    per[t].ids.push_back(ids_names[e]);
     TS_ASSIGN_OR_RETURN(ids_of[e], ctx.Input("Ids", e));
     TS_RETURN_IF_ERROR(ctx.CheckDType("Ids", *ids_of[e], INT64));
-    PerTable& p = per[t];
-    const int64_t* id = ids_of[e]->data<int64_t>();
-    p.where.reserve(p.where.size() + static_cast<size_t>(ids_of[e]->numel()));
-    for (int64_t i = 0; i < ids_of[e]->numel(); ++i) {
-      auto [it, inserted] = p.where.try_emplace(id[i]);
-      if (inserted) {
-        int k = ShardOf(id[i], n, method);
-        it->second = {k, static_cast<int64_t>(p.shard_ids[k].size())};
-        p.shard_ids[k].push_back(id[i]);
-      }
-    }
   }
+  // One IdShards per distinct list of Ids variables.
+  std::vector<IdShards> groups;
+  std::vector<const std::vector<std::string>*> group_ids;
+  for (PerTable& p : per) {
+    size_t g = 0;
+    while (g < group_ids.size() && *group_ids[g] != p.ids) ++g;
+    if (g == group_ids.size()) {
+      group_ids.push_back(&p.ids);
+      groups.emplace_back();
+    }
+    p.group = static_cast<int>(g);
+  }
+  for (int e = 0; e < num_entries; ++e) {
+    IdShards& g = groups[per[table_of[e]].group];
+    if (static_cast<int>(g.inputs.size()) == input_of[e]) g.inputs.push_back(ids_of[e]);
+  }
+  for (IdShards& g : groups) g.Build(n, method);
   // One request per pserver: the shards it serves (several shards may share an endpoint).
   std::vector<std::string> endpoints = Distinct(eps);
   std::vector<std::vector<PrefetchItem>> batches(endpoints.size());
   for (PerTable& p : per) {
+    const IdShards& g = groups[p.group];
     for (int k = 0; k < n; ++k) {
-      if (p.shard_ids[k].empty()) continue;
+      if (g.shard_ids[k].empty()) continue;
       size_t e = std::find(endpoints.begin(), endpoints.end(), eps[k]) - endpoints.begin();
-      batches[e].push_back({p.name, &p.shard_ids[k], &p.rows[k]});
+      batches[e].push_back({p.name, &g.shard_ids[k], &p.rows[k]});
     }
   }
   // A table with two shards on one endpoint would appear twice in its request: send such
@@ -147,28 +201,29 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   }
   TS_RETURN_IF_ERROR(group.Wait());
   for (const PerTable& p : per) {
+    const IdShards& g = groups[p.group];
     for (int k = 0; k < n; ++k) {
-      if (p.shard_ids[k].empty()) continue;
+      if (g.shard_ids[k].empty()) continue;
       const Tensor& r = p.rows[k];
       if (r.dtype() != FLOAT32 || r.rank() != 2 || r.dim(1) != p.dim ||
-          r.dim(0) != static_cast<int64_t>(p.shard_ids[k].size())) {
+          r.dim(0) != static_cast<int64_t>(g.shard_ids[k].size())) {
         return ctx.Error(absl::StrCat("pserver ", eps[k], " returned ", r.DebugString(), " for ",
-                                      p.shard_ids[k].size(), " ids of table ", p.name, " (dim ",
+                                      g.shard_ids[k].size(), " ids of table ", p.name, " (dim ",
                                       p.dim, ")"));
       }
     }
   }
   for (int e = 0; e < num_entries; ++e) {
-    PerTable& p = per[table_of[e]];
+    const PerTable& p = per[table_of[e]];
+    const std::vector<std::pair<int, int64_t>>& where = groups[p.group].where[input_of[e]];
     const int64_t dim = p.dim;
     TS_ASSIGN_OR_RETURN(Tensor * out, ctx.Output("Out", e));
     const int64_t count = ids_of[e]->numel();
     out->Resize(FLOAT32, {count, dim});
     out->set_lod(ids_of[e]->lod());  // a multi-hot slot's sequences, as lookup_table keeps them
     float* o = out->data<float>();
-    const int64_t* id = ids_of[e]->data<int64_t>();
     for (int64_t i = 0; i < count; ++i) {
-      const auto& [k, index] = p.where[id[i]];
+      const auto& [k, index] = where[static_cast<size_t>(i)];
       std::memcpy(o + i * dim, p.rows[k].data<float>() + index * dim, sizeof(float) * dim);
     }
   }
