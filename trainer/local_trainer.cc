@@ -275,8 +275,12 @@ absl::Status LocalTrainer::RunStep(int64_t size, FeedFn feed, const std::functio
   } else if (head_end_ > 0) {
     if (staged_) {
       // Fed and looked up during the previous step: swap it in (tensors keep their buffers).
-      for (const std::string& name : staging_.LocalVarNames()) {
-        staging_.Var(name)->Swap(*scope_.Var(name));
+      if (staging_.ChainVersion() != staged_version_) {  // its variables, listed once
+        staged_names_ = staging_.LocalVarNames();
+        staged_version_ = staging_.ChainVersion();
+      }
+      for (const std::string& name : staged_names_) {
+        staging_.FindLocalVar(name)->Swap(*scope_.Var(name));
       }
     } else {
       TS_RETURN_IF_ERROR(feed(0, size, &scope_));

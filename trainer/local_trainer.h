@@ -201,6 +201,8 @@ class LocalTrainer {
   int tail_begin_ = 0;
   Scope staging_;
   bool staged_ = false;
+  std::vector<std::string> staged_names_;  // staging_'s variables at staged_version_
+  uint64_t staged_version_ = ~uint64_t{0};
   std::unique_ptr<ThreadPool> ahead_;  // one thread: the next batch's lookups
 };
 
