@@ -99,68 +99,73 @@ absl::Status LookupSparseGrad(OpContext& ctx) {
 // appearance; duplicates added in their order of appearance, the same sums as MergeRows).
 // `slot_of[i]` is the output row of input row i; `first[i]` whether it is that id's first.
 template <typename T>
-void MergeInOrder(const T* src, int64_t width, const std::vector<int64_t>& slot_of,
-                  const std::vector<bool>& first, T* dst) {
+void MergeInOrder(const T* src, int64_t width, const std::vector<int32_t>& slot_of,
+                  const std::vector<uint8_t>& first, T* dst) {
   for (size_t i = 0; i < slot_of.size(); ++i) {
     const T* row = src + static_cast<int64_t>(i) * width;
-    T* acc = dst + slot_of[i] * width;
+    T* acc = dst + static_cast<int64_t>(slot_of[i]) * width;
     if (first[i]) {
-      std::memcpy(acc, row, sizeof(T) * width);
+      std::copy_n(row, width, acc);
     } else {
       for (int64_t j = 0; j < width; ++j) acc[j] += row[j];
     }
   }
 }
 
-// X's rows merged by id without sorting: an open-addressing hash of the ids (a sort of 4096
-// (id, position) pairs was several percent of an async trainer's step). Rows come out in order
-// of first appearance; every consumer of split_by_shard (send -> the pserver's table, which
-// dedupes by hash; the async communicator, which concatenates) is indifferent to row order.
-SelectedRows MergeByHash(const SelectedRows& x) {
+// X's rows merged by id into `out` (whose buffers are reused; not X) without sorting: an
+// open-addressing hash of the ids (a sort of 4096 (id, position) pairs was several percent of
+// an async trainer's step). Rows come out in order of first appearance; every consumer of
+// split_by_shard (send -> the pserver's table, which dedupes by hash; the async communicator,
+// which concatenates) is indifferent to row order. Scratch is per thread and kept.
+void MergeByHash(const SelectedRows& x, SelectedRows* out) {
   const size_t n = x.rows.size();
   size_t cap = 16;
   while (cap < 2 * n) cap <<= 1;
   int shift = 64;
   for (size_t c = cap; c > 1; c >>= 1) --shift;
-  std::vector<int64_t> table(cap, -1);  // index into `ids`, -1 = empty
-  std::vector<int64_t> ids;
+  thread_local std::vector<int32_t> table, slot_of;  // table: index into out->rows, -1 = empty
+  thread_local std::vector<uint8_t> first;
+  table.assign(cap, -1);
+  slot_of.resize(n);
+  first.resize(n);
+  std::vector<int64_t>& ids = out->rows;
+  ids.clear();
   ids.reserve(n);
-  std::vector<int64_t> slot_of(n);
-  std::vector<bool> first(n);
   for (size_t i = 0; i < n; ++i) {
     const int64_t id = x.rows[i];
     size_t h = static_cast<size_t>((static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> shift);
     for (;;) {
-      const int64_t u = table[h];
+      const int32_t u = table[h];
       if (u < 0) {
-        table[h] = static_cast<int64_t>(ids.size());
-        slot_of[i] = static_cast<int64_t>(ids.size());
-        first[i] = true;
+        table[h] = static_cast<int32_t>(ids.size());
+        slot_of[i] = static_cast<int32_t>(ids.size());
+        first[i] = 1;
         ids.push_back(id);
         break;
       }
       if (ids[u] == id) {
         slot_of[i] = u;
-        first[i] = false;
+        first[i] = 0;
         break;
       }
       h = (h + 1) & (cap - 1);
     }
   }
-  SelectedRows out;
-  out.height = x.height;
-  if (!x.value.initialized()) return out;  // no rows at all
+  out->height = x.height;
+  if (!x.value.initialized()) {  // no rows at all
+    out->value = Tensor();
+    return;
+  }
   Shape shape = x.value.shape();
   shape[0] = static_cast<int64_t>(ids.size());
-  out.value.Resize(x.value.dtype(), shape);
+  out->value.Resize(x.value.dtype(), shape);
   const int64_t width = RowWidth(x);
   if (x.value.dtype() == FLOAT32) {
-    MergeInOrder<float>(x.value.data<float>(), width, slot_of, first, out.value.data<float>());
+    MergeInOrder<float>(x.value.data<float>(), width, slot_of, first, out->value.data<float>());
   } else {
-    MergeInOrder<double>(x.value.data<double>(), width, slot_of, first, out.value.data<double>());
+    MergeInOrder<double>(x.value.data<double>(), width, slot_of, first,
+                         out->value.data<double>());
   }
-  out.rows = std::move(ids);
-  return out;
 }
 
 // split_by_shard: X (SelectedRows of a distributed table) -> Out[k] the rows whose id belongs to
@@ -179,29 +184,24 @@ absl::Status SplitByShard(OpContext& ctx) {
   }
   int n = static_cast<int>(OpOutputs(ctx.op(), "Out").size());
   if (n < 1) return ctx.Error("needs at least one output");
-  SelectedRows merged;
-  if (!x->rows.empty()) {
-    TS_RETURN_IF_ERROR(ValidateSelectedRows(*x));
-    merged = MergeByHash(*x);
-  }
+  if (!x->rows.empty()) TS_RETURN_IF_ERROR(ValidateSelectedRows(*x));
   int64_t width = 1;  // elements per row: the value's dims after the first
   if (x->value.initialized()) {
     for (int d = 1; d < x->value.rank(); ++d) width *= x->value.dim(d);
   }
   DataType dtype = x->value.initialized() ? x->value.dtype() : FLOAT32;
   size_t row_bytes = static_cast<size_t>(width) * SizeOf(dtype);
-  if (n == 1) {  // one pserver: the merged rows are the output
+  if (n == 1 && ctx.OutputName("Out", 0) != ctx.InputName("X")) {
+    // One pserver: the merged rows are the output, merged straight into its buffers.
     TS_ASSIGN_OR_RETURN(Variable * ov, ctx.OutputVar("Out", 0));
     SelectedRows* out = ov->GetMutable<SelectedRows>();
-    out->height = x->height;
-    out->rows = std::move(merged.rows);
-    if (merged.value.initialized()) {
-      out->value = std::move(merged.value);
-    } else {
-      out->value.Resize(dtype, {0, width});
-    }
+    MergeByHash(*x, out);
+    if (!out->value.initialized()) out->value.Resize(dtype, {0, width});
     return absl::OkStatus();
   }
+  thread_local SelectedRows merged;  // its buffers are kept between steps
+  merged.rows.clear();
+  if (!x->rows.empty()) MergeByHash(*x, &merged);
   std::vector<std::vector<size_t>> picks(n);
   for (size_t i = 0; i < merged.rows.size(); ++i) {
     picks[ShardOf(merged.rows[i], n, method)].push_back(i);
