@@ -77,11 +77,15 @@ std::pair<std::shared_ptr<const std::vector<OpArgs>>, bool> ArgCache::For(const 
   return {std::move(args), false};
 }
 
-absl::Status Executor::Run(const PreparedBlock& prepared, Scope* scope) const {
+void Executor::CreateVariables(const PreparedBlock& prepared, Scope* scope) const {
   const BlockDesc& block = prepared.program->blocks(prepared.block_id);
   // Unchanged since the block's args were resolved here: every variable is there already.
   if (!prepared.args->For(block, *scope).second) CreateBlockVariables(block, scope);
-  return RunOps(prepared, 0, block.ops_size(), scope);
+}
+
+absl::Status Executor::Run(const PreparedBlock& prepared, Scope* scope) const {
+  CreateVariables(prepared, scope);
+  return RunOps(prepared, 0, prepared.program->blocks(prepared.block_id).ops_size(), scope);
 }
 
 absl::Status Executor::RunOps(const PreparedBlock& prepared, int begin, int end,

@@ -66,6 +66,9 @@ class Executor {
   // Creates the block's variables in `scope` (if absent) and runs its ops. Stops at the first
   // failing op and returns its error.
   absl::Status Run(const PreparedBlock& block, Scope* scope) const;
+  // Creates the block's variables in `scope` (as Run does first), unless nothing changed in
+  // the scope since the block last ran there.
+  void CreateVariables(const PreparedBlock& block, Scope* scope) const;
   // Runs ops [begin, end) of a prepared block, without creating the block's variables first
   // (the ops create their outputs). Used to run a block in parts, e.g. a trainer's leading
   // prefetch ops for the next batch in another scope (trainer/local_trainer.h).

@@ -86,8 +86,9 @@ void StartTracedJobPastStep20(ProcessGroup* group, const std::string& dir,
   }
 }
 
-// A traced 1-trainer CTR job; `prefetch_ahead` as the trainer's flag.
-void ExpectNestedStepTimeline(bool prefetch_ahead) {
+// A traced 1-trainer CTR job with `extra` flags for every process, whose trainer looks up the
+// next batch during a step's recv exactly when `prefetch_ahead`.
+void ExpectNestedStepTimeline(const std::vector<std::string>& extra, bool prefetch_ahead) {
   std::string dir = MakeTempDir("trace");
   auto eps = FreeEndpoints(2);
   ASSERT_TRUE(eps.ok());
@@ -97,6 +98,7 @@ void ExpectNestedStepTimeline(bool prefetch_ahead) {
       "--pservers=" + pservers, "--trainers=1",    "--example=ctr", "--num_examples=1024",
       "--num_test_examples=64", "--batch_size=64", "--epochs=1",    "--vocab_per_slot=500",
       "--barrier_timeout_s=20"};
+  common.insert(common.end(), extra.begin(), extra.end());
   ProcessGroup group;
   std::vector<pid_t> ps;
   for (int i = 0; i < 2; ++i) {
@@ -109,8 +111,7 @@ void ExpectNestedStepTimeline(bool prefetch_ahead) {
   }
   std::string trace = dir + "/trace.json";
   std::vector<std::string> tr = {RunfilePath("trainer/tessera_trainer"), "--trainer_id=0",
-                                 "--trace=" + trace, "--trace_first_step=3", "--trace_steps=5",
-                                 absl::StrCat("--prefetch_ahead=", prefetch_ahead)};
+                                 "--trace=" + trace, "--trace_first_step=3", "--trace_steps=5"};
   tr.insert(tr.end(), common.begin(), common.end());
   auto trainer = group.Start(tr, dir + "/trainer.log");
   ASSERT_TRUE(trainer.ok());
@@ -183,11 +184,17 @@ void ExpectNestedStepTimeline(bool prefetch_ahead) {
 }
 
 TEST(TraceClusterTest, TrainerWritesNestedStepTimeline) {
-  ExpectNestedStepTimeline(/*prefetch_ahead=*/true);
+  ExpectNestedStepTimeline({}, /*prefetch_ahead=*/true);
 }
 
 TEST(TraceClusterTest, TrainerWritesNestedStepTimelineWithoutPrefetchAhead) {
-  ExpectNestedStepTimeline(/*prefetch_ahead=*/false);
+  ExpectNestedStepTimeline({"--prefetch_ahead=false"}, /*prefetch_ahead=*/false);
+}
+
+// Admission counts sightings: the next batch's lookups would land in a checkpoint taken after
+// the step, so the trainer does not look ahead then.
+TEST(TraceClusterTest, NoPrefetchAheadWithTableAdmission) {
+  ExpectNestedStepTimeline({"--table_admission_threshold=2"}, /*prefetch_ahead=*/false);
 }
 
 TEST(TraceClusterTest, FailedRunKeepsTheStepsItRecorded) {

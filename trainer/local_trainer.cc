@@ -242,7 +242,7 @@ LocalTrainer::EpochRun LocalTrainer::BeginEpoch() {
 absl::Status LocalTrainer::RunAhead(int64_t next_size, const FeedFn& next_feed,
                                     const std::function<bool()>& ends) {
   const BlockDesc& block = model_.main.blocks(0);
-  CreateBlockVariables(block, &scope_);
+  executor_.CreateVariables(main_block_, &scope_);
   const bool looked_up = staged_;
   staged_ = false;
   TS_RETURN_IF_ERROR(

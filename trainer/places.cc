@@ -424,7 +424,7 @@ absl::Status PlaceRunner::Step(int64_t batch_size, const FeedFn& feed) {
     TS_RETURN_IF_ERROR(LookUpForPlaces(active));
     const BlockDesc& place = programs_.place.blocks(0);
     TS_RETURN_IF_ERROR(on_places([&](size_t, Scope* s) {
-      CreateBlockVariables(place, s);
+      executor_->CreateVariables(place_block_, s);
       return executor_->RunOps(place_block_, lookup_ops_, place.ops_size(), s);
     }));
   } else {

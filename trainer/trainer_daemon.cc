@@ -210,8 +210,10 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   lo.rank = config.trainer_id;
   lo.cpu_places = config.cpu_places;  // the local batch split across threads (trainer/places.h)
   // Double buffering: the next batch's table lookups during this step's recv (PS mode only;
-  // inert for programs without distributed tables).
-  lo.prefetch_ahead = config.prefetch_ahead && !collective_mode;
+  // inert for programs without distributed tables). Not with admission counts: a checkpoint
+  // taken after a step would already hold the next batch's sightings, counted again on resume.
+  lo.prefetch_ahead =
+      config.prefetch_ahead && !collective_mode && config.table_admission_threshold == 0;
   lo.log_every_steps = config.trainer_id == 0 ? config.log_every_steps : 0;
   lo.log = &log;
   lo.before_step = [&rpc](int64_t step) { rpc.step = step; };

@@ -352,7 +352,8 @@ const std::vector<Setting>& Table() {
       {{"prefetch_ahead",
         {"TESSERA_PREFETCH_AHEAD"},
         "trainer, pserver mode: feed the next batch and look up its table rows while this "
-        "step's recv runs (double buffering; a sync job trains exactly as without it)"},
+        "step's recv runs (double buffering; a sync job trains exactly as without it; off "
+        "with --table_admission_threshold)"},
        Bool(&ClusterConfig::prefetch_ahead, "prefetch_ahead")},
       // Trainer: CPU places (threads) per trainer; deploy/launch --devices=cpu:K sets the env.
       {{"cpu_places",
