@@ -29,7 +29,7 @@ namespace tessera {
 // The arguments of a block's ops resolved to variables (OpArgs), per scope: a step then finds
 // each op's variables without hashing a name or locking a scope. An entry stays valid while
 // its scope's ChainVersion() does not change (no variable created or erased in the scope or an
-// ancestor); a stale one is resolved again. Keeps the most recent few scopes. Thread-safe.
+// ancestor); a stale one is resolved again. Keeps the 64 most recently used scopes. Thread-safe.
 class ArgCache {
  public:
   // The block's args in `scope`, and whether they were resolved before this call (with no
@@ -43,7 +43,7 @@ class ArgCache {
     uint64_t version = 0;
     std::shared_ptr<const std::vector<OpArgs>> args;
   };
-  static constexpr size_t kMaxScopes = 8;
+  static constexpr size_t kMaxScopes = 64;  // places, trainer scopes, staging: a few each
   absl::Mutex mu_;
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);  // the most recently used last
 };
