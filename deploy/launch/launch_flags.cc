@@ -109,8 +109,8 @@ Launcher flags (also fields of the --config text proto, see proto/launch.proto):
   --role=pserver|trainer      start only this role; --rank=K only its K-th process
   --mode=pserver|collective   collective: no pservers (also passed to the daemons)
   --devices=D                 this host's trainers' devices: 0,1,2,3 (divided evenly) or
-                              0,1/2,3 (per trainer) -> CUDA_VISIBLE_DEVICES; cpu:N ->
-                              TESSERA_CPU_PLACES=N
+                              0,1/2,3 (per trainer) -> CUDA_VISIBLE_DEVICES, TESSERA_DEVICE=gpu
+                              and TESSERA_DEVICES; cpu:N -> TESSERA_CPU_PLACES=N (default: none)
   --restart_failed=K          restart a failed process up to K times (same flags, from the
                               start: resuming from a checkpoint comes with checkpoints)
   --log_dir=DIR               <role>.<i>.log per process, metrics.csv, training.png

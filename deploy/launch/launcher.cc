@@ -130,8 +130,14 @@ absl::StatusOr<std::vector<std::vector<std::pair<std::string, std::string>>>> De
       groups.emplace_back(ids->begin() + k * per, ids->begin() + (k + 1) * per);
     }
   }
+  // A trainer given GPUs runs on them: --device=gpu, and the ordinals CUDA gives its visible
+  // devices (0 .. k-1), so no trainer flag has to repeat what --devices said.
   for (int k = 0; k < n; ++k) {
+    std::vector<std::string> ordinals;
+    for (size_t i = 0; i < groups[k].size(); ++i) ordinals.push_back(absl::StrCat(i));
     env[k].push_back({"CUDA_VISIBLE_DEVICES", absl::StrJoin(groups[k], ",")});
+    env[k].push_back({"TESSERA_DEVICE", "gpu"});
+    env[k].push_back({"TESSERA_DEVICES", absl::StrJoin(ordinals, ",")});
   }
   return env;
 }

@@ -53,6 +53,8 @@ struct LaunchOptions {
   std::string mode = "pserver";  // "pserver" | "collective" (no pservers; passed as --mode)
   // This host's trainers' devices: "" | "0,1,2,3" (divided evenly, in trainer order) |
   // "0,1/2,3" (one group per trainer) | "gpu:..." (the same) | "cpu:N" (TESSERA_CPU_PLACES=N).
+  // GPUs set CUDA_VISIBLE_DEVICES to the group, TESSERA_DEVICE=gpu and TESSERA_DEVICES to the
+  // group's ordinals after it (0,1,...); a trainer's own --device / --devices flags win.
   std::string devices;
   int restart_failed = 0;  // restarts allowed per process
   std::string log_dir;     // "" = a fresh directory under /tmp

@@ -59,6 +59,7 @@ exit 0
 // A trainer that logs three steps, its flags and devices, and succeeds.
 const char kTrainer[] = R"(echo "trainer args: $*"
 echo "devices CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset}" \
+  "TESSERA_DEVICE=${TESSERA_DEVICE:-unset} TESSERA_DEVICES=${TESSERA_DEVICES:-unset}" \
   "TESSERA_CPU_PLACES=${TESSERA_CPU_PLACES:-unset}"
 echo "step 10 loss 0.9 samples/s 1000"
 echo "step 20 loss 0.5 samples/s 1100"
@@ -223,12 +224,15 @@ TEST_F(LauncherTest, RequestStopStopsEveryChild) {
 TEST_F(LauncherTest, DevicesGoToTheTrainersEnvironment) {
   o_.devices = "0,1/2";
   ASSERT_EQ(Run(), 0) << out_;
-  EXPECT_THAT(Read(o_.log_dir + "/trainer.0.log"), HasSubstr("CUDA_VISIBLE_DEVICES=0,1 "));
-  EXPECT_THAT(Read(o_.log_dir + "/trainer.1.log"), HasSubstr("CUDA_VISIBLE_DEVICES=2 "));
+  EXPECT_THAT(Read(o_.log_dir + "/trainer.0.log"),
+              HasSubstr("CUDA_VISIBLE_DEVICES=0,1 TESSERA_DEVICE=gpu TESSERA_DEVICES=0,1 "));
+  EXPECT_THAT(Read(o_.log_dir + "/trainer.1.log"),
+              HasSubstr("CUDA_VISIBLE_DEVICES=2 TESSERA_DEVICE=gpu TESSERA_DEVICES=0 "));
   o_.devices = "cpu:3";
   ASSERT_EQ(Run(), 0) << out_;
   EXPECT_THAT(Read(o_.log_dir + "/trainer.1.log"),
-              HasSubstr("CUDA_VISIBLE_DEVICES=unset TESSERA_CPU_PLACES=3"));
+              HasSubstr("CUDA_VISIBLE_DEVICES=unset TESSERA_DEVICE=unset TESSERA_DEVICES=unset "
+                        "TESSERA_CPU_PLACES=3"));
 }
 
 TEST_F(LauncherTest, PserverOnlyHostWaitsForItsPservers) {
@@ -380,12 +384,22 @@ TEST(PlanLaunchTest, Devices) {
     return out;
   };
   EXPECT_EQ(env(""), std::vector<std::string>{});
-  EXPECT_EQ(env("0,1,2,3"), (std::vector<std::string>{"trainer.0 CUDA_VISIBLE_DEVICES=0,1",
-                                                      "trainer.1 CUDA_VISIBLE_DEVICES=2,3"}));
-  EXPECT_EQ(env("gpu:4,5"), (std::vector<std::string>{"trainer.0 CUDA_VISIBLE_DEVICES=4",
-                                                      "trainer.1 CUDA_VISIBLE_DEVICES=5"}));
-  EXPECT_EQ(env("0/1,2"), (std::vector<std::string>{"trainer.0 CUDA_VISIBLE_DEVICES=0",
-                                                    "trainer.1 CUDA_VISIBLE_DEVICES=1,2"}));
+  EXPECT_EQ(env("0,1,2,3"),
+            (std::vector<std::string>{
+                "trainer.0 CUDA_VISIBLE_DEVICES=0,1", "trainer.0 TESSERA_DEVICE=gpu",
+                "trainer.0 TESSERA_DEVICES=0,1", "trainer.1 CUDA_VISIBLE_DEVICES=2,3",
+                "trainer.1 TESSERA_DEVICE=gpu", "trainer.1 TESSERA_DEVICES=0,1"}));
+  EXPECT_EQ(env("gpu:4,5"),
+            (std::vector<std::string>{"trainer.0 CUDA_VISIBLE_DEVICES=4",
+                                      "trainer.0 TESSERA_DEVICE=gpu", "trainer.0 TESSERA_DEVICES=0",
+                                      "trainer.1 CUDA_VISIBLE_DEVICES=5",
+                                      "trainer.1 TESSERA_DEVICE=gpu",
+                                      "trainer.1 TESSERA_DEVICES=0"}));
+  EXPECT_EQ(env("0/1,2"),
+            (std::vector<std::string>{
+                "trainer.0 CUDA_VISIBLE_DEVICES=0", "trainer.0 TESSERA_DEVICE=gpu",
+                "trainer.0 TESSERA_DEVICES=0", "trainer.1 CUDA_VISIBLE_DEVICES=1,2",
+                "trainer.1 TESSERA_DEVICE=gpu", "trainer.1 TESSERA_DEVICES=0,1"}));
   EXPECT_EQ(env("cpu:8"), (std::vector<std::string>{"trainer.0 TESSERA_CPU_PLACES=8",
                                                     "trainer.1 TESSERA_CPU_PLACES=8"}));
   EXPECT_THAT(env("0,1,2")[0], HasSubstr("--devices='0,1,2'"));
