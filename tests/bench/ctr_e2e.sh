@@ -8,6 +8,9 @@
 #     //trainer:tessera_trainer //examples/ctr:ctr
 #   tests/bench/ctr_e2e.sh [ROUNDS (default 2)] [EXAMPLES (default 60000)]
 #
+# "prefetch_ahead=false" turns the trainers' double buffering off (the next batch's lookups
+# then wait for the next step), to measure what it brings.
+#
 # The DeepFM rows train examples/python/deepfm.py's model file (every table on the pservers;
 # the single process makes them local) on the same data; their ratio is to the DeepFM single
 # process.
@@ -31,8 +34,8 @@ BIN=bazel-bin
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-ctr-e2e.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
-CONFIGS=(single "1x1 sync" "2x2 sync" "2x2 async" "2x2 sync cpu_places=2" "deepfm single"
-  "deepfm 2x2 sync")
+CONFIGS=(single "1x1 sync" "2x2 sync" "2x2 async" "2x2 sync cpu_places=2"
+  "2x2 sync prefetch_ahead=false" "deepfm single" "deepfm 2x2 sync")
 PYTHONPATH=python /usr/bin/python3 examples/python/deepfm.py --out="$WORK/deepfm.pbtxt" \
   --distributed_tables --dict_size="$VOCAB"
 
@@ -54,12 +57,14 @@ run() {
     local shape="${cfg%% *}" rest="${cfg#* }"
     local ps="${shape%x*}"
     trainers="${shape#*x}"
-    local sync=true places=1
+    local sync=true places=1 ahead=true
     case "$rest" in *async*) sync=false ;; esac
     case "$rest" in *cpu_places=2*) places=2 ;; esac
+    case "$rest" in *prefetch_ahead=false*) ahead=false ;; esac
     cmd=("$BIN/deploy/launch/tessera_launch" --pservers="$ps" --trainers="$trainers" --example=ctr
       --num_examples="$N" --num_test_examples=5000 --vocab_per_slot="$VOCAB"
       --batch_size="$BATCH" --epochs=1 --sync_mode="$sync" --cpu_places="$places"
+      --prefetch_ahead="$ahead"
       --log_every_steps=0 --log_dir="$log" --noplot "${model[@]}")
   fi
   local start end
