@@ -51,7 +51,7 @@ std::vector<std::string> Distinct(const std::vector<std::string>& endpoints) {
 }
 
 // The distinct ids of some Ids tensors, split by shard, and where each position's id went: an
-// open-addressing table on the id (as split_by_shard's merge), no per-id allocation.
+// open-addressing table on the id (IdHashSlots, as split_by_shard's merge), no per-id allocation.
 struct IdShards {
   std::vector<const Tensor*> inputs;
   std::vector<std::vector<int64_t>> shard_ids;  // per shard: distinct ids, first appearance first
@@ -62,16 +62,13 @@ struct IdShards {
     shard_ids.assign(num_shards, {});
     size_t total = 0;
     for (const Tensor* t : inputs) total += static_cast<size_t>(t->numel());
-    size_t cap = 16;
-    while (cap < 2 * total) cap <<= 1;
-    int shift = 64;
-    for (size_t c = cap; c > 1; c >>= 1) --shift;
+    const IdHashSlots slots(total);
     struct Slot {
       int64_t id;
       int shard = -1;  // -1: empty
       int64_t index;
     };
-    std::vector<Slot> table(cap);
+    std::vector<Slot> table(slots.capacity);
     where.assign(inputs.size(), {});
     for (size_t e = 0; e < inputs.size(); ++e) {
       const int64_t* id = inputs[e]->data<int64_t>();
@@ -79,9 +76,8 @@ struct IdShards {
       std::vector<std::pair<int, int64_t>>& w = where[e];
       w.resize(static_cast<size_t>(count));
       for (int64_t i = 0; i < count; ++i) {
-        size_t h = static_cast<size_t>((static_cast<uint64_t>(id[i]) * 0x9E3779B97F4A7C15ull) >>
-                                       shift);
-        while (table[h].shard >= 0 && table[h].id != id[i]) h = (h + 1) & (cap - 1);
+        size_t h = slots.Home(id[i]);
+        while (table[h].shard >= 0 && table[h].id != id[i]) h = (h + 1) & slots.mask();
         Slot& slot = table[h];
         if (slot.shard < 0) {
           slot.id = id[i];

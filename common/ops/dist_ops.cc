@@ -119,13 +119,10 @@ void MergeInOrder(const T* src, int64_t width, const std::vector<int32_t>& slot_
 // which concatenates) is indifferent to row order. Scratch is per thread and kept.
 void MergeByHash(const SelectedRows& x, SelectedRows* out) {
   const size_t n = x.rows.size();
-  size_t cap = 16;
-  while (cap < 2 * n) cap <<= 1;
-  int shift = 64;
-  for (size_t c = cap; c > 1; c >>= 1) --shift;
+  const IdHashSlots slots(n);
   thread_local std::vector<int32_t> table, slot_of;  // table: index into out->rows, -1 = empty
   thread_local std::vector<uint8_t> first;
-  table.assign(cap, -1);
+  table.assign(slots.capacity, -1);
   slot_of.resize(n);
   first.resize(n);
   std::vector<int64_t>& ids = out->rows;
@@ -133,7 +130,7 @@ void MergeByHash(const SelectedRows& x, SelectedRows* out) {
   ids.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const int64_t id = x.rows[i];
-    size_t h = static_cast<size_t>((static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> shift);
+    size_t h = slots.Home(id);
     for (;;) {
       const int32_t u = table[h];
       if (u < 0) {
@@ -148,7 +145,7 @@ void MergeByHash(const SelectedRows& x, SelectedRows* out) {
         first[i] = 0;
         break;
       }
-      h = (h + 1) & (cap - 1);
+      h = (h + 1) & slots.mask();
     }
   }
   out->height = x.height;

@@ -2,6 +2,7 @@
 #ifndef TESSERA_COMMON_OPS_SHARDING_H_
 #define TESSERA_COMMON_OPS_SHARDING_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -34,6 +35,23 @@ inline int ShardOf(int64_t id, int num_shards, ShardMethod method) {
   int64_t m = id % num_shards;
   return static_cast<int>(m < 0 ? m + num_shards : m);
 }
+
+// A small open-addressing table over a batch's ids (deduplication on a hot path): at least
+// twice as many slots as ids, a power of two, and each id's home slot by Fibonacci hashing;
+// probe with (slot + 1) & mask.
+struct IdHashSlots {
+  explicit IdHashSlots(size_t ids) {
+    while (capacity < 2 * ids) capacity <<= 1;
+    for (size_t c = capacity; c > 1; c >>= 1) --shift;
+  }
+  size_t Home(int64_t id) const {
+    return static_cast<size_t>((static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> shift);
+  }
+  size_t mask() const { return capacity - 1; }
+
+  size_t capacity = 16;
+  int shift = 64;
+};
 
 }  // namespace tessera
 
