@@ -414,13 +414,8 @@ absl::Status PlaceRunner::Step(int64_t batch_size, const FeedFn& feed) {
   };
   if (lookup_ops_ > 0 && active.size() > 1) {
     // Feed every place, look up all their ids at once, then run the rest of the place program.
-    for (size_t i = 0; i < active.size(); ++i) {
-      absl::Status st = feed(ranges[i].begin, ranges[i].size(),
-                             place_scopes_[static_cast<size_t>(active[i])]);
-      if (!st.ok()) {
-        return absl::Status(st.code(), absl::StrCat("place ", active[i], ": ", st.message()));
-      }
-    }
+    TS_RETURN_IF_ERROR(on_places(
+        [&](size_t i, Scope* s) { return feed(ranges[i].begin, ranges[i].size(), s); }));
     TS_RETURN_IF_ERROR(LookUpForPlaces(active));
     const BlockDesc& place = programs_.place.blocks(0);
     TS_RETURN_IF_ERROR(on_places([&](size_t, Scope* s) {
