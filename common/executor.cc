@@ -29,6 +29,17 @@ absl::Status RunKernel(const OpInfo& info, const OpDesc& op, int index, Scope* s
   if (s.ok()) s = ctx.attr_status();
   return s.ok() ? s : Annotate(s, index, op);
 }
+
+// Ops [begin, end) of a prepared block (a valid range), with their args resolved in `scope`.
+absl::Status RunResolved(const PreparedBlock& prepared, int begin, int end, Scope* scope,
+                         const std::vector<OpArgs>& args) {
+  const BlockDesc& block = prepared.program->blocks(prepared.block_id);
+  for (int i = begin; i < end; ++i) {
+    absl::Status s = RunKernel(*prepared.infos[i], block.ops(i), i, scope, &args[i]);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
 }  // namespace
 
 void CreateBlockVariables(const BlockDesc& block, Scope* scope) {
@@ -84,8 +95,13 @@ void Executor::CreateVariables(const PreparedBlock& prepared, Scope* scope) cons
 }
 
 absl::Status Executor::Run(const PreparedBlock& prepared, Scope* scope) const {
-  CreateVariables(prepared, scope);
-  return RunOps(prepared, 0, prepared.program->blocks(prepared.block_id).ops_size(), scope);
+  const BlockDesc& block = prepared.program->blocks(prepared.block_id);
+  auto [args, fresh] = prepared.args->For(block, *scope);
+  if (!fresh) {  // new variables may be needed: create them, then resolve again
+    CreateBlockVariables(block, scope);
+    args = prepared.args->For(block, *scope).first;
+  }
+  return RunResolved(prepared, 0, block.ops_size(), scope, *args);
 }
 
 absl::Status Executor::RunOps(const PreparedBlock& prepared, int begin, int end,
@@ -95,12 +111,7 @@ absl::Status Executor::RunOps(const PreparedBlock& prepared, int begin, int end,
     return absl::InvalidArgumentError(absl::StrCat("ops [", begin, ", ", end, ") of a block of ",
                                                    block.ops_size(), " ops"));
   }
-  const std::shared_ptr<const std::vector<OpArgs>> args = prepared.args->For(block, *scope).first;
-  for (int i = begin; i < end; ++i) {
-    absl::Status s = RunKernel(*prepared.infos[i], block.ops(i), i, scope, &(*args)[i]);
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
+  return RunResolved(prepared, begin, end, scope, *prepared.args->For(block, *scope).first);
 }
 
 absl::Status Executor::Run(const ProgramDesc& program, int block_id, Scope* scope) const {

@@ -188,10 +188,13 @@ absl::Status SplitByShard(OpContext& ctx) {
   }
   DataType dtype = x->value.initialized() ? x->value.dtype() : FLOAT32;
   size_t row_bytes = static_cast<size_t>(width) * SizeOf(dtype);
-  if (n == 1 && ctx.OutputName("Out", 0) != ctx.InputName("X")) {
+  Variable* first_out = nullptr;
+  if (n == 1) {
+    TS_ASSIGN_OR_RETURN(first_out, ctx.OutputVar("Out", 0));
+  }
+  if (first_out != nullptr && first_out != xv) {
     // One pserver: the merged rows are the output, merged straight into its buffers.
-    TS_ASSIGN_OR_RETURN(Variable * ov, ctx.OutputVar("Out", 0));
-    SelectedRows* out = ov->GetMutable<SelectedRows>();
+    SelectedRows* out = first_out->GetMutable<SelectedRows>();
     MergeByHash(*x, out);
     if (!out->value.initialized()) out->value.Resize(dtype, {0, width});
     return absl::OkStatus();
