@@ -9,6 +9,8 @@ namespace tessera {
 // Defined in builtin_models_data.cc, generated from builtin_models/*.pbtxt.
 extern const char kBuiltinCtrModel[];
 extern const char kBuiltinMlpRegressionModel[];
+extern const char kBuiltinFashionMnistMlpModel[];
+extern const char kBuiltinLenetModel[];
 
 namespace {
 struct Builtin {
@@ -16,7 +18,9 @@ struct Builtin {
   const char* text;
 };
 constexpr Builtin kBuiltins[] = {{"ctr", kBuiltinCtrModel},
-                                 {"mlp_regression", kBuiltinMlpRegressionModel}};
+                                 {"mlp_regression", kBuiltinMlpRegressionModel},
+                                 {"fashion_mnist_mlp", kBuiltinFashionMnistMlpModel},
+                                 {"lenet", kBuiltinLenetModel}};
 }  // namespace
 
 std::vector<std::string> BuiltinModelNames() {

@@ -1,4 +1,4 @@
-// The built-in examples as model files: `--example=ctr|mlp_regression` without --model loads
+// The built-in examples as model files: `--example=ctr|mlp_regression|fashion_mnist_mlp|lenet` without --model loads
 // cluster/builtin_models/<name>.pbtxt, compiled into the binary, so a daemon (the pserver in
 // particular) links no example code. The files are written by
 // `tessera_program --example=<name> --model_out=...` (examples/update_builtin_models.sh);

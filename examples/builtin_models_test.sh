@@ -8,7 +8,7 @@ ROOT="${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-tessera}"
 BIN="$ROOT/examples/tessera_program"
 TMP="${TEST_TMPDIR:-$(mktemp -d)}"
 status=0
-for example in ctr mlp_regression; do
+for example in ctr mlp_regression fashion_mnist_mlp lenet; do
   if ! "$BIN" --example=$example --model_out="$TMP/$example.pbtxt" >"$TMP/out" 2>&1; then
     echo "FAIL: tessera_program --example=$example: $(cat "$TMP/out")"
     status=1

@@ -25,4 +25,7 @@ help() {
 
 help examples/ctr/ctr "ctr: trains a click model" batch_size epochs model optimizer seed
 help examples/mlp_regression/mlp_regression "mlp_regression" batch_size epochs program
+help examples/fashion_mnist_mlp/fashion_mnist_mlp "784-256-10 MLP on Fashion-MNIST" batch_size \
+  epochs lr train_data test_data target_accuracy
+help examples/lenet/lenet "LeNet CNN on Fashion-MNIST" batch_size epochs lr train_data
 finish

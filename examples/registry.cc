@@ -6,6 +6,7 @@
 #include "common/model_file.h"
 #include "common/status.h"
 #include "examples/ctr/model.h"
+#include "examples/fashion_mnist/model.h"
 #include "examples/mlp_regression/model.h"
 
 namespace tessera {
@@ -16,7 +17,9 @@ constexpr uint64_t kTestSeedOffset = 1000003;
 constexpr uint64_t kModelSeed = 7;
 }  // namespace
 
-std::vector<std::string> ExampleNames() { return {"ctr", "mlp_regression"}; }
+std::vector<std::string> ExampleNames() {
+  return {"ctr", "mlp_regression", "fashion_mnist_mlp", "lenet"};
+}
 
 absl::StatusOr<ModelFile> ExampleModelFile(absl::string_view name) {
   if (name == "ctr") {
@@ -26,8 +29,10 @@ absl::StatusOr<ModelFile> ExampleModelFile(absl::string_view name) {
     return CtrModelFile(o);
   }
   if (name == "mlp_regression") return MlpRegressionModelFile();
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown example '", name, "' (known: ctr, mlp_regression)"));
+  if (name == "fashion_mnist_mlp") return FashionMnistMlpModelFile();
+  if (name == "lenet") return LenetModelFile();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown example '", name, "' (known: ctr, mlp_regression, fashion_mnist_mlp, lenet)"));
 }
 
 absl::StatusOr<ModelSpec> BuildExampleModel(const OpRegistry& registry,
@@ -49,6 +54,20 @@ absl::StatusOr<ExampleData> LoadExampleData(const ExampleOptions& options) {
     if (!test.ok()) return test.status();
     d.train = std::move(*train);
     d.test = std::move(*test);
+    return d;
+  }
+  if (options.name == "fashion_mnist_mlp" || options.name == "lenet") {
+    // Real data: Debian's Fashion-MNIST unless --train_data / --test_data name other IDX files;
+    // num_examples and num_test_examples take the first images.
+    const std::string train_spec =
+        options.train_data.empty() ? kFashionMnistTrain : options.train_data;
+    const std::string test_spec = options.test_data.empty()
+                                      ? (options.train_data.empty() ? kFashionMnistTest : "")
+                                      : options.test_data;
+    TS_ASSIGN_OR_RETURN(d.train, ReadFashionMnist(train_spec, options.num_examples));
+    if (!test_spec.empty() && options.num_test_examples > 0) {
+      TS_ASSIGN_OR_RETURN(d.test, ReadFashionMnist(test_spec, options.num_test_examples));
+    }
     return d;
   }
   if (options.name != "ctr") {

@@ -17,7 +17,7 @@ namespace tessera {
 namespace examples {
 
 struct ExampleOptions {
-  std::string name = "ctr";        // "ctr" | "mlp_regression"
+  std::string name = "ctr";  // "ctr" | "mlp_regression" | "fashion_mnist_mlp" | "lenet"
   float learning_rate = 0.0f;      // 0: the example's default
   int64_t vocab_per_slot = 10000;  // ctr: synthetic ids per slot
   bool distributed_tables = false; // ctr: tables live on pservers
@@ -49,7 +49,9 @@ struct ExampleData {
   data::Dataset train, test;
   data::CriteoReadStats train_read, test_read;  // files read and lines skipped
 };
-// Synthetic data (deterministic in options.seed), or the given files (data::ReadCriteoData's
+// Synthetic data (deterministic in options.seed), or the given files (ctr), or Fashion-MNIST
+// (fashion_mnist_mlp, lenet: IDX files, by default Debian's; the first num_examples training
+// and num_test_examples held-out images) (data::ReadCriteoData's
 // specs: files, directories, patterns; plain or gzip).
 absl::StatusOr<ExampleData> LoadExampleData(const ExampleOptions& options);
 

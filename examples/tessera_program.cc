@@ -1,7 +1,7 @@
 // tessera_program: writes an example's programs as text protos and prints a readable summary,
 // or summarizes an existing program file.
 //
-//   tessera_program --example=mlp_regression|ctr [--out=main.pbtxt]
+//   tessera_program --example=mlp_regression|ctr|fashion_mnist_mlp|lenet [--out=main.pbtxt]
 //                   [--startup_out=startup.pbtxt] [--model_out=model.pbtxt] [--distributed]
 //   tessera_program --program=file.pbtxt
 //
@@ -10,6 +10,7 @@
 // distributed / stop_gradient flags) and every op in order with its role. Exit status: 0 on
 // success, 2 for a bad flag (one line on stderr), 1 when a file cannot be read, parsed or
 // written.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -32,7 +33,7 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: tessera_program --example=mlp_regression|ctr [--out=main.pbtxt] "
+    "usage: tessera_program --example=mlp_regression|ctr|fashion_mnist_mlp|lenet [--out=main.pbtxt] "
     "[--startup_out=startup.pbtxt] [--model_out=model.pbtxt] [--distributed] | "
     "--program=file.pbtxt";
 
@@ -91,9 +92,10 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
     return absl::InvalidArgumentError(
         "--out, --startup_out, --model_out and --distributed go with --example, not --program");
   }
-  if (!f.example.empty() && f.example != "mlp_regression" && f.example != "ctr") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown example '", f.example, "' (known: mlp_regression, ctr)"));
+  const std::vector<std::string> known = tessera::examples::ExampleNames();
+  if (!f.example.empty() && std::find(known.begin(), known.end(), f.example) == known.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown example '", f.example, "' (known: ",
+                                                   absl::StrJoin(known, ", "), ")"));
   }
   if (f.distributed && f.example != "ctr") {
     return absl::InvalidArgumentError("--distributed applies only to --example=ctr");

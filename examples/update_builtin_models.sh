@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bazel build //examples:tessera_program
-for example in ctr mlp_regression; do
+for example in ctr mlp_regression fashion_mnist_mlp lenet; do
   bazel-bin/examples/tessera_program --example=$example \
     --model_out="$PWD/cluster/builtin_models/$example.pbtxt" >/dev/null
   echo "wrote cluster/builtin_models/$example.pbtxt"

@@ -1,5 +1,6 @@
 #include "trainer/local_trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -14,6 +15,7 @@
 #include "common/data/auc.h"
 #include "common/data/sampler.h"
 #include "common/op_desc.h"
+#include "common/ops/nn_ops.h"
 #include "common/status.h"
 
 namespace tessera {
@@ -96,7 +98,7 @@ absl::StatusOr<ProgramDesc> ForwardProgram(const ProgramDesc& main,
     if (!keep[static_cast<size_t>(i)]) continue;
     OpDesc* op = ob->add_ops();
     *op = block.ops(i);
-    if (op->type() == "dropout") SetAttr(op, "is_test", true);
+    if (op->type() == "dropout" || op->type() == "batch_norm") SetAttr(op, "is_test", true);
     for (const auto& a : AllInputArgs(block.ops(i))) used.insert(a);
     for (const auto& a : AllOutputArgs(block.ops(i))) used.insert(a);
   }
@@ -490,12 +492,12 @@ absl::StatusOr<EvalResult> LocalTrainer::Evaluate(const data::Dataset& dataset) 
   const int64_t n = static_cast<int64_t>(dataset.examples.size());
   if (n == 0) return absl::InvalidArgumentError("LocalTrainer: the evaluation data set is empty");
   const absl::Span<const data::Example> examples(dataset.examples);
-  const bool with_auc = !model_.prediction.empty();
+  const bool with_prediction = !model_.prediction.empty();
+  const bool binary_accuracy =
+      std::find(model_.metrics.begin(), model_.metrics.end(), "accuracy") != model_.metrics.end();
   std::vector<float> predictions, labels;
-  if (with_auc) {
-    predictions.reserve(static_cast<size_t>(n));
-    labels.reserve(static_cast<size_t>(n));
-  }
+  int64_t classes = 0;  // the prediction's width, from its first batch
+  int64_t correct = 0;
   EvalResult result;
   double loss_sum = 0;
   for (int64_t begin = 0; begin < n; begin += options_.batch_size) {
@@ -506,21 +508,41 @@ absl::StatusOr<EvalResult> LocalTrainer::Evaluate(const data::Dataset& dataset) 
     if (options_.after_run) TS_RETURN_IF_ERROR(options_.after_run(&scope_));
     TS_ASSIGN_OR_RETURN(double loss, ReadLoss());
     loss_sum += loss * size;
-    if (with_auc) {
-      const Variable* v = scope_.FindVar(model_.prediction);
-      const Tensor* p = v == nullptr ? nullptr : v->GetIf<Tensor>();
-      if (p == nullptr || !p->initialized() || p->numel() != size ||
-          (p->dtype() != FLOAT32 && p->dtype() != FLOAT64)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "prediction '", model_.prediction, "' must be a float [", size, ", 1] tensor, got ",
-            p == nullptr ? std::string("nothing") : p->DebugString()));
+    if (!with_prediction) continue;
+    const Variable* v = scope_.FindVar(model_.prediction);
+    const Tensor* p = v == nullptr ? nullptr : v->GetIf<Tensor>();
+    if (classes == 0 && p != nullptr && p->initialized() && size > 0) classes = p->numel() / size;
+    if (p == nullptr || !p->initialized() || classes < 1 || p->numel() != size * classes ||
+        (p->dtype() != FLOAT32 && p->dtype() != FLOAT64)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prediction '", model_.prediction, "' must be a float [", size, ", 1] or [", size,
+          ", classes] tensor, got ", p == nullptr ? std::string("nothing") : p->DebugString()));
+    }
+    for (int64_t i = 0; i < size; ++i) {
+      const float label = batch[static_cast<size_t>(i)].label;
+      if (classes == 1) {
+        const float prob = static_cast<float>(ValueAt(*p, i));
+        predictions.push_back(prob);
+        labels.push_back(label);
+        correct += (prob >= 0.5f) == (label >= 0.5f);
+        continue;
       }
-      for (int64_t i = 0; i < size; ++i) {
-        predictions.push_back(static_cast<float>(ValueAt(*p, i)));
-        labels.push_back(batch[static_cast<size_t>(i)].label);
+      const int64_t k = static_cast<int64_t>(label);
+      if (k < 0 || k >= classes || static_cast<float>(k) != label) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("example ", begin + i, " has label ", label, ", not a class of the ",
+                         classes, " scores of prediction '", model_.prediction, "'"));
       }
+      correct += p->dtype() == FLOAT32
+                     ? TopKCorrect(p->data<float>() + i * classes, classes, k, 1)
+                     : TopKCorrect(p->data<double>() + i * classes, classes, k, 1);
     }
   }
+  if (with_prediction && (classes > 1 || binary_accuracy)) {
+    result.has_accuracy = true;
+    result.accuracy = static_cast<double>(correct) / static_cast<double>(n);
+  }
+  const bool with_auc = with_prediction && classes == 1;
   result.samples = n;
   result.mean_loss = loss_sum / static_cast<double>(n);
   if (with_auc) {

@@ -106,12 +106,17 @@ struct EvalResult {
   // true when the model names a prediction and the data set has both labels 0 and 1
   bool has_auc = false;
   double auc = 0;
+  // true when the model names a prediction and either its rows have C >= 2 class scores (top-1:
+  // the label's score is the highest, TopKCorrect) or it is [B, 1] with the metric "accuracy"
+  // (the prediction rounded at 0.5 equals the label)
+  bool has_accuracy = false;
+  double accuracy = 0;
 };
 
 // The forward part of block 0 of `main` needed to compute `targets`: the ops without a backward,
 // optimize, RPC, distributed or LR-schedule role on which a target depends, in program order,
-// and the variables they use, with every op that behaves differently in inference (dropout)
-// switched to it (attr is_test). NotFound if a target is not produced by any such op.
+// and the variables they use, with every op that behaves differently in inference (dropout,
+// batch_norm) switched to it (attr is_test). NotFound if a target is not produced by any such op.
 absl::StatusOr<ProgramDesc> ForwardProgram(const ProgramDesc& main,
                                            const std::vector<std::string>& targets);
 

@@ -386,6 +386,7 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
       TS_ASSIGN_OR_RETURN(EvalResult eval, trainer->Evaluate(data->test()));
       log << "trainer 0: held-out loss " << eval.mean_loss;
       if (eval.has_auc) log << " auc " << eval.auc;
+      if (eval.has_accuracy) log << " accuracy " << eval.accuracy;
       log << std::endl;
     }
     if (communicator != nullptr) {

@@ -176,8 +176,9 @@ const std::vector<Setting>& Table() {
        Int(&ClusterConfig::min_block_size, "min_block_size", 1)},
       {{"example",
         {"TESSERA_EXAMPLE"},
-        "built-in example, ctr or mlp_regression: its model (unless --model) and its synthetic "
-        "data (unless --train_data)"},
+        "built-in example, ctr, mlp_regression, fashion_mnist_mlp or lenet: its model (unless "
+        "--model) and its data (unless --train_data): synthetic for ctr and mlp_regression, "
+        "Debian's Fashion-MNIST files for the image models"},
        Str(&ClusterConfig::example)},
       {{"model",
         {"TESSERA_MODEL"},
@@ -205,8 +206,10 @@ const std::vector<Setting>& Table() {
         {"TESSERA_DATA_FORMAT"},
         "format of --train_data / --test_data: criteo (label, 13 dense counts, 26 hex ids, "
         "tab-separated), csv (a header line; columns by name, see --csv_columns), libsvm "
-        "(label index:value ...) or multislot (Fluid's: per slot a count, then its values); "
-        "every format but criteo holds exactly the model's feeds"},
+        "(label index:value ...), multislot (Fluid's: per slot a count, then its values) or idx "
+        "(images and labels in IDX files, e.g. MNIST: give <prefix> of "
+        "<prefix>-images-idx3-ubyte[.gz]); every format but criteo holds exactly the model's "
+        "feeds"},
        Str(&ClusterConfig::data_format)},
       {{"float_dense",
         {"TESSERA_FLOAT_DENSE"},
@@ -247,9 +250,9 @@ const std::vector<Setting>& Table() {
         {"TESSERA_MAX_LINE_BYTES"},
         "longest line a data file may have; a longer one stops the trainer naming file:line"},
        Int(&ClusterConfig::max_line_bytes, "max_line_bytes", 1)},
-      {{"num_examples", {"TESSERA_NUM_EXAMPLES"}, "synthetic training examples"},
+      {{"num_examples", {"TESSERA_NUM_EXAMPLES"}, "synthetic training examples (fashion_mnist_mlp, lenet: the first N training images)"},
        Int(&ClusterConfig::num_examples, "num_examples", 1)},
-      {{"num_test_examples", {"TESSERA_NUM_TEST_EXAMPLES"}, "synthetic held-out examples"},
+      {{"num_test_examples", {"TESSERA_NUM_TEST_EXAMPLES"}, "synthetic held-out examples (fashion_mnist_mlp, lenet: the first N test images)"},
        Int(&ClusterConfig::num_test_examples, "num_test_examples", 0)},
       {{"vocab_per_slot", {"TESSERA_VOCAB_PER_SLOT"}, "synthetic CTR data: distinct ids per slot"},
        Int(&ClusterConfig::vocab_per_slot, "vocab_per_slot", 1)},
@@ -633,8 +636,14 @@ absl::Status Validate(const ClusterConfig& c) {
     return bad(
         absl::StrCat("--table_shard_method='", c.table_shard_method, "' must be hash or mod"));
   }
-  if (c.example != "ctr" && c.example != "mlp_regression") {
-    return bad(absl::StrCat("--example='", c.example, "' must be ctr or mlp_regression"));
+  if (c.example != "ctr" && c.example != "mlp_regression" && c.example != "fashion_mnist_mlp" &&
+      c.example != "lenet") {
+    return bad(absl::StrCat("--example='", c.example,
+                            "' must be ctr, mlp_regression, fashion_mnist_mlp or lenet"));
+  }
+  if (c.reader == "stream" && c.data_format == "idx") {
+    return bad("--reader=stream reads line formats; --data_format=idx is read into memory "
+               "(--reader=memory)");
   }
   if (c.device != "cpu" && c.device != "gpu") {
     return bad(absl::StrCat("--device='", c.device, "' must be cpu or gpu"));

@@ -1,5 +1,7 @@
 #include "common/data/criteo.h"
 
+#include "common/data/idx.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -528,6 +530,15 @@ absl::StatusOr<std::vector<std::string>> ExpandDataPaths(const std::string& spec
 
 absl::StatusOr<Dataset> ReadCriteoData(const std::string& spec, const CriteoDataOptions& options,
                                        CriteoReadStats* stats) {
+  if (options.format == DataFormat::kIdx) {
+    if (options.num_sparse > 0 || options.num_multi > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "idx data holds images and labels only; the model feeds ", options.num_sparse,
+          " categorical and ", options.num_multi, " multi-hot slots"));
+    }
+    if (stats != nullptr) *stats = CriteoReadStats{2, 0, ""};
+    return ReadIdxData(spec, options.num_dense);
+  }
   TS_ASSIGN_OR_RETURN(std::vector<std::string> paths, ExpandDataPaths(spec));
   Dataset dataset;
   dataset.num_dense = options.num_dense;

@@ -340,8 +340,9 @@ absl::StatusOr<DataFormat> ParseDataFormat(absl::string_view name) {
   if (name == "csv") return DataFormat::kCsv;
   if (name == "libsvm") return DataFormat::kLibsvm;
   if (name == "multislot") return DataFormat::kMultiSlot;
+  if (name == "idx") return DataFormat::kIdx;
   return absl::InvalidArgumentError(absl::StrCat(
-      "data format '", name, "' is not one of criteo, csv, libsvm, multislot"));
+      "data format '", name, "' is not one of criteo, csv, libsvm, multislot, idx"));
 }
 
 const char* DataFormatName(DataFormat format) {
@@ -354,6 +355,8 @@ const char* DataFormatName(DataFormat format) {
       return "libsvm";
     case DataFormat::kMultiSlot:
       return "multislot";
+    case DataFormat::kIdx:
+      return "idx";
   }
   return "?";
 }
@@ -416,6 +419,9 @@ absl::StatusOr<std::unique_ptr<LineParser>> NewLineParser(const DataSchema& sche
       return std::unique_ptr<LineParser>(new LibsvmParser(schema));
     case DataFormat::kMultiSlot:
       return std::unique_ptr<LineParser>(new MultiSlotParser(schema));
+    case DataFormat::kIdx:
+      return absl::InvalidArgumentError(
+          "idx data is not line-based: it is read whole (ReadIdxData), not line by line");
   }
   return absl::InvalidArgumentError("unknown data format");
 }

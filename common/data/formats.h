@@ -38,9 +38,11 @@
 namespace tessera {
 namespace data {
 
-enum class DataFormat { kCriteo, kCsv, kLibsvm, kMultiSlot };
+// kIdx is not line-based: images and labels in IDX files (common/data/idx.h); it has no
+// LineParser and cannot be streamed.
+enum class DataFormat { kCriteo, kCsv, kLibsvm, kMultiSlot, kIdx };
 
-// "criteo", "csv", "libsvm", "multislot" -> the format; InvalidArgument naming the text.
+// "criteo", "csv", "libsvm", "multislot", "idx" -> the format; InvalidArgument naming the text.
 absl::StatusOr<DataFormat> ParseDataFormat(absl::string_view name);
 const char* DataFormatName(DataFormat format);
 

@@ -53,6 +53,43 @@ std::string Reshape(ProgramBuilder& b, absl::string_view x, const Shape& shape);
 std::string Cast(ProgramBuilder& b, absl::string_view x, DataType dtype);
 std::string Mean(ProgramBuilder& b, absl::string_view x);
 
+// Image layers over NCHW inputs ([-1, C, H, W]).
+struct Conv2dOptions {
+  std::string name;  // parameter prefix; "" = unique "conv2d_N"
+  std::string act;   // "", "relu", "sigmoid", "tanh"
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  bool bias = true;
+  // Filter init; kXavierUniform uses the filter's fan-in C kh kw and fan-out M kh kw.
+  Initializer filter_init = Initializer::Xavier();
+};
+// out = act(conv2d(input, W) + b), W [num_filters, C, k, k], b [num_filters].
+std::string Conv2d(ProgramBuilder& b, absl::string_view input, int64_t num_filters,
+                   int64_t filter_size, Conv2dOptions opts = {});
+// Max ("max") or average ("avg") pooling over size x size windows.
+std::string Pool2d(ProgramBuilder& b, absl::string_view input, int64_t size,
+                   absl::string_view type = "max", int64_t stride = 0 /* = size */,
+                   int64_t padding = 0);
+// [d0, ..., dk] -> [d0 ... d(axis-1), d(axis) ... dk].
+std::string Flatten(ProgramBuilder& b, absl::string_view x, int64_t axis = 1);
+struct BatchNormOptions {
+  std::string name;  // parameter prefix; "" = unique "batch_norm_N"
+  std::string act;
+  float momentum = 0.9f;
+  float epsilon = 1e-5f;
+};
+// Normalizes each channel (dim 1) of input; learns <name>.scale and <name>.bias and keeps the
+// running statistics <name>.mean and <name>.variance (persistable, not trained; local to each
+// trainer in distributed training).
+std::string BatchNorm(ProgramBuilder& b, absl::string_view input, BatchNormOptions opts = {});
+// Zeros each element with probability `prob` in training (downgrade_in_infer: inference scales
+// by 1 - prob); `seed` keys the draws.
+std::string Dropout(ProgramBuilder& b, absl::string_view x, float prob, int64_t seed = 0);
+// The share of rows of scores [-1, C] whose label [-1, 1] is among the top k ([1]).
+std::string Accuracy(ProgramBuilder& b, absl::string_view scores, absl::string_view label,
+                     int64_t k = 1);
+
 // Per-example losses, shape [-1, 1].
 std::string SquareError(ProgramBuilder& b, absl::string_view x, absl::string_view label);
 // logits [-1, C], label [-1, 1] int64. Returns the loss; *softmax (if given) gets the softmax.

@@ -6,6 +6,7 @@
 #include "common/ops/embedding_ops.h"
 #include "common/ops/loss_ops.h"
 #include "common/ops/math_ops.h"
+#include "common/ops/nn_ops.h"
 #include "common/ops/optimizer_ops.h"
 #include "common/ops/random_ops.h"
 #include "common/ops/sequence_ops.h"
@@ -28,6 +29,7 @@ absl::Status RegisterStandardOps(OpRegistry* r) {
   TS_RETURN_IF_ERROR(RegisterSequenceOps(r));
   TS_RETURN_IF_ERROR(RegisterOptimizerOps(r));
   TS_RETURN_IF_ERROR(RegisterDistOps(r));
+  TS_RETURN_IF_ERROR(RegisterNnOps(r));
   return absl::OkStatus();
 }
 
