@@ -319,6 +319,16 @@ def check_mpi(deploy_dir, bindir, tmp):
     code, out = run_script(["bash", mpirun, "-np", "3", "--hostfile", hostfile, "--dry-run"], {},
                            bindir)
     check(code == 2, f"tessera_mpirun.sh with more ranks than hosts: {code} {out}")
+    code, out = run_script(["bash", mpirun, "-np", "2", "--endpoints", "h1:7000,h2:7001",
+                            "--dry-run"], {}, bindir)
+    out = out.replace("\\", "")
+    check(code == 0 and "--bind-to socket" in out and
+          "TESSERA_MPI_ENDPOINTS=h1:7000,h2:7001" in out,
+          f"tessera_mpirun.sh --endpoints --dry-run (binds to sockets by default): {out}")
+    code, out = run_script(["bash", mpirun, "-np", "3", "--endpoints", "h1:7000", "--dry-run"],
+                           {}, bindir)
+    check(code == 2 and "lists 1 endpoints for -np 3" in out,
+          f"tessera_mpirun.sh with too few --endpoints: {code} {out}")
     for rank in range(3):
         code, out = run_script(["bash", task_sh, "--example=mlp_regression"], {
             "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "3",

@@ -103,6 +103,66 @@ std::vector<std::string> ExampleFlags(const examples::ExampleOptions& eo, int64_
   return flags;
 }
 
+std::vector<Params> RunPsJob(const PsJob& job, const std::string& dir) {
+  ProcessGroup group;
+  auto eps = FreeEndpoints(job.pservers);
+  EXPECT_TRUE(eps.ok());
+  std::vector<std::string> common = {absl::StrCat("--pservers=", absl::StrJoin(*eps, ",")),
+                                     absl::StrCat("--trainers=", job.trainers),
+                                     "--example=" + job.example,
+                                     "--job_id=test",
+                                     "--barrier_timeout_s=60",
+                                     "--rpc_deadline_s=60"};
+  common.insert(common.end(), job.flags.begin(), job.flags.end());
+  std::vector<pid_t> pids;
+  for (int p = 0; p < job.pservers; ++p) {
+    std::vector<std::string> args = {RunfilePath("pserver/tessera_pserver"),
+                                     "--current_endpoint=" + (*eps)[p]};
+    args.insert(args.end(), common.begin(), common.end());
+    auto pid = group.Start(args, absl::StrCat(dir, "/pserver.", p, ".log"));
+    EXPECT_TRUE(pid.ok());
+    pids.push_back(*pid);
+  }
+  for (int k = 0; k < job.trainers; ++k) {
+    std::vector<std::string> args = {RunfilePath("trainer/tessera_trainer"),
+                                     absl::StrCat("--trainer_id=", k),
+                                     absl::StrCat("--dump_params=", dir, "/params.", k)};
+    args.insert(args.end(), common.begin(), common.end());
+    auto pid = group.Start(args, absl::StrCat(dir, "/trainer.", k, ".log"));
+    EXPECT_TRUE(pid.ok());
+    pids.push_back(*pid);
+  }
+  // Trainers first (bounded); a failed trainer makes the pservers pointless to wait for.
+  std::vector<size_t> order;
+  for (size_t i = job.pservers; i < pids.size(); ++i) order.push_back(i);
+  for (int i = 0; i < job.pservers; ++i) order.push_back(i);
+  bool trainer_failed = false;
+  for (size_t i : order) {
+    bool is_pserver = i < static_cast<size_t>(job.pservers);
+    if (is_pserver && trainer_failed) break;  // the group kills them
+    auto status = group.Wait(pids[i], is_pserver ? absl::Seconds(60) : absl::Seconds(240));
+    std::string name = i < static_cast<size_t>(job.pservers)
+                           ? absl::StrCat("pserver.", i)
+                           : absl::StrCat("trainer.", i - job.pservers);
+    EXPECT_TRUE(status.ok()) << name << ": " << status.status();
+    if (!status.ok()) {
+      trainer_failed |= !is_pserver;
+      continue;
+    }
+    bool ok = WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+    EXPECT_TRUE(ok) << name << " failed:\n"
+                    << ReadFileOrEmpty(absl::StrCat(dir, "/", name, ".log"));
+    trainer_failed |= !ok && !is_pserver;
+  }
+  std::vector<std::map<std::string, Tensor>> params;
+  for (int k = 0; k < job.trainers; ++k) {
+    auto p = LoadVariables(absl::StrCat(dir, "/params.", k));
+    EXPECT_TRUE(p.ok()) << p.status();
+    params.push_back(p.ok() ? *p : std::map<std::string, Tensor>{});
+  }
+  return params;
+}
+
 void RunCollectiveTrainers(const std::string& dir, int n, const std::vector<std::string>& flags) {
   auto eps = FreeEndpoints(n);
   ASSERT_TRUE(eps.ok()) << eps.status();

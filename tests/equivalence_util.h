@@ -50,6 +50,19 @@ double MaxAbsDifference(const Params& a, const Params& b);
 std::vector<std::string> ExampleFlags(const examples::ExampleOptions& eo, int64_t batch,
                                       int epochs);
 
+// A parameter-server job of built-in example `example`: tessera_pserver and tessera_trainer
+// daemons on free ports (logs <dir>/pserver.<p>.log and <dir>/trainer.<k>.log).
+struct PsJob {
+  std::string example = "mlp_regression";
+  int pservers = 2;
+  int trainers = 2;
+  std::vector<std::string> flags;  // extra flags for every daemon
+};
+
+// Runs the job to completion (trainers bounded by 240 s, pservers by 60 s after them; every
+// failure is a test failure with its log); returns trainer k's dumped parameters for every k.
+std::vector<Params> RunPsJob(const PsJob& job, const std::string& dir);
+
 // Starts `n` tessera_trainer --mode=collective daemons of job "coll" (free ports, parameters
 // dumped to <dir>/params.<k>, logs in <dir>/trainer.<k>.log) with `flags`, and expects each to
 // exit 0 within 120 s.

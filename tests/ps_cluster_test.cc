@@ -31,74 +31,6 @@
 namespace tessera {
 namespace {
 
-struct Job {
-  std::string example = "mlp_regression";
-  int pservers = 2;
-  int trainers = 2;
-  std::vector<std::string> flags;  // extra flags for every daemon
-};
-
-// Runs the job to completion; returns trainer k's dumped parameters for every k.
-std::vector<std::map<std::string, Tensor>> RunJob(const Job& job, const std::string& dir) {
-  ProcessGroup group;
-  auto eps = FreeEndpoints(job.pservers);
-  EXPECT_TRUE(eps.ok());
-  std::vector<std::string> common = {absl::StrCat("--pservers=", absl::StrJoin(*eps, ",")),
-                                     absl::StrCat("--trainers=", job.trainers),
-                                     "--example=" + job.example,
-                                     "--job_id=test",
-                                     "--barrier_timeout_s=60",
-                                     "--rpc_deadline_s=60"};
-  common.insert(common.end(), job.flags.begin(), job.flags.end());
-  std::vector<pid_t> pids;
-  for (int p = 0; p < job.pservers; ++p) {
-    std::vector<std::string> args = {RunfilePath("pserver/tessera_pserver"),
-                                     "--current_endpoint=" + (*eps)[p]};
-    args.insert(args.end(), common.begin(), common.end());
-    auto pid = group.Start(args, absl::StrCat(dir, "/pserver.", p, ".log"));
-    EXPECT_TRUE(pid.ok());
-    pids.push_back(*pid);
-  }
-  for (int k = 0; k < job.trainers; ++k) {
-    std::vector<std::string> args = {RunfilePath("trainer/tessera_trainer"),
-                                     absl::StrCat("--trainer_id=", k),
-                                     absl::StrCat("--dump_params=", dir, "/params.", k)};
-    args.insert(args.end(), common.begin(), common.end());
-    auto pid = group.Start(args, absl::StrCat(dir, "/trainer.", k, ".log"));
-    EXPECT_TRUE(pid.ok());
-    pids.push_back(*pid);
-  }
-  // Trainers first (bounded); a failed trainer makes the pservers pointless to wait for.
-  std::vector<size_t> order;
-  for (size_t i = job.pservers; i < pids.size(); ++i) order.push_back(i);
-  for (int i = 0; i < job.pservers; ++i) order.push_back(i);
-  bool trainer_failed = false;
-  for (size_t i : order) {
-    bool is_pserver = i < static_cast<size_t>(job.pservers);
-    if (is_pserver && trainer_failed) break;  // the group kills them
-    auto status = group.Wait(pids[i], is_pserver ? absl::Seconds(60) : absl::Seconds(240));
-    std::string name = i < static_cast<size_t>(job.pservers)
-                           ? absl::StrCat("pserver.", i)
-                           : absl::StrCat("trainer.", i - job.pservers);
-    EXPECT_TRUE(status.ok()) << name << ": " << status.status();
-    if (!status.ok()) {
-      trainer_failed |= !is_pserver;
-      continue;
-    }
-    bool ok = WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
-    EXPECT_TRUE(ok) << name << " failed:\n"
-                    << ReadFileOrEmpty(absl::StrCat(dir, "/", name, ".log"));
-    trainer_failed |= !ok && !is_pserver;
-  }
-  std::vector<std::map<std::string, Tensor>> params;
-  for (int k = 0; k < job.trainers; ++k) {
-    auto p = LoadVariables(absl::StrCat(dir, "/params.", k));
-    EXPECT_TRUE(p.ok()) << p.status();
-    params.push_back(p.ok() ? *p : std::map<std::string, Tensor>{});
-  }
-  return params;
-}
-
 // mlp_regression or ctr data with 64 test examples.
 examples::ExampleOptions Example(const std::string& name, int64_t examples, uint64_t seed) {
   examples::ExampleOptions eo;
@@ -113,7 +45,7 @@ examples::ExampleOptions Example(const std::string& name, int64_t examples, uint
 // A sync job of `job`'s shape training `eo` with `batch` for `epochs` (and `extra` flags) ends
 // with every trainer's parameters within `rtol` of single-machine training; returns the
 // job's directory.
-std::string ExpectSyncEqualsSingleMachine(Job job, const std::string& name,
+std::string ExpectSyncEqualsSingleMachine(PsJob job, const std::string& name,
                                           const examples::ExampleOptions& eo, int64_t batch,
                                           int epochs, const std::vector<std::string>& extra,
                                           double rtol) {
@@ -121,7 +53,7 @@ std::string ExpectSyncEqualsSingleMachine(Job job, const std::string& name,
   job.example = eo.name;
   job.flags = ExampleFlags(eo, batch, epochs);
   job.flags.insert(job.flags.end(), extra.begin(), extra.end());
-  auto params = RunJob(job, dir);
+  auto params = RunPsJob(job, dir);
   EXPECT_EQ(params.size(), static_cast<size_t>(job.trainers));
   auto want = SingleMachine(eo, batch, eo.seed, epochs);
   for (const auto& p : params) ExpectParamsClose(p, want, rtol);
@@ -133,7 +65,7 @@ class SyncTwoByTwo : public ::testing::TestWithParam<bool> {};
 // With and without the memory optimization pass on the trainer program.
 TEST_P(SyncTwoByTwo, EqualsSingleMachine) {
   std::string dir =
-      ExpectSyncEqualsSingleMachine(Job{}, "sync2x2", Example("mlp_regression", 1024, 3), 64, 2,
+      ExpectSyncEqualsSingleMachine(PsJob{}, "sync2x2", Example("mlp_regression", 1024, 3), 64, 2,
                                     {"--min_block_size=400", "--split_method=round_robin",
                                      GetParam() ? "--memory_optimize" : "--nomemory_optimize"},
                                     1e-5);
@@ -151,7 +83,7 @@ INSTANTIATE_TEST_SUITE_P(MemoryOptimize, SyncTwoByTwo, ::testing::Bool());
 // weighting matters.
 TEST(PsClusterTest, SyncTwoByTwoWithTwoCpuPlacesEqualsSingleMachine) {
   std::string dir = ExpectSyncEqualsSingleMachine(
-      Job{}, "sync2x2_places", Example("mlp_regression", 1024, 3), 66, 2,
+      PsJob{}, "sync2x2_places", Example("mlp_regression", 1024, 3), 66, 2,
       {"--min_block_size=400", "--split_method=round_robin", "--cpu_places=2"}, 1e-5);
   EXPECT_NE(ReadFileOrEmpty(dir + "/trainer.0.log").find(", 2 cpu places"), std::string::npos)
       << ReadFileOrEmpty(dir + "/trainer.0.log");
@@ -161,7 +93,7 @@ TEST(PsClusterTest, SyncTwoByTwoWithTwoCpuPlacesEqualsSingleMachine) {
 // gradients are concatenated before they are split by pserver and sent.
 TEST(PsClusterTest, SyncCtrWithLocalTablesOnTwoCpuPlacesEqualsSingleMachine) {
   ExpectSyncEqualsSingleMachine(
-      Job{}, "sync_ctr_places", Example("ctr", 576, 5), 96, 1,
+      PsJob{}, "sync_ctr_places", Example("ctr", 576, 5), 96, 1,
       {"--split_method=hash_name", "--nodistributed_tables", "--cpu_places=2"}, 1e-4);
 }
 
@@ -177,7 +109,7 @@ TEST(PsClusterTest, SyncCtrWithDistributedTablesOnTwoCpuPlacesEqualsOnePlace) {
   std::string dir[2];
   for (int places : {1, 2}) {
     dir[places - 1] = MakeTempDir(absl::StrCat("sync_ctr_dist_places", places));
-    Job job;
+    PsJob job;
     job.example = eo.name;
     job.flags = ExampleFlags(eo, 48, 2);
     for (const std::string& f : {std::string("--split_method=hash_name"),
@@ -185,7 +117,7 @@ TEST(PsClusterTest, SyncCtrWithDistributedTablesOnTwoCpuPlacesEqualsOnePlace) {
                                  absl::StrCat("--cpu_places=", places)}) {
       job.flags.push_back(f);
     }
-    params[places - 1] = RunJob(job, dir[places - 1]);
+    params[places - 1] = RunPsJob(job, dir[places - 1]);
     ASSERT_EQ(params[places - 1].size(), 2u);
   }
   // The trainers hold the dense parameters (the tables live on the pservers); they depend on
@@ -206,7 +138,7 @@ TEST(PsClusterTest, SyncCtrWithDistributedTablesOnTwoCpuPlacesEqualsOnePlace) {
 }
 
 TEST(PsClusterTest, SyncThreeByThreeCtrWithSparseTablesEqualsSingleMachine) {
-  Job job;
+  PsJob job;
   job.pservers = 3;
   job.trainers = 3;
   ExpectSyncEqualsSingleMachine(job, "sync3x3", Example("ctr", 576, 5), 96, 1,
@@ -241,7 +173,7 @@ TEST(PsClusterTest, SyncTwoByTwoFromAModelFileEqualsSingleMachine) {
   o.learning_rate = eo.learning_rate;
   const std::string path = MakeTempDir("model_file") + "/ctr_model.pbtxt";
   ASSERT_TRUE(WriteModelFile(ApplyOverrides(*model, o), path).ok());
-  ExpectSyncEqualsSingleMachine(Job{}, "sync_model_file", eo, 96, 1,
+  ExpectSyncEqualsSingleMachine(PsJob{}, "sync_model_file", eo, 96, 1,
                                 {"--model=" + path, "--split_method=hash_name"}, 1e-4);
 }
 
@@ -251,7 +183,7 @@ TEST(PsClusterTest, PythonWideDeepOnTwoByTwoEqualsCppSingleMachine) {
   const std::string dir = MakeTempDir("python_model");
   const std::string path = dir + "/wide_deep.pbtxt";
   ASSERT_TRUE(RunPythonModel("wide_deep.py", {"--out=" + path}, dir + "/python.log"));
-  ExpectSyncEqualsSingleMachine(Job{}, "python_wide_deep", Example("ctr", 576, 5), 96, 1,
+  ExpectSyncEqualsSingleMachine(PsJob{}, "python_wide_deep", Example("ctr", 576, 5), 96, 1,
                                 {"--model=" + path, "--split_method=hash_name"}, 1e-5);
 }
 
@@ -261,7 +193,7 @@ TEST(PsClusterTest, PythonWideDeepOnTwoByTwoEqualsCppSingleMachine) {
 // With `gzip_parts`, the trainers read the training data as that many gzip files in a directory
 // (one machine: the examples of all of them, in order).
 std::map<std::string, Tensor> ExpectMultiHotJobEqualsSingleMachine(
-    Job job, const std::string& name, const std::function<void(ModelFile*)>& edit,
+    PsJob job, const std::string& name, const std::function<void(ModelFile*)>& edit,
     double rtol = 1e-5, int gzip_parts = 0, int stream_epochs = 0,
     const std::string& data_format = "criteo") {
   const std::string dir = MakeTempDir(name);
@@ -423,7 +355,7 @@ std::map<std::string, Tensor> ExpectMultiHotJobEqualsSingleMachine(
                "--epochs=1",               "--seed=5",
                "--split_method=hash_name"};
   job.flags.insert(job.flags.end(), stream_flags.begin(), stream_flags.end());
-  auto params = RunJob(job, dir);
+  auto params = RunPsJob(job, dir);
   EXPECT_EQ(params.size(), static_cast<size_t>(job.trainers));
   for (const auto& p : params) ExpectParamsClose(p, reference.params, rtol, name);
   return reference.params;
@@ -433,13 +365,13 @@ std::map<std::string, Tensor> ExpectMultiHotJobEqualsSingleMachine(
 // table on the pservers (examples/python/multi_hot.py) trains on 2 pservers x 2 trainers to the
 // parameters one machine reaches on the same data.
 TEST(PsClusterTest, MultiHotSlotsWithDistributedTablesEqualSingleMachine) {
-  ExpectMultiHotJobEqualsSingleMachine(Job{}, "multi_hot", nullptr);
+  ExpectMultiHotJobEqualsSingleMachine(PsJob{}, "multi_hot", nullptr);
 }
 
 // The training data as a directory of 3 gzip files (--train_data=DIR): the same parameters as
 // one machine reading the examples of all of them.
 TEST(PsClusterTest, DirectoryOfGzipFilesEqualsSingleMachineOnTheirConcatenation) {
-  ExpectMultiHotJobEqualsSingleMachine(Job{}, "gzip_parts", nullptr, 1e-5, 3);
+  ExpectMultiHotJobEqualsSingleMachine(PsJob{}, "gzip_parts", nullptr, 1e-5, 3);
 }
 
 // Streamed (--reader=stream) over a directory of 5 gzip files for 2 epochs: each trainer reads
@@ -448,22 +380,22 @@ TEST(PsClusterTest, DirectoryOfGzipFilesEqualsSingleMachineOnTheirConcatenation)
 // trainers' streams make. (1e-4: the two trainers' averaged means round apart from one mean of
 // 96, measured at 4.9e-5 after 10 steps; one example out of place moves parameters by 5e-3 to 10.)
 TEST(PsClusterTest, StreamedGzipFilesEqualSingleMachineOnTheTrainersBatches) {
-  ExpectMultiHotJobEqualsSingleMachine(Job{}, "streamed_parts", nullptr, 1e-4, 5,
+  ExpectMultiHotJobEqualsSingleMachine(PsJob{}, "streamed_parts", nullptr, 1e-4, 5,
                                        /*stream_epochs=*/2);
 }
 
 // The same data as CSV with a header (columns by their Criteo names, ids in decimal) and as
 // Fluid's MultiSlot text: the same parameters as one machine.
 TEST(PsClusterTest, CsvAndMultiSlotDataEqualSingleMachine) {
-  ExpectMultiHotJobEqualsSingleMachine(Job{}, "csv", nullptr, 1e-5, 0, 0, "csv");
-  ExpectMultiHotJobEqualsSingleMachine(Job{}, "multislot", nullptr, 1e-5, 0, 0, "multislot");
+  ExpectMultiHotJobEqualsSingleMachine(PsJob{}, "csv", nullptr, 1e-5, 0, 0, "csv");
+  ExpectMultiHotJobEqualsSingleMachine(PsJob{}, "multislot", nullptr, 1e-5, 0, 0, "multislot");
 }
 
 // Tables with optimizers of their own (a type, and a learning rate of their own or the model's),
 // updated by the pservers' tables as one machine updates them (1e-4: the tables' Adam rounds
 // differently in float32 from the adam kernel, as in the CTR model's tests).
 TEST(PsClusterTest, TableOptimizersOnTwoByTwoEqualSingleMachine) {
-  ExpectMultiHotJobEqualsSingleMachine(Job{}, "table_optimizers", [](ModelFile* m) {
+  ExpectMultiHotJobEqualsSingleMachine(PsJob{}, "table_optimizers", [](ModelFile* m) {
     auto own = [&](const std::string& table, const std::string& type, float lr) {
       TableOptimizer* t = m->add_table_optimizers();
       t->set_table(table);
@@ -480,7 +412,7 @@ TEST(PsClusterTest, TableOptimizersOnTwoByTwoEqualSingleMachine) {
 // are the batch's) and a bound every step exceeds: the same parameters as one machine, and not
 // those of training without clipping.
 TEST(PsClusterTest, GradientClippingWithOneTrainerEqualsSingleMachine) {
-  Job one;
+  PsJob one;
   one.trainers = 1;
   std::map<std::string, Tensor> clipped = ExpectMultiHotJobEqualsSingleMachine(
       one, "clip_global_norm",
@@ -494,7 +426,7 @@ TEST(PsClusterTest, GradientClippingWithOneTrainerEqualsSingleMachine) {
 
 TEST(PsClusterTest, CtrWithDistributedTablesLearns) {
   std::string dir = MakeTempDir("ctr_dist");
-  Job job;
+  PsJob job;
   job.example = "ctr";
   job.flags = {"--num_examples=12000",
                "--num_test_examples=2000",
@@ -505,7 +437,7 @@ TEST(PsClusterTest, CtrWithDistributedTablesLearns) {
                "--distributed_tables",
                "--table_export_dir=" + dir,
                "--heartbeat_s=0"};  // the count below is of the step protocol's requests
-  auto params = RunJob(job, dir);
+  auto params = RunPsJob(job, dir);
   // Every pserver exported its shard of every table, and the files load into fresh tables.
   int64_t rows = 0;
   for (int shard = 0; shard < 2; ++shard) {
@@ -571,18 +503,18 @@ class AsyncTest : public ::testing::TestWithParam<std::string> {};
 // Async training (trainers read their own writes) converges at least as well as sync after the
 // same samples (held-out loss at most 10% above sync's).
 TEST_P(AsyncTest, ConvergesLikeSync) {
-  Job job;
+  PsJob job;
   job.example = GetParam();
   job.flags = {"--num_examples=2048", "--num_test_examples=512",
                "--batch_size=64",     job.example == "ctr" ? "--epochs=2" : "--epochs=25",
                "--seed=11",           "--vocab_per_slot=500",
                "--min_block_size=400"};
   std::string sync_dir = MakeTempDir("sync_ref");
-  RunJob(job, sync_dir);
+  RunPsJob(job, sync_dir);
   double sync_loss = HeldOutLoss(sync_dir);
   job.flags.push_back("--sync_mode=false");
   std::string dir = MakeTempDir("async");
-  RunJob(job, dir);
+  RunPsJob(job, dir);
   double async_loss = HeldOutLoss(dir);
   EXPECT_LT(async_loss, 1.1 * sync_loss) << "async " << async_loss << " vs sync " << sync_loss;
 }
@@ -590,7 +522,7 @@ TEST_P(AsyncTest, ConvergesLikeSync) {
 // Fully asynchronous trainers with merged pushes: every gradient a trainer pushed is applied
 // exactly once (pserver counters equal trainer counters).
 TEST_P(AsyncTest, AppliesEveryPushExactlyOnce) {
-  Job job;
+  PsJob job;
   job.example = GetParam();
   job.flags = {"--num_examples=2048",
                "--num_test_examples=64",
@@ -603,7 +535,7 @@ TEST_P(AsyncTest, AppliesEveryPushExactlyOnce) {
                "--async_max_merge=3",
                "--noasync_read_own_writes"};
   std::string dir = MakeTempDir("async_count");
-  RunJob(job, dir);
+  RunPsJob(job, dir);
   std::string pservers =
       ReadFileOrEmpty(dir + "/pserver.0.log") + ReadFileOrEmpty(dir + "/pserver.1.log");
   int64_t applied = SumAfter(pservers, "grads_applied=");
