@@ -91,10 +91,21 @@ absl::StatusOr<ConvGeometry> GetConvGeometry(const OpContext& ctx, const Tensor&
   return g;
 }
 
-// Samples per im2col chunk: the column buffer stays near 4M elements.
+// Samples per im2col chunk: the column buffer stays near 1M elements (4 MB of floats), so that
+// the GEMM reads it while it is still in cache.
 int64_t ChunkSamples(const ConvGeometry& g) {
   const int64_t per_sample = std::max<int64_t>(1, g.ckk() * g.p());
-  return std::max<int64_t>(1, std::min<int64_t>(g.n, (int64_t{4} << 20) / per_sample));
+  return std::max<int64_t>(1, std::min<int64_t>(g.n, (int64_t{1} << 20) / per_sample));
+}
+
+// The output columns [lo, hi) of one output row whose input column ow sw - pw + j dw lies
+// inside the image (width w).
+inline void ValidColumns(const ConvGeometry& g, int64_t j, int64_t* lo, int64_t* hi) {
+  const int64_t offset = j * g.dw - g.pw;  // input column of output column 0
+  // ow sw + offset >= 0  and  ow sw + offset < w
+  *lo = offset >= 0 ? 0 : (-offset + g.sw - 1) / g.sw;
+  *hi = offset >= g.w ? 0 : std::min<int64_t>(g.wo, (g.w - offset + g.sw - 1) / g.sw);
+  if (*hi < *lo) *hi = *lo;
 }
 
 // col [ckk, count * P]: column (s, oh, ow) of row (c, i, j) is input sample first + s at
@@ -106,6 +117,9 @@ void Im2Col(const ConvGeometry& g, const T* x, int64_t first, int64_t count, T* 
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
         T* row = col + ((c * g.kh + i) * g.kw + j) * cols;
+        int64_t lo, hi;
+        ValidColumns(g, j, &lo, &hi);
+        const int64_t offset = j * g.dw - g.pw;
         for (int64_t s = 0; s < count; ++s) {
           const T* plane = x + ((first + s) * g.c + c) * g.h * g.w;
           T* out = row + s * g.p();
@@ -116,11 +130,15 @@ void Im2Col(const ConvGeometry& g, const T* x, int64_t first, int64_t count, T* 
               std::fill(o, o + g.wo, T(0));
               continue;
             }
+            // Valid columns read input columns offset + ow sw >= 0.
             const T* in = plane + ih * g.w;
-            for (int64_t ow = 0; ow < g.wo; ++ow) {
-              const int64_t iw = ow * g.sw - g.pw + j * g.dw;
-              o[ow] = (iw >= 0 && iw < g.w) ? in[iw] : T(0);
+            std::fill(o, o + lo, T(0));
+            if (g.sw == 1) {
+              std::copy(in + offset + lo, in + offset + hi, o + lo);
+            } else {
+              for (int64_t ow = lo; ow < hi; ++ow) o[ow] = in[offset + ow * g.sw];
             }
+            std::fill(o + hi, o + g.wo, T(0));
           }
         }
       }
@@ -136,6 +154,9 @@ void Col2ImAdd(const ConvGeometry& g, const T* col, int64_t first, int64_t count
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
         const T* row = col + ((c * g.kh + i) * g.kw + j) * cols;
+        int64_t lo, hi;
+        ValidColumns(g, j, &lo, &hi);
+        const int64_t offset = j * g.dw - g.pw;
         for (int64_t s = 0; s < count; ++s) {
           T* plane = dx + ((first + s) * g.c + c) * g.h * g.w;
           const T* in = row + s * g.p();
@@ -144,9 +165,10 @@ void Col2ImAdd(const ConvGeometry& g, const T* col, int64_t first, int64_t count
             if (ih < 0 || ih >= g.h) continue;
             const T* o = in + oh * g.wo;
             T* d = plane + ih * g.w;
-            for (int64_t ow = 0; ow < g.wo; ++ow) {
-              const int64_t iw = ow * g.sw - g.pw + j * g.dw;
-              if (iw >= 0 && iw < g.w) d[iw] += o[ow];
+            if (g.sw == 1) {
+              for (int64_t ow = lo; ow < hi; ++ow) d[offset + ow] += o[ow];
+            } else {
+              for (int64_t ow = lo; ow < hi; ++ow) d[offset + ow * g.sw] += o[ow];
             }
           }
         }
