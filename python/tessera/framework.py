@@ -67,10 +67,10 @@ INT32 = tensor_pb2.INT32
 # Forward op types the C++ op registry (common/ops/*.cc) has kernels for. A model file that uses
 # another op type is refused by the loader until the C++ side registers it (save_model warns).
 REGISTERED_OPS = frozenset([
-    "assign", "cast", "concat", "dropout", "elementwise_add", "elementwise_mul", "elementwise_sub",
-    "fill_constant", "fill_zeros_like", "gaussian_random", "lookup_table", "lr_exponential_decay",
-    "matmul", "mean", "mul", "reduce_mean", "reduce_sum", "relu", "reshape", "scale",
-    "sequence_pool", "sigmoid", "sigmoid_cross_entropy_with_logits", "softmax_with_cross_entropy",
+    "accuracy", "assign", "batch_norm", "cast", "concat", "conv2d", "dropout", "elementwise_add",
+    "elementwise_mul", "elementwise_sub", "fill_constant", "fill_zeros_like", "flatten",
+    "gaussian_random", "lookup_table", "lr_exponential_decay", "matmul", "mean", "mul", "pool2d",
+    "reduce_mean", "reduce_sum", "relu", "reshape", "scale", "sequence_pool", "sigmoid", "sigmoid_cross_entropy_with_logits", "softmax_with_cross_entropy",
     "split", "square_error", "sum", "tanh", "uniform_random",
 ])
 

@@ -2,7 +2,8 @@
 
 Each mirrors its C++ counterpart in common/layers/layers.cc where there is one (Data, Fc,
 Embedding, Relu/Sigmoid/Tanh, ElementwiseAdd/Mul, Scale, Concat, Reshape, Cast, Mean,
-SquareError, SoftmaxWithCrossEntropy, SigmoidCrossEntropyWithLogits): the same variable names
+SquareError, SoftmaxWithCrossEntropy, SigmoidCrossEntropyWithLogits, Conv2d, Pool2d, Flatten,
+BatchNorm): the same variable names
 (``<type>.out_N`` temporaries, ``<prefix>.w`` / ``.b`` parameters), shapes, ops and attributes in
 the same order (``op_role`` first). Names and arguments follow Fluid (``fluid.layers``).
 
@@ -19,12 +20,13 @@ that take a per-id (lod_level 1) tensor: any other layer -- in particular one th
 with a per-example tensor (concat, elementwise_*, a loss, ...) -- raises ValueError naming the
 layer ("pool it with sequence_pool first").
 
-Ops without a C++ kernel yet (the runners refuse them until one is registered; save_model warns):
-``dropout``. ``accuracy`` and ``auc`` add no ops: they declare metrics of the model file, which
-the trainer computes from the prediction on held-out data.
+``accuracy`` and ``auc`` add no ops: they declare metrics of the model file, which the trainer
+computes from the prediction on held-out data (accuracy: the top-1 class of a [-1, C] prediction,
+or a [-1, 1] probability rounded at 0.5).
 """
 
 import collections
+import math
 import operator
 
 from tessera import framework as fw
@@ -33,7 +35,8 @@ from tessera.framework import Variable, shape_str
 from tessera.param_attr import ParamAttr
 
 __all__ = [
-    "Metric", "accuracy", "auc", "cast", "concat", "create_parameter", "data", "dot", "dropout",
+    "Metric", "accuracy", "auc", "batch_norm", "cast", "concat", "conv2d", "create_parameter",
+    "data", "dot", "dropout", "flatten", "pool2d",
     "elementwise_add", "elementwise_mul", "elementwise_sub", "embedding", "exponential_decay",
     "fc", "matmul", "mean", "reduce_mean", "reduce_sum", "relu", "reshape", "scale",
     "sequence_pool", "sigmoid", "sigmoid_cross_entropy_with_logits", "softmax_with_cross_entropy",
@@ -718,6 +721,196 @@ def dropout(x, dropout_prob=0.5, is_test=False, seed=None,
     return out
 
 
+# -- image layers (NCHW) ---------------------------------------------------------------------
+
+def _slide(extent, window, stride, padding):
+    """Output extent of a window sliding over `extent` (-1 stays unknown; C++ SlideExtent)."""
+    return -1 if extent < 0 else (extent + 2 * padding - window) // stride + 1
+
+
+def _image(layer, x):
+    """x must be a float [-1, C, H, W] variable with known C, H, W."""
+    _check_float(layer, x)
+    _per_example(layer, [("input", x)])
+    if len(x.shape) != 4 or any(d < 1 for d in x.shape[1:]):
+        raise ValueError("%s: input %s must be [-1, C, H, W] with known C, H, W" %
+                         (layer, _desc(x)))
+
+
+def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, act=None,
+           name=None, param_attr=None, bias_attr=None):
+    """act(conv2d(input, W) + b): input [-1, C, H, W] -> [-1, num_filters, Ho, Wo]; op conv2d.
+
+    W is [num_filters, C, k, k] (``<name>.w``, default Xavier over fan-in C k k and fan-out
+    num_filters k k), b [num_filters] (``<name>.b``, default 0; bias_attr=False drops it).
+    Ho = (H + 2 padding - (dilation (k - 1) + 1)) // stride + 1.
+    """
+    model = _model_of("conv2d", input)
+    prefix = name if name is not None else model.peek_unique_name("conv2d")
+    layer = "conv2d %r" % prefix
+    x = _var(model, layer, input)
+    _image(layer, x)
+    m = _int(layer, "num_filters", num_filters, minimum=1)
+    k = _int(layer, "filter_size", filter_size, minimum=1)
+    stride = _int(layer, "stride", stride, minimum=1)
+    padding = _int(layer, "padding", padding, minimum=0)
+    dilation = _int(layer, "dilation", dilation, minimum=1)
+    c, h, w = x.shape[1:]
+    span = dilation * (k - 1) + 1
+    if h + 2 * padding < span or w + 2 * padding < span:
+        raise ValueError("%s: filter %dx%d (dilated %d) is larger than input %s padded by %d" %
+                         (layer, k, k, span, _desc(x), padding))
+    if act not in (None, "") and act not in ACTIVATIONS:
+        raise ValueError("%s: unknown act %r (use %s)" % (layer, act, ", ".join(ACTIVATIONS)))
+    w_attr = ParamAttr.to_attr(param_attr)
+    use_bias = bias_attr is not False
+    b_attr = ParamAttr.to_attr(None if bias_attr in (None, True, False) else bias_attr)
+    if w_attr.name is not None or b_attr.name is not None:
+        raise ValueError("%s: name the parameters with name= (the prefix of .w/.b)" % layer)
+    if w_attr.optimizer is not None or b_attr.optimizer is not None:
+        raise ValueError("%s: only embedding tables take an optimizer of their own" % layer)
+    if name is not None:
+        fw.check_name("conv2d", name)
+    names = [prefix + ".w", prefix + ".conv"] + ([prefix + ".b", prefix + ".pre_act"]
+                                                 if use_bias else [])
+    for n in names:
+        if model.has_var(n):
+            raise ValueError("%s: variable %r already exists (name %r is taken)" %
+                             (layer, n, prefix))
+    if act:
+        _out_name(model, layer, None, act + ".out")
+    if name is None:
+        model.unique_name("conv2d")
+    init = w_attr.initializer
+    if init is None:
+        bound = _init.float32(math.sqrt(6.0 / (k * k * (c + m))))
+        init = _init.Uniform(-bound, bound)
+    dtype = x.dtype
+    weights = model.create_parameter(prefix + ".w", [m, c, k, k], init, dtype)
+    out_shape = [x.shape[0], m, _slide(h, span, stride, padding), _slide(w, span, stride, padding)]
+    out = model.create_var(prefix + ".conv", out_shape, dtype)
+    model.append_op("conv2d", [("Input", [x]), ("Filter", [weights])], [("Output", [out])],
+                    [("strides", [stride, stride], "ints"), ("paddings", [padding, padding], "ints"),
+                     ("dilations", [dilation, dilation], "ints")])
+    if use_bias:
+        b = model.create_parameter(prefix + ".b", [m], b_attr.initializer or _init.Constant(0.0),
+                                   dtype)
+        conv = out
+        out = model.create_var(prefix + ".pre_act", out_shape, dtype)
+        model.append_op("elementwise_add", [("X", [conv]), ("Y", [b])], [("Out", [out])],
+                        [("axis", 1, "i")])
+    if act:
+        return _unary(layer, act, out)
+    return out
+
+
+def pool2d(input, pool_size, pool_type="max", pool_stride=None, pool_padding=0, name=None):
+    """Max ("max") or average ("avg") pooling over pool_size x pool_size windows; op pool2d.
+
+    pool_stride defaults to pool_size. Average pooling divides by the window's cells inside the
+    image; max pooling ignores the padding.
+    """
+    layer = "pool2d"
+    model = _model_of(layer, input)
+    x = _var(model, layer, input)
+    _image(layer, x)
+    k = _int(layer, "pool_size", pool_size, minimum=1)
+    stride = k if pool_stride is None else _int(layer, "pool_stride", pool_stride, minimum=1)
+    padding = _int(layer, "pool_padding", pool_padding, minimum=0)
+    if pool_type not in ("max", "avg"):
+        raise ValueError("%s: pool_type %r must be max or avg" % (layer, pool_type))
+    if padding >= k:
+        raise ValueError("%s: pool_padding %d must be smaller than pool_size %d" %
+                         (layer, padding, k))
+    c, h, w = x.shape[1:]
+    if h + 2 * padding < k or w + 2 * padding < k:
+        raise ValueError("%s: window %dx%d is larger than input %s padded by %d" %
+                         (layer, k, k, _desc(x), padding))
+    _out_name(model, layer, name, "pool2d.out")
+    shape = [x.shape[0], c, _slide(h, k, stride, padding), _slide(w, k, stride, padding)]
+    out = model.create_var(_take_name(model, name, "pool2d.out"), shape, x.dtype)
+    model.append_op("pool2d", [("X", [x])], [("Out", [out])],
+                    [("pooling_type", pool_type, "s"), ("ksize", [k, k], "ints"),
+                     ("strides", [stride, stride], "ints"),
+                     ("paddings", [padding, padding], "ints")])
+    return out
+
+
+def flatten(x, axis=1, name=None):
+    """[d0, ..., dk] -> [d0 ... d(axis-1), d(axis) ... dk]; op flatten."""
+    layer = "flatten"
+    model = _model_of(layer, x)
+    x = _var(model, layer, x)
+    _per_example(layer, [("x", x)])
+    shape = list(x.shape)
+    axis = _int(layer, "axis", axis, minimum=0)
+    if axis > len(shape):
+        raise ValueError("%s: axis %d must be in [0, %d] for x %s" % (layer, axis, len(shape),
+                                                                      _desc(x)))
+
+    def product(dims):
+        p = 1
+        for d in dims:
+            p = -1 if (p < 0 or d < 0) else p * d
+        return p
+
+    _out_name(model, layer, name, "flatten.out")
+    out = model.create_var(_take_name(model, name, "flatten.out"),
+                           [product(shape[:axis]), product(shape[axis:])], x.dtype)
+    model.append_op("flatten", [("X", [x])], [("Out", [out])], [("axis", axis, "i")])
+    return out
+
+
+def batch_norm(input, act=None, momentum=0.9, epsilon=1e-5, name=None):
+    """Normalizes each channel (dim 1) of input [-1, C, ...]; op batch_norm.
+
+    Learns ``<name>.scale`` (init 1) and ``<name>.bias`` (init 0); keeps the running statistics
+    ``<name>.mean`` and ``<name>.variance`` (persistable, not trained: moved towards each batch's
+    statistics with `momentum`, used by the trainer's evaluation).
+    """
+    model = _model_of("batch_norm", input)
+    prefix = name if name is not None else model.peek_unique_name("batch_norm")
+    layer = "batch_norm %r" % prefix
+    x = _var(model, layer, input)
+    _check_float(layer, x)
+    _per_example(layer, [("input", x)])
+    if len(x.shape) < 2 or x.shape[1] < 1:
+        raise ValueError("%s: input %s must be [-1, C, ...] with known C" % (layer, _desc(x)))
+    momentum = _init.float32(momentum)
+    epsilon = _init.float32(epsilon)
+    if not 0.0 <= momentum <= 1.0:
+        raise ValueError("%s: momentum %r must be in [0, 1]" % (layer, momentum))
+    if not epsilon > 0.0:
+        raise ValueError("%s: epsilon %r must be positive" % (layer, epsilon))
+    if act not in (None, "") and act not in ACTIVATIONS:
+        raise ValueError("%s: unknown act %r (use %s)" % (layer, act, ", ".join(ACTIVATIONS)))
+    if name is not None:
+        fw.check_name("batch_norm", name)
+    if name is None:
+        model.unique_name("batch_norm")
+    c = x.shape[1]
+    dtype = x.dtype
+    scale = model.create_parameter(prefix + ".scale", [c], _init.Constant(1.0), dtype)
+    bias = model.create_parameter(prefix + ".bias", [c], _init.Constant(0.0), dtype)
+    mean = model.create_persistable(prefix + ".mean", [c], 0.0, dtype)
+    var = model.create_persistable(prefix + ".variance", [c], 1.0, dtype)
+    y = model.create_var(model.unique_name(prefix + ".out"), x.shape, dtype)
+    saved_mean = model.create_var(prefix + ".saved_mean", [c], dtype)
+    saved_var = model.create_var(prefix + ".saved_variance", [c], dtype)
+    for v in (saved_mean, saved_var):
+        v.desc.stop_gradient = True
+    model.append_op("batch_norm",
+                    [("X", [x]), ("Scale", [scale]), ("Bias", [bias]), ("Mean", [mean]),
+                     ("Variance", [var])],
+                    [("Y", [y]), ("MeanOut", [mean]), ("VarianceOut", [var]),
+                     ("SavedMean", [saved_mean]), ("SavedVariance", [saved_var])],
+                    [("momentum", momentum, "f"), ("epsilon", epsilon, "f"),
+                     ("is_test", False, "b")])
+    if act:
+        return _unary(layer, act, y)
+    return y
+
+
 # The pool types of the sequence_pool op (its "pooltype" attribute).
 POOL_TYPES = ("SUM", "AVERAGE", "SQRT", "MAX")
 
@@ -859,7 +1052,12 @@ def _metric(metric, input, label):
     p = _var(model, metric, input)
     y = _var(model, metric, label, "label")
     _per_example(metric, [("input", p), ("label", y)])
-    if len(p.shape) != 2 or p.shape[1] != 1 or fw.convert_dtype(p.dtype) not in fw.FLOAT_DTYPES:
+    width_ok = len(p.shape) == 2 and (p.shape[1] == 1 or
+                                      (metric == "accuracy" and p.shape[1] > 1))
+    if not width_ok or fw.convert_dtype(p.dtype) not in fw.FLOAT_DTYPES:
+        if metric == "accuracy":
+            raise ValueError("%s: input %s must be [-1, C] class scores or the [-1, 1] "
+                             "probability of the positive class" % (metric, _desc(p)))
         raise ValueError("%s: input %s must be the [-1, 1] probability of the positive class" %
                          (metric, _desc(p)))
     if not y.is_data:
@@ -881,7 +1079,8 @@ def auc(input, label):
 
 
 def accuracy(input, label):
-    """Declares the model file metric "accuracy" of `input` thresholded at 0.5 (no ops)."""
+    """Declares the model file metric "accuracy" of prediction `input` (no ops): the top-1 class
+    of [-1, C] class scores, or a [-1, 1] probability thresholded at 0.5."""
     return _metric("accuracy", input, label)
 
 

@@ -33,6 +33,7 @@ mlp_regression = testutil.find_example_module("mlp_regression")
 deepfm = testutil.find_example_module("deepfm")
 dcn = testutil.find_example_module("dcn")
 multi_hot = testutil.find_example_module("multi_hot")
+image_models = testutil.find_example_module("image_models")
 
 
 def cpp_binary(env_var, *path):
@@ -194,6 +195,24 @@ class WideDeepTest(CppComparison):
                                  env=env, capture_output=True, text=True)
             self.assertEqual(bad.returncode, 1)
             self.assertIn("learning_rate must be positive", bad.stderr)
+
+
+class ImageModelsTest(CppComparison):
+    """examples/python/image_models.py writes the built-in fashion_mnist_mlp and lenet files."""
+
+    def test_equal_the_builtin_model_files(self):
+        self.assertBuiltinFile("fashion_mnist_mlp", image_models.build("mlp").to_proto())
+        self.assertBuiltinFile("lenet", image_models.build("lenet").to_proto())
+
+    def test_lenet(self):
+        mf = image_models.build("lenet").to_proto()
+        ops = [op.type for op in mf.forward.blocks[0].ops]
+        self.assertEqual(ops[:8], ["reshape", "conv2d", "elementwise_add", "relu", "pool2d",
+                                   "conv2d", "elementwise_add", "relu"])
+        self.assertEqual((list(mf.metrics), mf.prediction), (["accuracy"], "softmax.out_0"))
+        self.assertEqual([(f.var, f.source) for f in mf.feeds], [("pixels", FB.DENSE),
+                                                                  ("label", FB.LABEL)])
+        self.assertEqual(tessera.unregistered_ops(mf), [])
 
 
 class MlpRegressionTest(CppComparison):

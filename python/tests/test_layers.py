@@ -274,6 +274,63 @@ class ShapeOpsTest(LayerTestCase):
                                   r"must be \[-1, D\]", layers.sequence_pool, d, "sum")
 
 
+class ImageLayersTest(LayerTestCase):
+    """conv2d, pool2d, flatten and batch_norm: names, shapes and attrs as the C++ layers."""
+
+    def test_lenet_shapes(self):
+        x = layers.data("x", [-1, 1, 28, 28])
+        c = layers.conv2d(x, 20, 5, act="relu", name="conv1")
+        self.assertEqual((c.name, list(c.shape)), ("relu.out_0", [-1, 20, 24, 24]))
+        w = self.model.var("conv1.w")
+        self.assertEqual(list(w.shape), [20, 1, 5, 5])
+        p = layers.pool2d(c, 2, "max")
+        self.assertEqual((p.name, list(p.shape)), ("pool2d.out_0", [-1, 20, 12, 12]))
+        c2 = layers.conv2d(p, 50, 5, stride=2, padding=1, dilation=2)
+        self.assertEqual(list(c2.shape), [-1, 50, 3, 3])  # (12 + 2 - 9) // 2 + 1
+        f = layers.flatten(c2)
+        self.assertEqual((f.name, list(f.shape)), ("flatten.out_0", [-1, 450]))
+        types = [op.type for op in self.ops()]
+        self.assertEqual(types, ["conv2d", "elementwise_add", "relu", "pool2d", "conv2d",
+                                 "elementwise_add", "flatten"])
+        conv = self.ops()[4]
+        self.assertEqual(testutil.attr_names(conv), ["op_role", "strides", "paddings",
+                                                     "dilations"])
+        self.assertEqual([fw.get_attr(conv, a) for a in ("strides", "paddings", "dilations")],
+                         [[2, 2], [1, 1], [2, 2]])
+        self.assertEqual(fw.get_attr(self.ops()[3], "pooling_type"), "max")
+
+    def test_batch_norm(self):
+        x = layers.data("x", [-1, 3, 8, 8])
+        y = layers.batch_norm(x, act="relu", name="bn")
+        self.assertEqual(list(y.shape), [-1, 3, 8, 8])
+        op = self.ops()[0]
+        self.assertEqual(op.type, "batch_norm")
+        self.assertEqual([a for s in op.outputs for a in s.arguments],
+                         ["bn.out_0", "bn.mean", "bn.variance", "bn.saved_mean",
+                          "bn.saved_variance"])
+        self.assertTrue(self.model.var("bn.scale").trainable)
+        self.assertTrue(self.model.var("bn.mean").persistable)
+        self.assertFalse(self.model.var("bn.mean").trainable)
+
+    def test_accuracy_of_class_scores(self):
+        x = layers.data("x", [-1, 1, 4, 4], feed=None)
+        label = layers.data("label", [-1, 1], dtype="int64", feed="label")
+        scores = layers.fc(layers.flatten(x), 10)
+        m = layers.accuracy(scores, label)
+        self.assertEqual((m.name, self.model.prediction, self.model.metrics),
+                         ("accuracy", scores.name, ["accuracy"]))
+
+    def test_bad_arguments_change_nothing(self):
+        x = layers.data("x", [-1, 1, 4, 4])
+        self.assertUnchangedAfter("is larger than input", layers.conv2d, x, 2, 5)
+        self.assertUnchangedAfter("pool_type 'median'", layers.pool2d, x, 2, "median")
+        self.assertUnchangedAfter("must be smaller than pool_size", layers.pool2d, x, 2,
+                                  pool_padding=2)
+        self.assertUnchangedAfter(r"axis 5 must be in \[0, 4\]", layers.flatten, x, 5)
+        flat = layers.data("flat", [-1, 16])
+        self.assertUnchangedAfter(r"must be \[-1, C, H, W\]", layers.conv2d, flat, 2, 3)
+
+
 class LodTest(LayerTestCase):
     """Multi-hot inputs (lod_level 1): declared with layers.data, kept by embedding and row-wise
     layers, pooled by sequence_pool; never mixed with per-example tensors."""
