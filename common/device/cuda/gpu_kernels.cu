@@ -1,5 +1,6 @@
 // CUDA kernels for the GPU ops (float32). See gpu_kernels.h for the contracts. Grid-stride
-// loops throughout; one launch configuration (256 threads, at most 4096 blocks).
+// loops with one launch configuration (256 threads, at most 4096 blocks), except the reductions
+// (SumAll: one block; batch_norm statistics: one block per channel).
 #include "common/device/cuda/gpu_kernels.h"
 
 #include <cuda_runtime.h>
@@ -228,6 +229,219 @@ __global__ void OptimizerKernel(OptimizerArgs a, const int64_t* rows, int64_t n_
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// conv2d
+
+__global__ void Im2ColKernel(ConvShape g, const float* x, int64_t total, float* col) {
+  const int64_t p = g.ho * g.wo, rows = g.c * g.kh * g.kw;
+  TS_GRID_LOOP(t, total) {
+    const int64_t q = t % p, r = (t / p) % rows, s = t / (p * rows);
+    const int64_t j = r % g.kw, i = (r / g.kw) % g.kh, c = r / (g.kw * g.kh);
+    const int64_t ih = (q / g.wo) * g.sh - g.ph + i * g.dh;
+    const int64_t iw = (q % g.wo) * g.sw - g.pw + j * g.dw;
+    col[t] = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w ? x[((s * g.c + c) * g.h + ih) * g.w + iw]
+                                                        : 0.0f;
+  }
+}
+
+// One thread per dx element: for each (i, j) at most one output cell (oh, ow) reads it.
+__global__ void Col2ImAddKernel(ConvShape g, const float* col, int64_t total, float* dx) {
+  const int64_t p = g.ho * g.wo, kk = g.kh * g.kw;
+  TS_GRID_LOOP(t, total) {
+    const int64_t iw = t % g.w, ih = (t / g.w) % g.h;
+    const int64_t c = (t / (g.w * g.h)) % g.c, s = t / (g.w * g.h * g.c);
+    const float* rows = col + (s * g.c + c) * kk * p;
+    float sum = 0;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t hs = ih + g.ph - i * g.dh;  // oh sh
+      if (hs < 0) break;
+      if (hs % g.sh != 0 || hs / g.sh >= g.ho) continue;
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t ws = iw + g.pw - j * g.dw;  // ow sw
+        if (ws < 0) break;
+        if (ws % g.sw != 0 || ws / g.sw >= g.wo) continue;
+        sum += rows[(i * g.kw + j) * p + (hs / g.sh) * g.wo + ws / g.sw];
+      }
+    }
+    dx[t] += sum;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// pool2d
+
+struct Window {
+  int64_t h0, h1, w0, w1;
+};
+
+__device__ Window PoolWindow(const PoolShape& g, int64_t oh, int64_t ow) {
+  const int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
+  return Window{hs > 0 ? hs : 0, hs + g.kh < g.h ? hs + g.kh : g.h, ws > 0 ? ws : 0,
+                ws + g.kw < g.w ? ws + g.kw : g.w};
+}
+
+// The offset in `plane` of the window's first maximum (as the CPU kernel's ArgMax).
+__device__ int64_t PoolArgMax(const PoolShape& g, const float* plane, const Window& b) {
+  int64_t best = b.h0 * g.w + b.w0;
+  float v = plane[best];
+  for (int64_t ih = b.h0; ih < b.h1; ++ih) {
+    for (int64_t iw = b.w0; iw < b.w1; ++iw) {
+      if (plane[ih * g.w + iw] > v) {
+        best = ih * g.w + iw;
+        v = plane[best];
+      }
+    }
+  }
+  return best;
+}
+
+__device__ float PoolDivisor(const PoolShape& g, const Window& b) {
+  return static_cast<float>(g.exclusive ? (b.h1 - b.h0) * (b.w1 - b.w0) : g.kh * g.kw);
+}
+
+__global__ void PoolKernel(PoolShape g, const float* x, int64_t total, float* out) {
+  TS_GRID_LOOP(k, total) {
+    const int64_t ow = k % g.wo, oh = (k / g.wo) % g.ho, plane = k / (g.wo * g.ho);
+    const float* in = x + plane * g.h * g.w;
+    const Window b = PoolWindow(g, oh, ow);
+    if (g.max) {
+      out[k] = in[PoolArgMax(g, in, b)];
+      continue;
+    }
+    float sum = 0;
+    for (int64_t ih = b.h0; ih < b.h1; ++ih) {
+      for (int64_t iw = b.w0; iw < b.w1; ++iw) sum += in[ih * g.w + iw];
+    }
+    out[k] = sum / PoolDivisor(g, b);
+  }
+}
+
+// One thread per dx element; the windows covering (ih, iw) are oh in
+// [ceil((ih + ph - kh + 1) / sh), (ih + ph) / sh], likewise ow.
+__global__ void PoolGradKernel(PoolShape g, const float* x, const float* dout, int64_t total,
+                               float* dx) {
+  TS_GRID_LOOP(t, total) {
+    const int64_t iw = t % g.w, ih = (t / g.w) % g.h, plane = t / (g.w * g.h);
+    const float* in = g.max ? x + plane * g.h * g.w : nullptr;
+    const float* go = dout + plane * g.ho * g.wo;
+    const int64_t hl = ih + g.ph - g.kh + 1, wl = iw + g.pw - g.kw + 1;
+    const int64_t oh0 = hl > 0 ? (hl + g.sh - 1) / g.sh : 0;
+    const int64_t ow0 = wl > 0 ? (wl + g.sw - 1) / g.sw : 0;
+    const int64_t oh1 = min((ih + g.ph) / g.sh + 1, g.ho);
+    const int64_t ow1 = min((iw + g.pw) / g.sw + 1, g.wo);
+    float acc = 0;
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
+      for (int64_t ow = ow0; ow < ow1; ++ow) {
+        const Window b = PoolWindow(g, oh, ow);
+        if (!g.max) {
+          acc += go[oh * g.wo + ow] / PoolDivisor(g, b);
+        } else if (PoolArgMax(g, in, b) == ih * g.w + iw) {
+          acc += go[oh * g.wo + ow];
+        }
+      }
+    }
+    dx[t] = acc;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// batch_norm
+
+// The sum of every thread's v (blockDim.x == kThreads), returned to all threads.
+__device__ double BlockSum(double v, double* partial) {
+  partial[threadIdx.x] = v;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) partial[threadIdx.x] += partial[threadIdx.x + w];
+    __syncthreads();
+  }
+  const double total = partial[0];
+  __syncthreads();  // partial is reused by the next call
+  return total;
+}
+
+// The offset of element j (of n inner) of channel c.
+__device__ int64_t ChannelOffset(const NormShape& d, int64_t c, int64_t j) {
+  const int64_t i = j / d.inner;
+  return (i * d.c + c) * d.inner + (j - i * d.inner);
+}
+
+__device__ float InvStd(const float* var, int64_t c, bool var_is_inv_std, double eps) {
+  return var_is_inv_std ? var[c]
+                        : static_cast<float>(1.0 / sqrt(static_cast<double>(var[c]) + eps));
+}
+
+// One block per channel; two passes (mean, then squared deviations) as on the CPU.
+__global__ void BatchNormStatsKernel(NormShape d, const float* x, double eps, float momentum,
+                                     const float* mean, const float* var, float* saved_mean,
+                                     float* saved_inv_std, float* mean_out, float* var_out) {
+  __shared__ double partial[kThreads];
+  const int64_t c = blockIdx.x, count = d.n * d.inner;
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) s += x[ChannelOffset(d, c, j)];
+  const double m = BlockSum(s, partial) / static_cast<double>(count);
+  double sq = 0;
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+    const double v = x[ChannelOffset(d, c, j)] - m;
+    sq += v * v;
+  }
+  const double bv = BlockSum(sq, partial) / static_cast<double>(count);
+  if (threadIdx.x != 0) return;
+  const float mu = static_cast<float>(m), run_mean = mean[c], run_var = var[c];
+  saved_mean[c] = mu;
+  saved_inv_std[c] = static_cast<float>(1.0 / sqrt(bv + eps));
+  mean_out[c] = momentum * run_mean + (1.0f - momentum) * mu;
+  var_out[c] = momentum * run_var + (1.0f - momentum) * static_cast<float>(bv);
+}
+
+__global__ void BatchNormApplyKernel(NormShape d, const float* x, const float* scale,
+                                     const float* bias, const float* mean, const float* var,
+                                     bool var_is_inv_std, double eps, int64_t total, float* y) {
+  TS_GRID_LOOP(t, total) {
+    const int64_t c = (t / d.inner) % d.c;
+    const float a = scale[c] * InvStd(var, c, var_is_inv_std, eps);
+    const float b = bias[c] - mean[c] * a;
+    y[t] = x[t] * a + b;
+  }
+}
+
+__global__ void BatchNormGradSumsKernel(NormShape d, const float* x, const float* dy,
+                                        const float* mean, const float* var, bool var_is_inv_std,
+                                        double eps, float* sum_dy, float* sum_dy_xhat) {
+  __shared__ double partial[kThreads];
+  const int64_t c = blockIdx.x, count = d.n * d.inner;
+  const float inv = InvStd(var, c, var_is_inv_std, eps), mu = mean[c];
+  double s = 0, sx = 0;
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+    const int64_t o = ChannelOffset(d, c, j);
+    const float g = dy[o];
+    s += g;
+    sx += g * (x[o] - mu) * inv;
+  }
+  s = BlockSum(s, partial);
+  sx = BlockSum(sx, partial);
+  if (threadIdx.x != 0) return;
+  sum_dy[c] = static_cast<float>(s);
+  sum_dy_xhat[c] = static_cast<float>(sx);
+}
+
+__global__ void BatchNormGradXKernel(NormShape d, const float* x, const float* dy,
+                                     const float* scale, const float* mean, const float* var,
+                                     bool var_is_inv_std, double eps, const float* sum_dy,
+                                     const float* sum_dy_xhat, int64_t total, float* dx) {
+  const float m = static_cast<float>(d.n * d.inner > 1 ? d.n * d.inner : 1);
+  TS_GRID_LOOP(t, total) {
+    const int64_t c = (t / d.inner) % d.c;
+    const float inv = InvStd(var, c, var_is_inv_std, eps), a = scale[c] * inv;
+    if (sum_dy == nullptr) {
+      dx[t] = a * dy[t];
+    } else {
+      const float xhat = (x[t] - mean[c]) * inv;
+      dx[t] = a * (dy[t] - (sum_dy[c] + xhat * sum_dy_xhat[c]) / m);
+    }
+  }
+}
+
 }  // namespace
 
 #define TS_LAUNCH(n, kernel, ...)                               \
@@ -310,6 +524,58 @@ cudaError_t ApplyOptimizer(const OptimizerArgs& a, const int64_t* rows, int64_t 
                            int64_t width, const float* g, float* p, float* m1, float* m2,
                            cudaStream_t s) {
   TS_LAUNCH(n_rows * width, OptimizerKernel, a, rows, n_rows, width, g, p, m1, m2);
+}
+
+cudaError_t Im2Col(const ConvShape& g, const float* x, int64_t count, float* col, cudaStream_t s) {
+  const int64_t total = count * g.c * g.kh * g.kw * g.ho * g.wo;
+  TS_LAUNCH(total, Im2ColKernel, g, x, total, col);
+}
+cudaError_t Col2ImAdd(const ConvShape& g, const float* col, int64_t count, float* dx,
+                      cudaStream_t s) {
+  const int64_t total = count * g.c * g.h * g.w;
+  TS_LAUNCH(total, Col2ImAddKernel, g, col, total, dx);
+}
+cudaError_t Pool2d(const PoolShape& g, const float* x, float* out, cudaStream_t s) {
+  const int64_t total = g.planes * g.ho * g.wo;
+  TS_LAUNCH(total, PoolKernel, g, x, total, out);
+}
+cudaError_t Pool2dGrad(const PoolShape& g, const float* x, const float* dout, float* dx,
+                       cudaStream_t s) {
+  const int64_t total = g.planes * g.h * g.w;
+  TS_LAUNCH(total, PoolGradKernel, g, x, dout, total, dx);
+}
+cudaError_t BatchNormStats(const NormShape& d, const float* x, double eps, float momentum,
+                           const float* mean, const float* var, float* saved_mean,
+                           float* saved_inv_std, float* mean_out, float* var_out, cudaStream_t s) {
+  if (d.c > 0) {
+    BatchNormStatsKernel<<<static_cast<unsigned>(d.c), kThreads, 0, s>>>(
+        d, x, eps, momentum, mean, var, saved_mean, saved_inv_std, mean_out, var_out);
+  }
+  return cudaGetLastError();
+}
+cudaError_t BatchNormApply(const NormShape& d, const float* x, const float* scale,
+                           const float* bias, const float* mean, const float* var,
+                           bool var_is_inv_std, double eps, float* y, cudaStream_t s) {
+  const int64_t total = d.n * d.c * d.inner;
+  TS_LAUNCH(total, BatchNormApplyKernel, d, x, scale, bias, mean, var, var_is_inv_std, eps, total,
+            y);
+}
+cudaError_t BatchNormGradSums(const NormShape& d, const float* x, const float* dy,
+                              const float* mean, const float* var, bool var_is_inv_std, double eps,
+                              float* sum_dy, float* sum_dy_xhat, cudaStream_t s) {
+  if (d.c > 0) {
+    BatchNormGradSumsKernel<<<static_cast<unsigned>(d.c), kThreads, 0, s>>>(
+        d, x, dy, mean, var, var_is_inv_std, eps, sum_dy, sum_dy_xhat);
+  }
+  return cudaGetLastError();
+}
+cudaError_t BatchNormGradX(const NormShape& d, const float* x, const float* dy, const float* scale,
+                           const float* mean, const float* var, bool var_is_inv_std, double eps,
+                           const float* sum_dy, const float* sum_dy_xhat, float* dx,
+                           cudaStream_t s) {
+  const int64_t total = d.n * d.c * d.inner;
+  TS_LAUNCH(total, BatchNormGradXKernel, d, x, dy, scale, mean, var, var_is_inv_std, eps, sum_dy,
+            sum_dy_xhat, total, dx);
 }
 
 }  // namespace gpu

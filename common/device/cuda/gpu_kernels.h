@@ -78,6 +78,66 @@ cudaError_t ApplyOptimizer(const OptimizerArgs& a, const int64_t* rows, int64_t 
                            int64_t width, const float* g, float* p, float* m1, float* m2,
                            cudaStream_t s);
 
+// conv2d over NCHW samples: input [c, h, w], filter [*, c, kh, kw], output [*, ho, wo]; strides
+// (sh, sw), symmetric paddings (ph, pw), dilations (dh, dw).
+struct ConvShape {
+  int64_t c = 0, h = 0, w = 0, kh = 0, kw = 0;
+  int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  int64_t ho = 0, wo = 0;
+};
+// col = count matrices [c kh kw, ho wo] back to back, one per sample of x [count, c, h, w]:
+// entry ((c, i, j), (oh, ow)) of sample s is x[s, c, oh sh - ph + i dh, ow sw - pw + j dw], 0
+// outside the image.
+cudaError_t Im2Col(const ConvShape& g, const float* x, int64_t count, float* col, cudaStream_t s);
+// The adjoint of Im2Col: dx[s, c, ih, iw] += the col entries read from there (one thread per dx
+// element, summed in (i, j) order; no atomics).
+cudaError_t Col2ImAdd(const ConvShape& g, const float* col, int64_t count, float* dx,
+                      cudaStream_t s);
+
+// pool2d over planes [h, w] (planes = n c): the window of output (oh, ow) is rows
+// [oh sh - ph, + kh) and columns [ow sw - pw, + kw) clipped to the image.
+struct PoolShape {
+  bool max = true;
+  bool exclusive = true;  // avg: divide by the clipped window's cells (else by kh kw)
+  int64_t planes = 0, h = 0, w = 0, kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0;
+  int64_t ho = 0, wo = 0;
+};
+// out [planes, ho, wo] = the window's maximum or average.
+cudaError_t Pool2d(const PoolShape& g, const float* x, float* out, cudaStream_t s);
+// dx [planes, h, w] = the sum over the windows covering each cell, in row-major window order
+// (one thread per dx element; no atomics): max adds dout to the window's first maximum
+// (row-major; a value strictly greater replaces), avg adds dout / divisor. x may be null for avg.
+cudaError_t Pool2dGrad(const PoolShape& g, const float* x, const float* dout, float* dx,
+                       cudaStream_t s);
+
+// batch_norm: X viewed as [n, c, inner]. Per-channel sums take one block per channel
+// (deterministic tree reduction in double). Below Stats, `var` is the variance (inv_std =
+// 1 / sqrt(var + eps), computed in double) or, when var_is_inv_std, that inv_std already.
+struct NormShape {
+  int64_t n = 0, c = 0, inner = 0;
+};
+// The batch mean and biased variance of each channel (two passes): saved_mean = batch mean,
+// saved_inv_std = 1 / sqrt(batch var + eps); the running mean_out = momentum mean +
+// (1 - momentum) batch mean, likewise var_out from var (mean_out may be mean and var_out var:
+// each value is read before it is written).
+cudaError_t BatchNormStats(const NormShape& d, const float* x, double eps, float momentum,
+                           const float* mean, const float* var, float* saved_mean,
+                           float* saved_inv_std, float* mean_out, float* var_out, cudaStream_t s);
+// y = x a + b with a = scale inv_std, b = bias - mean a, per channel.
+cudaError_t BatchNormApply(const NormShape& d, const float* x, const float* scale,
+                           const float* bias, const float* mean, const float* var,
+                           bool var_is_inv_std, double eps, float* y, cudaStream_t s);
+// sum_dy[c] = sum dy, sum_dy_xhat[c] = sum dy (x - mean) inv_std over the channel.
+cudaError_t BatchNormGradSums(const NormShape& d, const float* x, const float* dy,
+                              const float* mean, const float* var, bool var_is_inv_std, double eps,
+                              float* sum_dy, float* sum_dy_xhat, cudaStream_t s);
+// dx = scale inv_std (dy - (sum_dy + xhat sum_dy_xhat) / (n inner)), or scale inv_std dy when
+// sum_dy is null (global statistics).
+cudaError_t BatchNormGradX(const NormShape& d, const float* x, const float* dy, const float* scale,
+                           const float* mean, const float* var, bool var_is_inv_std, double eps,
+                           const float* sum_dy, const float* sum_dy_xhat, float* dx,
+                           cudaStream_t s);
+
 }  // namespace gpu
 }  // namespace tessera
 

@@ -1,6 +1,7 @@
 #include "common/device/cuda/gpu_ops.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
@@ -919,6 +920,461 @@ absl::StatusOr<bool> Split(OpContext& ctx, const Place& place) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// image ops (NCHW): conv2d, pool2d, flatten, batch_norm. The checks mirror common/ops/nn_ops.cc;
+// what its kernels would reject declines.
+
+// A pair attribute ([h, w]; absent: dflt for both, one value: both), as nn_ops reads it; false
+// when it is not two values >= min.
+bool PairAttr(const OpContext& ctx, absl::string_view name, int64_t dflt, int64_t min,
+              std::array<int64_t, 2>* out) {
+  std::vector<int64_t> v = ctx.IntsAttr(name);
+  if (v.empty()) v = {dflt, dflt};
+  if (v.size() == 1) v.push_back(v[0]);
+  if (v.size() != 2 || v[0] < min || v[1] < min) return false;
+  *out = {v[0], v[1]};
+  return true;
+}
+
+// Device scratch memory for `floats` floats of an op's temporaries.
+absl::StatusOr<std::shared_ptr<char>> Scratch(const OpContext& ctx, CudaDevice* dev,
+                                              const Place& place, int64_t floats) {
+  std::shared_ptr<char> p = dev->Allocate(sizeof(float) * static_cast<size_t>(floats));
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("out of memory on ", place.DebugString(),
+                                                     " allocating ", sizeof(float) * floats,
+                                                     " bytes of scratch for ", ctx.op().type()));
+  }
+  return p;
+}
+
+float* Floats(const std::shared_ptr<char>& p) { return reinterpret_cast<float*>(p.get()); }
+
+struct ConvDims {
+  gpu::ConvShape g;
+  int64_t n = 0, m = 0;
+  int64_t ckk() const { return g.c * g.kh * g.kw; }
+  int64_t p() const { return g.ho * g.wo; }
+};
+
+// Input [N, C, H, W] and Filter [M, C, kh, kw], float32, groups 1 (C == 0 declines too).
+bool GetConvDims(const OpContext& ctx, const Tensor* input, const Tensor* filter, ConvDims* d) {
+  if (!F32(input) || !F32(filter) || input->rank() != 4 || filter->rank() != 4) return false;
+  if (ctx.IntAttr("groups", 1) != 1) return false;
+  std::array<int64_t, 2> strides, paddings, dilations;
+  if (!PairAttr(ctx, "strides", 1, 1, &strides) || !PairAttr(ctx, "paddings", 0, 0, &paddings) ||
+      !PairAttr(ctx, "dilations", 1, 1, &dilations)) {
+    return false;
+  }
+  gpu::ConvShape& g = d->g;
+  d->n = input->dim(0);
+  d->m = filter->dim(0);
+  g.c = input->dim(1);
+  g.h = input->dim(2);
+  g.w = input->dim(3);
+  g.kh = filter->dim(2);
+  g.kw = filter->dim(3);
+  g.sh = strides[0];
+  g.sw = strides[1];
+  g.ph = paddings[0];
+  g.pw = paddings[1];
+  g.dh = dilations[0];
+  g.dw = dilations[1];
+  const int64_t eh = g.dh * (g.kh - 1) + 1, ew = g.dw * (g.kw - 1) + 1;
+  if (filter->dim(1) != g.c || g.c == 0 || g.kh < 1 || g.kw < 1 || g.h + 2 * g.ph < eh ||
+      g.w + 2 * g.pw < ew) {
+    return false;
+  }
+  g.ho = (g.h + 2 * g.ph - eh) / g.sh + 1;
+  g.wo = (g.w + 2 * g.pw - ew) / g.sw + 1;
+  return true;
+}
+
+// Samples per im2col chunk: the column buffer stays under 16M floats (64 MB).
+int64_t ConvChunk(const ConvDims& d) {
+  const int64_t per_sample = std::max<int64_t>(1, d.ckk() * d.p());
+  return std::max<int64_t>(1, std::min<int64_t>(d.n, (int64_t{1} << 24) / per_sample));
+}
+
+// Output_n [M, P] = Filter [M, CKK] col_n [CKK, P] for each sample n, straight into NCHW.
+absl::StatusOr<bool> Conv2d(OpContext& ctx, const Place& place) {
+  const Tensor* input = Peek(ctx, "Input");
+  const Tensor* filter = Peek(ctx, "Filter");
+  ConvDims d;
+  if (!GetConvDims(ctx, input, filter, &d)) return false;
+  TS_ASSIGN_OR_RETURN(const Tensor* out0, ctx.Output("Output"));
+  if (out0 == input || out0 == filter) return false;
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
+  TS_ASSIGN_OR_RETURN(input, PlacedInput(ctx, "Input", place));
+  TS_ASSIGN_OR_RETURN(filter, PlacedInput(ctx, "Filter", place));
+  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Output", place));
+  out->Resize(FLOAT32, {d.n, d.m, d.g.ho, d.g.wo});
+  if (out->numel() == 0) return true;
+  const int64_t chunk = ConvChunk(d), ckk = d.ckk(), p = d.p();
+  TS_ASSIGN_OR_RETURN(std::shared_ptr<char> col, Scratch(ctx, dev, place, chunk * ckk * p));
+  for (int64_t first = 0; first < d.n; first += chunk) {
+    const int64_t count = std::min(chunk, d.n - first);
+    TS_CUDA(gpu::Im2Col(d.g, Data(input) + first * d.g.c * d.g.h * d.g.w, count, Floats(col),
+                        dev->stream()),
+            "conv2d im2col");
+    for (int64_t s = 0; s < count; ++s) {
+      TS_RETURN_IF_ERROR(Gemm(dev, false, false, d.m, p, ckk, 1.0f, Data(filter), ckk,
+                              Floats(col) + s * ckk * p, p, 0.0f,
+                              Data(out) + (first + s) * d.m * p));
+    }
+  }
+  return true;
+}
+
+// Filter@GRAD = sum_n dOut_n col_n^T; Input@GRAD_n = col2im(Filter^T dOut_n) (each when bound).
+absl::StatusOr<bool> Conv2dGrad(OpContext& ctx, const Place& place) {
+  const bool want_dx = ctx.HasOutput("Input@GRAD"), want_dw = ctx.HasOutput("Filter@GRAD");
+  if (!want_dx && !want_dw) return true;
+  const Tensor* input = Peek(ctx, "Input");
+  const Tensor* filter = Peek(ctx, "Filter");
+  const Tensor* dout = Peek(ctx, "Output@GRAD");
+  ConvDims d;
+  if (!GetConvDims(ctx, input, filter, &d)) return false;
+  const int64_t ckk = d.ckk(), p = d.p();
+  if (!F32(dout) || dout->numel() != d.n * d.m * p) return false;
+  const Tensor* dx0 = nullptr;
+  if (want_dx) {
+    TS_ASSIGN_OR_RETURN(dx0, ctx.Output("Input@GRAD"));
+    if (dx0 == input || dx0 == filter || dx0 == dout) return false;
+  }
+  if (want_dw) {
+    TS_ASSIGN_OR_RETURN(const Tensor* dw0, ctx.Output("Filter@GRAD"));
+    if (dw0 == input || dw0 == filter || dw0 == dout || dw0 == dx0) return false;
+  }
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
+  TS_ASSIGN_OR_RETURN(input, PlacedInput(ctx, "Input", place));
+  TS_ASSIGN_OR_RETURN(filter, PlacedInput(ctx, "Filter", place));
+  TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Output@GRAD", place));
+  Tensor* dx = nullptr;
+  Tensor* dw = nullptr;
+  if (want_dx) {
+    TS_ASSIGN_OR_RETURN(dx, PlacedOutput(ctx, "Input@GRAD", place));
+    dx->Resize(FLOAT32, input->shape());
+    TS_RETURN_IF_ERROR(dev->SetZero(dx->raw_data(), dx->nbytes()));
+  }
+  if (want_dw) {
+    TS_ASSIGN_OR_RETURN(dw, PlacedOutput(ctx, "Filter@GRAD", place));
+    dw->Resize(FLOAT32, filter->shape());
+    TS_RETURN_IF_ERROR(dev->SetZero(dw->raw_data(), dw->nbytes()));
+  }
+  if (d.n == 0 || d.m == 0) return true;
+  const int64_t chunk = ConvChunk(d), chw = d.g.c * d.g.h * d.g.w;
+  TS_ASSIGN_OR_RETURN(std::shared_ptr<char> col, Scratch(ctx, dev, place, chunk * ckk * p));
+  for (int64_t first = 0; first < d.n; first += chunk) {
+    const int64_t count = std::min(chunk, d.n - first);
+    const float* g = Data(dout) + first * d.m * p;
+    if (dw != nullptr) {
+      TS_CUDA(gpu::Im2Col(d.g, Data(input) + first * chw, count, Floats(col), dev->stream()),
+              "conv2d_grad im2col");
+      for (int64_t s = 0; s < count; ++s) {
+        TS_RETURN_IF_ERROR(Gemm(dev, false, true, d.m, ckk, p, 1.0f, g + s * d.m * p, p,
+                                Floats(col) + s * ckk * p, p, 1.0f, Data(dw)));
+      }
+    }
+    if (dx != nullptr) {  // col is reused for the column gradient (stream-ordered)
+      for (int64_t s = 0; s < count; ++s) {
+        TS_RETURN_IF_ERROR(Gemm(dev, true, false, ckk, p, d.m, 1.0f, Data(filter), ckk,
+                                g + s * d.m * p, p, 0.0f, Floats(col) + s * ckk * p));
+      }
+      TS_CUDA(gpu::Col2ImAdd(d.g, Floats(col), count, Data(dx) + first * chw, dev->stream()),
+              "conv2d_grad col2im");
+    }
+  }
+  return true;
+}
+
+// X [N, C, H, W] float32 and the attributes nn_ops accepts.
+bool GetPoolShape(const OpContext& ctx, const Tensor* x, gpu::PoolShape* g) {
+  if (!F32(x) || x->rank() != 4) return false;
+  const std::string type = ctx.StringAttr("pooling_type", "max");
+  if (type != "max" && type != "avg") return false;
+  g->max = type == "max";
+  g->exclusive = ctx.BoolAttr("exclusive", true);
+  g->planes = x->dim(0) * x->dim(1);
+  g->h = x->dim(2);
+  g->w = x->dim(3);
+  if (ctx.BoolAttr("global_pooling", false)) {
+    g->kh = g->h;
+    g->kw = g->w;
+    g->sh = g->sw = 1;
+    g->ph = g->pw = 0;
+  } else {
+    std::array<int64_t, 2> ksize, strides, paddings;
+    if (!PairAttr(ctx, "ksize", 2, 1, &ksize) || !PairAttr(ctx, "strides", 1, 1, &strides) ||
+        !PairAttr(ctx, "paddings", 0, 0, &paddings)) {
+      return false;
+    }
+    g->kh = ksize[0];
+    g->kw = ksize[1];
+    g->sh = strides[0];
+    g->sw = strides[1];
+    g->ph = paddings[0];
+    g->pw = paddings[1];
+  }
+  if (g->ph >= g->kh || g->pw >= g->kw || g->h + 2 * g->ph < g->kh || g->w + 2 * g->pw < g->kw ||
+      g->h == 0 || g->w == 0) {
+    return false;
+  }
+  g->ho = (g->h + 2 * g->ph - g->kh) / g->sh + 1;
+  g->wo = (g->w + 2 * g->pw - g->kw) / g->sw + 1;
+  return true;
+}
+
+absl::StatusOr<bool> Pool2d(OpContext& ctx, const Place& place) {
+  const Tensor* x = Peek(ctx, "X");
+  gpu::PoolShape g;
+  if (!GetPoolShape(ctx, x, &g)) return false;
+  TS_ASSIGN_OR_RETURN(const Tensor* out0, ctx.Output("Out"));
+  if (out0 == x) return false;
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
+  TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
+  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
+  out->Resize(FLOAT32, {x->dim(0), x->dim(1), g.ho, g.wo});
+  TS_CUDA(gpu::Pool2d(g, Data(x), Data(out), dev->stream()), "pool2d");
+  return true;
+}
+
+// Avg reads only X's shape: X is not moved.
+absl::StatusOr<bool> Pool2dGrad(OpContext& ctx, const Place& place) {
+  if (!ctx.HasOutput("X@GRAD")) return true;
+  const Tensor* x = Peek(ctx, "X");
+  const Tensor* dout = Peek(ctx, "Out@GRAD");
+  gpu::PoolShape g;
+  if (!GetPoolShape(ctx, x, &g)) return false;
+  if (!F32(dout) || dout->numel() != g.planes * g.ho * g.wo) return false;
+  TS_ASSIGN_OR_RETURN(const Tensor* dx0, ctx.Output("X@GRAD"));
+  if (dx0 == x || dx0 == dout) return false;
+  const Shape shape = x->shape();
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
+  const float* xp = nullptr;
+  if (g.max) {
+    TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
+    xp = Data(x);
+  }
+  TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
+  TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
+  dx->Resize(FLOAT32, shape);
+  TS_CUDA(gpu::Pool2dGrad(g, xp, Data(dout), Data(dx), dev->stream()), "pool2d_grad");
+  return true;
+}
+
+// flatten: a device copy under the new shape, any dtype.
+bool FlattenShape(const OpContext& ctx, const Shape& in, Shape* out) {
+  const int64_t axis = ctx.IntAttr("axis", 1);
+  if (axis < 0 || axis > static_cast<int64_t>(in.size())) return false;
+  *out = {NumElements(Shape(in.begin(), in.begin() + axis)),
+          NumElements(Shape(in.begin() + axis, in.end()))};
+  return true;
+}
+
+absl::StatusOr<bool> Flatten(OpContext& ctx, const Place& place) {
+  const Tensor* x = Peek(ctx, "X");
+  Shape shape;
+  if (x == nullptr || !FlattenShape(ctx, x->shape(), &shape)) return false;
+  TS_ASSIGN_OR_RETURN(const Tensor* out0, ctx.Output("Out"));
+  if (out0 == x) return false;
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
+  TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
+  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
+  out->Resize(x->dtype(), std::move(shape));
+  TS_RETURN_IF_ERROR(dev->CopyOnDevice(out->raw_data(), x->raw_data(), x->nbytes()));
+  return true;
+}
+
+// Reads only X's type and shape: X is not moved.
+absl::StatusOr<bool> FlattenGrad(OpContext& ctx, const Place& place) {
+  if (!ctx.HasOutput("X@GRAD")) return true;
+  const Tensor* x = Peek(ctx, "X");
+  const Tensor* dout = Peek(ctx, "Out@GRAD");
+  if (x == nullptr || dout == nullptr || dout->dtype() != x->dtype() ||
+      dout->numel() != x->numel()) {
+    return false;
+  }
+  TS_ASSIGN_OR_RETURN(const Tensor* dx0, ctx.Output("X@GRAD"));
+  if (dx0 == x || dx0 == dout) return false;
+  const DataType dtype = x->dtype();
+  const Shape shape = x->shape();
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
+  TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
+  TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
+  dx->Resize(dtype, shape);
+  TS_RETURN_IF_ERROR(dev->CopyOnDevice(dx->raw_data(), dout->raw_data(), dout->nbytes()));
+  return true;
+}
+
+// X [N, C, ...] float32 viewed as [N, C, inner]; the per-channel slots float32 with C values.
+bool GetNormShape(const OpContext& ctx, const Tensor* x,
+                  std::initializer_list<const char*> per_channel, gpu::NormShape* d) {
+  if (!F32(x) || x->rank() < 2) return false;
+  d->n = x->dim(0);
+  d->c = x->dim(1);
+  d->inner = d->n * d->c == 0 ? 0 : x->numel() / (d->n * d->c);
+  for (const char* slot : per_channel) {
+    const Tensor* t = Peek(ctx, slot);
+    if (!F32(t) || t->numel() != d->c) return false;
+  }
+  return true;
+}
+
+// epsilon as nn_ops reads it (a float attribute, used in double); false when not positive.
+bool GetEpsilon(const OpContext& ctx, double* eps) {
+  *eps = ctx.FloatAttr("epsilon", 1e-5f);
+  return *eps > 0 && std::isfinite(*eps);
+}
+
+bool UseGlobalStats(const OpContext& ctx) {
+  return ctx.BoolAttr("is_test", false) || ctx.BoolAttr("use_global_stats", false);
+}
+
+// Training also writes SavedMean, SavedVariance and the running MeanOut, VarianceOut (each
+// either in place of Mean / Variance or a variable of its own).
+absl::StatusOr<bool> BatchNorm(OpContext& ctx, const Place& place) {
+  const Tensor* x = Peek(ctx, "X");
+  gpu::NormShape d;
+  double eps = 0;
+  if (!GetNormShape(ctx, x, {"Scale", "Bias", "Mean", "Variance"}, &d) || !GetEpsilon(ctx, &eps)) {
+    return false;
+  }
+  const double momentum = ctx.FloatAttr("momentum", 0.9f);
+  if (!(momentum >= 0 && momentum <= 1)) return false;
+  const bool global = UseGlobalStats(ctx);
+  const std::vector<const Tensor*> ins = {x, Peek(ctx, "Scale"), Peek(ctx, "Bias"),
+                                          Peek(ctx, "Mean"), Peek(ctx, "Variance")};
+  auto is_input = [&](const Tensor* t) {
+    return std::find(ins.begin(), ins.end(), t) != ins.end();
+  };
+  TS_ASSIGN_OR_RETURN(const Tensor* y0, ctx.Output("Y"));
+  if (is_input(y0)) return false;
+  if (!global) {
+    if (d.n * d.inner == 0) return false;
+    for (const char* slot : {"SavedMean", "SavedVariance", "MeanOut", "VarianceOut"}) {
+      if (!ctx.HasOutput(slot)) return false;
+    }
+    TS_ASSIGN_OR_RETURN(const Tensor* sm0, ctx.Output("SavedMean"));
+    TS_ASSIGN_OR_RETURN(const Tensor* sv0, ctx.Output("SavedVariance"));
+    TS_ASSIGN_OR_RETURN(const Tensor* mo0, ctx.Output("MeanOut"));
+    TS_ASSIGN_OR_RETURN(const Tensor* vo0, ctx.Output("VarianceOut"));
+    if (is_input(sm0) || is_input(sv0) || (is_input(mo0) && mo0 != ins[3]) ||
+        (is_input(vo0) && vo0 != ins[4])) {
+      return false;
+    }
+    const std::vector<const Tensor*> outs = {y0, sm0, sv0, mo0, vo0};
+    for (size_t i = 0; i < outs.size(); ++i) {
+      for (size_t j = i + 1; j < outs.size(); ++j) {
+        if (outs[i] == outs[j]) return false;
+      }
+    }
+  }
+  const Shape shape = x->shape();
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
+  TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
+  TS_ASSIGN_OR_RETURN(const Tensor* scale, PlacedInput(ctx, "Scale", place));
+  TS_ASSIGN_OR_RETURN(const Tensor* bias, PlacedInput(ctx, "Bias", place));
+  TS_ASSIGN_OR_RETURN(const Tensor* mean, PlacedInput(ctx, "Mean", place));
+  TS_ASSIGN_OR_RETURN(const Tensor* var, PlacedInput(ctx, "Variance", place));
+  TS_ASSIGN_OR_RETURN(Tensor * y, PlacedOutput(ctx, "Y", place));
+  y->Resize(FLOAT32, shape);
+  if (global) {
+    TS_CUDA(gpu::BatchNormApply(d, Data(x), Data(scale), Data(bias), Data(mean), Data(var), false,
+                                eps, Data(y), dev->stream()),
+            "batch_norm");
+    return true;
+  }
+  const Shape mean_shape = mean->shape(), var_shape = var->shape();
+  TS_ASSIGN_OR_RETURN(Tensor * saved_mean, PlacedOutput(ctx, "SavedMean", place));
+  TS_ASSIGN_OR_RETURN(Tensor * saved_var, PlacedOutput(ctx, "SavedVariance", place));
+  TS_ASSIGN_OR_RETURN(Tensor * mean_out, PlacedOutput(ctx, "MeanOut", place));
+  TS_ASSIGN_OR_RETURN(Tensor * var_out, PlacedOutput(ctx, "VarianceOut", place));
+  saved_mean->Resize(FLOAT32, {d.c});
+  saved_var->Resize(FLOAT32, {d.c});
+  if (mean_out != mean) mean_out->Resize(FLOAT32, mean_shape);
+  if (var_out != var) var_out->Resize(FLOAT32, var_shape);
+  TS_CUDA(gpu::BatchNormStats(d, Data(x), eps, static_cast<float>(momentum), Data(mean), Data(var),
+                              Data(saved_mean), Data(saved_var), Data(mean_out), Data(var_out),
+                              dev->stream()),
+          "batch_norm statistics");
+  TS_CUDA(gpu::BatchNormApply(d, Data(x), Data(scale), Data(bias), Data(saved_mean),
+                              Data(saved_var), true, eps, Data(y), dev->stream()),
+          "batch_norm");
+  return true;
+}
+
+// With global statistics (is_test / use_global_stats) Mean and Variance, else SavedMean and
+// SavedVariance (1 / sqrt(var + eps)); each gradient output only when bound.
+absl::StatusOr<bool> BatchNormGrad(OpContext& ctx, const Place& place) {
+  const bool want_dx = ctx.HasOutput("X@GRAD"), want_dscale = ctx.HasOutput("Scale@GRAD"),
+             want_dbias = ctx.HasOutput("Bias@GRAD");
+  if (!want_dx && !want_dscale && !want_dbias) return true;
+  const bool global = UseGlobalStats(ctx);
+  const char* mean_slot = global ? "Mean" : "SavedMean";
+  const char* var_slot = global ? "Variance" : "SavedVariance";
+  const Tensor* x = Peek(ctx, "X");
+  const Tensor* dy = Peek(ctx, "Y@GRAD");
+  gpu::NormShape d;
+  double eps = 0;
+  if (!GetNormShape(ctx, x, {"Scale", mean_slot, var_slot}, &d) || !GetEpsilon(ctx, &eps) ||
+      !F32(dy) || dy->numel() != x->numel()) {
+    return false;
+  }
+  const std::vector<const Tensor*> ins = {x, Peek(ctx, "Scale"), Peek(ctx, mean_slot),
+                                          Peek(ctx, var_slot), dy};
+  std::vector<const Tensor*> outs;
+  for (const char* slot : {"X@GRAD", "Scale@GRAD", "Bias@GRAD"}) {
+    if (!ctx.HasOutput(slot)) continue;
+    TS_ASSIGN_OR_RETURN(const Tensor* g, ctx.Output(slot));
+    if (std::find(ins.begin(), ins.end(), g) != ins.end()) return false;
+    if (std::find(outs.begin(), outs.end(), g) != outs.end()) return false;
+    outs.push_back(g);
+  }
+  const Shape shape = x->shape(), scale_shape = ins[1]->shape();
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
+  TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
+  TS_ASSIGN_OR_RETURN(const Tensor* scale, PlacedInput(ctx, "Scale", place));
+  TS_ASSIGN_OR_RETURN(const Tensor* mean, PlacedInput(ctx, mean_slot, place));
+  TS_ASSIGN_OR_RETURN(const Tensor* var, PlacedInput(ctx, var_slot, place));
+  TS_ASSIGN_OR_RETURN(dy, PlacedInput(ctx, "Y@GRAD", place));
+  Tensor* dscale = nullptr;
+  Tensor* dbias = nullptr;
+  if (want_dscale) {
+    TS_ASSIGN_OR_RETURN(dscale, PlacedOutput(ctx, "Scale@GRAD", place));
+    dscale->Resize(FLOAT32, scale_shape);
+  }
+  if (want_dbias) {
+    TS_ASSIGN_OR_RETURN(dbias, PlacedOutput(ctx, "Bias@GRAD", place));
+    dbias->Resize(FLOAT32, scale_shape);
+  }
+  // The channel sums go to Bias@GRAD / Scale@GRAD, or to scratch when they are not bound.
+  const float* sum_dy = nullptr;
+  const float* sum_dy_xhat = nullptr;
+  std::shared_ptr<char> sums;
+  if (want_dscale || want_dbias || !global) {
+    if (!want_dscale || !want_dbias) {
+      TS_ASSIGN_OR_RETURN(sums, Scratch(ctx, dev, place, 2 * std::max<int64_t>(d.c, 1)));
+    }
+    float* s = want_dbias ? Data(dbias) : Floats(sums);
+    float* sx = want_dscale ? Data(dscale) : Floats(sums) + d.c;
+    TS_CUDA(gpu::BatchNormGradSums(d, Data(x), Data(dy), Data(mean), Data(var), !global, eps, s, sx,
+                                   dev->stream()),
+            "batch_norm_grad sums");
+    if (!global) {
+      sum_dy = s;
+      sum_dy_xhat = sx;
+    }
+  }
+  if (!want_dx) return true;
+  TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
+  dx->Resize(FLOAT32, shape);
+  TS_CUDA(gpu::BatchNormGradX(d, Data(x), Data(dy), Data(scale), Data(mean), Data(var), !global,
+                              eps, sum_dy, sum_dy_xhat, Data(dx), dev->stream()),
+          "batch_norm_grad");
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
 // optimizers: in place (ParamOut is Param, state outputs are their inputs), dense or sparse
 // gradients. Sparse rows are merged as on the CPU: unique sorted rows (host), values summed on
 // the device (atomic adds: the summation order of duplicate ids may differ from the CPU's).
@@ -1112,6 +1568,14 @@ absl::Status RegisterGpuKernels(DeviceKernelTable* t) {
   TS_RETURN_IF_ERROR(t->Register("concat", Concat));
   TS_RETURN_IF_ERROR(t->Register("concat_grad", ConcatGrad));
   TS_RETURN_IF_ERROR(t->Register("split", Split));
+  TS_RETURN_IF_ERROR(t->Register("conv2d", Conv2d));
+  TS_RETURN_IF_ERROR(t->Register("conv2d_grad", Conv2dGrad));
+  TS_RETURN_IF_ERROR(t->Register("pool2d", Pool2d));
+  TS_RETURN_IF_ERROR(t->Register("pool2d_grad", Pool2dGrad));
+  TS_RETURN_IF_ERROR(t->Register("flatten", Flatten));
+  TS_RETURN_IF_ERROR(t->Register("flatten_grad", FlattenGrad));
+  TS_RETURN_IF_ERROR(t->Register("batch_norm", BatchNorm));
+  TS_RETURN_IF_ERROR(t->Register("batch_norm_grad", BatchNormGrad));
   TS_RETURN_IF_ERROR(t->Register("sgd", OptimizerKernel(gpu::Optimizer::kSgd)));
   TS_RETURN_IF_ERROR(t->Register("momentum", OptimizerKernel(gpu::Optimizer::kMomentum)));
   TS_RETURN_IF_ERROR(t->Register("adam", OptimizerKernel(gpu::Optimizer::kAdam)));

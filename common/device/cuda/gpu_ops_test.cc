@@ -327,6 +327,176 @@ TEST_F(GpuOpsTest, ConcatAndSplit) {
   Check("concat/split", {cat, cat_grad, split}, v, {"cat", "a@GRAD", "b@GRAD", "p", "q", "r"});
 }
 
+// Output extent of a convolution or pooling window along one dimension.
+int64_t OutSize(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation = 1) {
+  return (in + 2 * pad - (dilation * (k - 1) + 1)) / stride + 1;
+}
+
+std::vector<int64_t> Pair(const std::vector<int64_t>& v, int64_t dflt) {
+  if (v.empty()) return {dflt, dflt};
+  return v.size() == 1 ? std::vector<int64_t>{v[0], v[0]} : v;
+}
+
+TEST_F(GpuOpsTest, Conv2dStridesPaddingsDilations) {
+  struct Case {
+    Shape x, w;
+    std::vector<int64_t> strides, paddings, dilations;  // empty: attribute absent
+  };
+  for (const Case& c : {Case{{2, 3, 7, 7}, {4, 3, 3, 3}, {}, {}, {}},
+                        Case{{2, 3, 8, 9}, {5, 3, 3, 2}, {2}, {1}, {}},
+                        Case{{3, 2, 9, 8}, {4, 2, 3, 3}, {1, 2}, {2, 1}, {2, 2}},
+                        Case{{1, 1, 5, 5}, {2, 1, 5, 5}, {}, {2, 2}, {}},
+                        Case{{2, 4, 6, 6}, {3, 4, 1, 1}, {2, 2}, {}, {}},
+                        Case{{2, 2, 10, 7}, {3, 2, 2, 3}, {3, 2}, {1, 0}, {3, 1}}}) {
+    const std::vector<int64_t> s = Pair(c.strides, 1), p = Pair(c.paddings, 0),
+                               d = Pair(c.dilations, 1);
+    const Shape out = {c.x[0], c.w[0], OutSize(c.x[2], c.w[2], s[0], p[0], d[0]),
+                       OutSize(c.x[3], c.w[3], s[1], p[1], d[1])};
+    Vars v;
+    Put(&v, "x", Random(c.x, &rng_));
+    Put(&v, "w", Random(c.w, &rng_));
+    Put(&v, "out@GRAD", Random(out, &rng_));
+    OpDesc fwd = MakeOp("conv2d", {{"Input", {"x"}}, {"Filter", {"w"}}}, {{"Output", {"out"}}});
+    OpDesc grad =
+        MakeOp("conv2d_grad", {{"Input", {"x"}}, {"Filter", {"w"}}, {"Output@GRAD", {"out@GRAD"}}},
+               {{"Input@GRAD", {"x@GRAD"}}, {"Filter@GRAD", {"w@GRAD"}}});
+    OpDesc grad_w =
+        MakeOp("conv2d_grad", {{"Input", {"x"}}, {"Filter", {"w"}}, {"Output@GRAD", {"out@GRAD"}}},
+               {{"Filter@GRAD", {"w@GRAD2"}}});
+    for (OpDesc* op : {&fwd, &grad, &grad_w}) {
+      if (!c.strides.empty()) SetAttr(op, "strides", c.strides);
+      if (!c.paddings.empty()) SetAttr(op, "paddings", c.paddings);
+      if (!c.dilations.empty()) SetAttr(op, "dilations", c.dilations);
+    }
+    Check(absl::StrCat("conv2d x ", ShapeString(c.x), " w ", ShapeString(c.w)), {fwd, grad, grad_w},
+          v, {"out", "x@GRAD", "w@GRAD", "w@GRAD2"});
+  }
+}
+
+TEST_F(GpuOpsTest, Pool2dMaxAvgPaddedGlobal) {
+  struct Case {
+    std::string type;
+    std::vector<int64_t> ksize, strides, paddings;
+    bool exclusive, global, ties;  // ties: X takes few distinct values
+  };
+  for (const Case& c :
+       {Case{"max", {2}, {2}, {}, true, false, false},
+        Case{"max", {3, 3}, {2, 2}, {1, 1}, true, false, false},
+        Case{"max", {3, 2}, {1, 2}, {1, 0}, true, false, true},
+        Case{"avg", {3, 3}, {1, 1}, {1, 1}, true, false, false},
+        Case{"avg", {3, 3}, {2, 1}, {1, 2}, false, false, false},
+        Case{"avg", {2, 2}, {2, 2}, {}, true, false, false},
+        Case{"max", {}, {}, {}, true, true, true}, Case{"avg", {}, {}, {}, true, true, false}}) {
+    const Shape xs = {2, 3, 7, 6};
+    Shape out = {2, 3, 1, 1};
+    if (!c.global) {
+      const std::vector<int64_t> k = Pair(c.ksize, 2), s = Pair(c.strides, 1),
+                                 p = Pair(c.paddings, 0);
+      out = {2, 3, OutSize(xs[2], k[0], s[0], p[0]), OutSize(xs[3], k[1], s[1], p[1])};
+    }
+    Vars v;
+    Tensor x = Random(xs, &rng_);
+    if (c.ties) {
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = std::round(x.data<float>()[i]);
+    }
+    Put(&v, "x", x);
+    Put(&v, "out@GRAD", Random(out, &rng_));
+    OpDesc fwd = MakeOp("pool2d", {{"X", {"x"}}}, {{"Out", {"out"}}});
+    OpDesc grad =
+        MakeOp("pool2d_grad", {{"X", {"x"}}, {"Out", {"out"}}, {"Out@GRAD", {"out@GRAD"}}},
+               {{"X@GRAD", {"x@GRAD"}}});
+    for (OpDesc* op : {&fwd, &grad}) {
+      SetAttr(op, "pooling_type", c.type);
+      if (!c.ksize.empty()) SetAttr(op, "ksize", c.ksize);
+      if (!c.strides.empty()) SetAttr(op, "strides", c.strides);
+      if (!c.paddings.empty()) SetAttr(op, "paddings", c.paddings);
+      SetAttr(op, "exclusive", c.exclusive);
+      SetAttr(op, "global_pooling", c.global);
+    }
+    Check(absl::StrCat("pool2d ", c.type, " ksize ", Pair(c.ksize, 2)[0], "x", Pair(c.ksize, 2)[1],
+                       c.global ? " global" : "", c.exclusive ? "" : " inclusive",
+                       c.ties ? " ties" : ""),
+          {fwd, grad}, v, {"out", "x@GRAD"});
+  }
+}
+
+TEST_F(GpuOpsTest, FlattenEveryAxis) {
+  const Shape xs = {2, 3, 4, 5};
+  for (int64_t axis : {0, 1, 2, 4}) {
+    int64_t outer = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= xs[i];
+    Vars v;
+    Put(&v, "x", Random(xs, &rng_));
+    Put(&v, "out@GRAD", Random({outer, 120 / outer}, &rng_));
+    std::vector<int64_t> ids(120);
+    for (int64_t i = 0; i < 120; ++i) ids[i] = i * 7 - 3;
+    Put(&v, "ids", Ints(xs, ids));
+    OpDesc fwd = MakeOp("flatten", {{"X", {"x"}}}, {{"Out", {"out"}}});
+    OpDesc grad = MakeOp("flatten_grad", {{"X", {"x"}}, {"Out@GRAD", {"out@GRAD"}}},
+                         {{"X@GRAD", {"x@GRAD"}}});
+    OpDesc ints = MakeOp("flatten", {{"X", {"ids"}}}, {{"Out", {"ids_flat"}}});
+    for (OpDesc* op : {&fwd, &grad, &ints}) SetAttr(op, "axis", axis);
+    Check(absl::StrCat("flatten axis ", axis), {fwd, grad, ints}, v, {"out", "x@GRAD", "ids_flat"});
+  }
+}
+
+TEST_F(GpuOpsTest, BatchNormTrainAndGlobalStats) {
+  for (const Shape& xs : {Shape{4, 3, 5, 5}, Shape{6, 4}, Shape{2, 5, 3}}) {
+    for (const char* mode : {"train", "is_test", "use_global_stats"}) {
+      const int64_t c = xs[1];
+      const std::string m = mode;
+      Vars v;
+      Put(&v, "x", Random(xs, &rng_, -2, 3));
+      Put(&v, "scale", Random({c}, &rng_, 0.5f, 1.5f));
+      Put(&v, "bias", Random({c}, &rng_));
+      Put(&v, "mean", Random({c}, &rng_));
+      Put(&v, "var", Random({c}, &rng_, 0.5f, 2.0f));
+      Put(&v, "saved_mean", Random({c}, &rng_));
+      Put(&v, "saved_var", Random({c}, &rng_, 0.5f, 2.0f));
+      Put(&v, "y@GRAD", Random(xs, &rng_));
+      OpDesc fwd = MakeOp("batch_norm",
+                          {{"X", {"x"}},
+                           {"Scale", {"scale"}},
+                           {"Bias", {"bias"}},
+                           {"Mean", {"mean"}},
+                           {"Variance", {"var"}}},
+                          {{"Y", {"y"}},
+                           {"MeanOut", {"mean"}},
+                           {"VarianceOut", {"var"}},
+                           {"SavedMean", {"saved_mean"}},
+                           {"SavedVariance", {"saved_var"}}});
+      OpDesc grad = MakeOp(
+          "batch_norm_grad",
+          {{"X", {"x"}},
+           {"Scale", {"scale"}},
+           {"Mean", {"mean"}},
+           {"Variance", {"var"}},
+           {"SavedMean", {"saved_mean"}},
+           {"SavedVariance", {"saved_var"}},
+           {"Y@GRAD", {"y@GRAD"}}},
+          {{"X@GRAD", {"x@GRAD"}}, {"Scale@GRAD", {"scale@GRAD"}}, {"Bias@GRAD", {"bias@GRAD"}}});
+      OpDesc grad_x = MakeOp("batch_norm_grad",
+                             {{"X", {"x"}},
+                              {"Scale", {"scale"}},
+                              {"Mean", {"mean"}},
+                              {"Variance", {"var"}},
+                              {"SavedMean", {"saved_mean"}},
+                              {"SavedVariance", {"saved_var"}},
+                              {"Y@GRAD", {"y@GRAD"}}},
+                             {{"X@GRAD", {"x@GRAD2"}}});
+      for (OpDesc* op : {&fwd, &grad, &grad_x}) {
+        SetAttr(op, "epsilon", 1e-3f);
+        SetAttr(op, "momentum", 0.8f);
+        if (m != "train") SetAttr(op, m, true);
+      }
+      // Two forward steps: the second reads the running statistics the first moved.
+      Check(absl::StrCat("batch_norm ", ShapeString(xs), " ", m), {fwd, fwd, grad, grad_x}, v,
+            {"y", "mean", "var", "saved_mean", "saved_var", "x@GRAD", "scale@GRAD", "bias@GRAD",
+             "x@GRAD2"});
+    }
+  }
+}
+
 TEST_F(GpuOpsTest, OptimizersDenseAndSparse) {
   const Shape shape = {10, 4};
   for (const char* type : {"sgd", "momentum", "adam", "adagrad"}) {
