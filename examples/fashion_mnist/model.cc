@@ -68,7 +68,7 @@ absl::StatusOr<ModelFile> FashionMnistMlpModelFile(const ImageModelOptions& o) {
   layers::FcOptions out;
   out.name = "output";
   std::string logits = layers::Fc(b, h, kClasses, out);
-  return Finish(spec, b, pixels, label, logits, o, 0.05f);
+  return Finish(spec, b, pixels, label, logits, o, 0.02f);
 }
 
 absl::StatusOr<ModelFile> LenetModelFile(const ImageModelOptions& o) {

@@ -20,7 +20,7 @@ namespace tessera {
 namespace examples {
 
 struct ImageModelOptions {
-  float learning_rate = 0.0f;  // 0: the model's default (mlp 0.05, lenet 0.02)
+  float learning_rate = 0.0f;  // 0: the model's default (0.02)
   float momentum = 0.9f;
   int64_t hidden = 256;        // fashion_mnist_mlp: hidden units
   int64_t random_seed = 0;     // program seed (initializers); 0 = the builder's default

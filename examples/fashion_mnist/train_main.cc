@@ -12,7 +12,7 @@
 #include "examples/example_main.h"
 #include "trainer/local_trainer.h"
 
-ABSL_FLAG(int, epochs, 0, "Passes over the training set (0: the model's default, mlp 10, lenet 3).");
+ABSL_FLAG(int, epochs, 0, "Passes over the training set (0: the model's default, mlp 10, lenet 5).");
 ABSL_FLAG(int64_t, batch_size, 64, "Examples per step.");
 ABSL_FLAG(double, lr, 0, "Learning rate of SGD with momentum (0: the model's default).");
 ABSL_FLAG(double, momentum, 0.9, "Momentum.");

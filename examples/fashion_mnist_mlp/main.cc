@@ -1,6 +1,6 @@
 // fashion_mnist_mlp: the PyTorch DDP tutorial's MLP (784-256-10) on Fashion-MNIST, one machine.
 //
-//   bazel run //examples/fashion_mnist_mlp -- [--epochs=10] [--batch_size=64] [--lr=0.05]
+//   bazel run //examples/fashion_mnist_mlp -- [--epochs=10] [--batch_size=64] [--lr=0.02]
 //
 // Reads Debian's dataset-fashion-mnist files (deploy/setup installs them), trains with SGD +
 // momentum and prints the held-out accuracy after each epoch.

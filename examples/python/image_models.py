@@ -18,7 +18,7 @@ import sys
 import tessera
 from tessera import layers
 
-DEFAULT_LR = {"mlp": 0.05, "lenet": 0.02}
+DEFAULT_LR = {"mlp": 0.02, "lenet": 0.02}
 
 
 def build(model_name="mlp", learning_rate=None, momentum=0.9, hidden=256, random_seed=0):
