@@ -134,7 +134,8 @@ void Im2Col(const ConvGeometry& g, const T* x, int64_t first, int64_t count, T* 
             const T* in = plane + ih * g.w;
             std::fill(o, o + lo, T(0));
             if (g.sw == 1) {
-              std::copy(in + offset + lo, in + offset + hi, o + lo);
+              // Rows are short (a few to tens of values): an inline vector copy, not memmove.
+              EigenVector<T>(o + lo, hi - lo) = ConstEigenVector<T>(in + offset + lo, hi - lo);
             } else {
               for (int64_t ow = lo; ow < hi; ++ow) o[ow] = in[offset + ow * g.sw];
             }
