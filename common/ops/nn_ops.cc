@@ -91,11 +91,12 @@ absl::StatusOr<ConvGeometry> GetConvGeometry(const OpContext& ctx, const Tensor&
   return g;
 }
 
-// Samples per im2col chunk: the column buffer stays near 1M elements (4 MB of floats), so that
-// the GEMM reads it while it is still in cache.
+// Samples per im2col chunk: the column buffer stays near 128K elements (512 KB of floats), so
+// that the GEMM reads it from L2 right after Im2Col wrote it (LeNet's convolutions: 0.45 of the
+// GEMM peak with whole-batch buffers of 4 MB, 0.6 with these; tests/bench/conv).
 int64_t ChunkSamples(const ConvGeometry& g) {
   const int64_t per_sample = std::max<int64_t>(1, g.ckk() * g.p());
-  return std::max<int64_t>(1, std::min<int64_t>(g.n, (int64_t{1} << 20) / per_sample));
+  return std::max<int64_t>(1, std::min<int64_t>(g.n, (int64_t{1} << 17) / per_sample));
 }
 
 // The output columns [lo, hi) of one output row whose input column ow sw - pw + j dw lies
@@ -108,10 +109,19 @@ inline void ValidColumns(const ConvGeometry& g, int64_t j, int64_t* lo, int64_t*
   if (*hi < *lo) *hi = *lo;
 }
 
+// Im2Col copies short runs (an output row: a few to tens of values). GCC would turn those loops
+// into memmove calls, which cost more than the copies at these lengths (and a function with its
+// own optimize attribute is not inlined, so the attribute is on Im2Col itself).
+#if defined(__GNUC__) && !defined(__clang__)
+#define TESSERA_NO_MEMCPY_IDIOM __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define TESSERA_NO_MEMCPY_IDIOM
+#endif
+
 // col [ckk, count * P]: column (s, oh, ow) of row (c, i, j) is input sample first + s at
 // (oh sh - ph + i dh, ow sw - pw + j dw), 0 outside the image.
 template <typename T>
-void Im2Col(const ConvGeometry& g, const T* x, int64_t first, int64_t count, T* col) {
+TESSERA_NO_MEMCPY_IDIOM void Im2Col(const ConvGeometry& g, const T* x, int64_t first, int64_t count, T* col) {
   const int64_t cols = count * g.p();
   for (int64_t c = 0; c < g.c; ++c) {
     for (int64_t i = 0; i < g.kh; ++i) {
@@ -134,8 +144,7 @@ void Im2Col(const ConvGeometry& g, const T* x, int64_t first, int64_t count, T* 
             const T* in = plane + ih * g.w;
             std::fill(o, o + lo, T(0));
             if (g.sw == 1) {
-              // Rows are short (a few to tens of values): an inline vector copy, not memmove.
-              EigenVector<T>(o + lo, hi - lo) = ConstEigenVector<T>(in + offset + lo, hi - lo);
+              for (int64_t ow = lo; ow < hi; ++ow) o[ow] = in[offset + ow];
             } else {
               for (int64_t ow = lo; ow < hi; ++ow) o[ow] = in[offset + ow * g.sw];
             }

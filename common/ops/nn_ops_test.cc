@@ -77,7 +77,9 @@ TEST_F(NnOpsTest, Conv2dEqualsNaiveConvolution) {
   for (const Case& c : {Case{{2, 3, 7, 6}, {4, 3, 3, 3}, 1, 1, 0, 0, 1, 1},
                         Case{{3, 2, 8, 9}, {5, 2, 3, 2}, 2, 1, 1, 2, 1, 1},
                         Case{{1, 1, 28, 28}, {20, 1, 5, 5}, 1, 1, 0, 0, 1, 1},
-                        Case{{2, 2, 9, 9}, {3, 2, 3, 3}, 2, 2, 2, 1, 2, 1}}) {
+                        Case{{2, 2, 9, 9}, {3, 2, 3, 3}, 2, 2, 2, 1, 2, 1},
+                        // 14400 column values per sample: chunks of 9 samples (the last of 4).
+                        Case{{40, 4, 16, 16}, {3, 4, 5, 5}, 1, 1, 0, 0, 1, 1}}) {
     Tensor x = RandomTensor(c.x, -1, 1, 1);
     Tensor w = RandomTensor(c.w, -1, 1, 2);
     Feed("x", x);
@@ -101,6 +103,39 @@ TEST_F(NnOpsTest, Conv2dGradientWithStrideAndPadding) {
   EXPECT_TRUE(s.ok()) << s;
   s = Check(Conv({2, 2}, {1, 1}, {2, 1}), in, {"x", "w"}, {"y"});
   EXPECT_TRUE(s.ok()) << s;
+}
+
+// A batch that im2col takes in several chunks has the gradients of its samples taken one by one:
+// Filter@GRAD is their sum, Input@GRAD their concatenation.
+TEST_F(NnOpsTest, Conv2dGradientOverChunksEqualsPerSampleGradients) {
+  const int64_t n = 40;
+  Tensor x = RandomTensor({n, 4, 16, 16}, -1, 1, 21), w = RandomTensor({3, 4, 5, 5}, -1, 1, 22);
+  Tensor dy = RandomTensor({n, 3, 12, 12}, -1, 1, 23);
+  OpDesc grad = MakeOp("conv2d_grad",
+                       {{"Input", {"x"}}, {"Filter", {"w"}}, {"Output@GRAD", {"dy"}}},
+                       {{"Input@GRAD", {"dx"}}, {"Filter@GRAD", {"dw"}}});
+  Feed("x", x);
+  Feed("w", w);
+  Feed("dy", dy);
+  ASSERT_TRUE(Run(grad).ok());
+  Tensor dx, dw;
+  dx.CopyFrom(Get("dx"));
+  dw.CopyFrom(Get("dw"));
+  std::vector<double> dw_sum(static_cast<size_t>(w.numel()), 0.0);
+  const int64_t xs = 4 * 16 * 16, ys = 3 * 12 * 12;
+  for (int64_t s = 0; s < n; ++s) {
+    Tensor xi(FLOAT64, {1, 4, 16, 16}), dyi(FLOAT64, {1, 3, 12, 12});
+    std::copy_n(x.data<double>() + s * xs, xs, xi.data<double>());
+    std::copy_n(dy.data<double>() + s * ys, ys, dyi.data<double>());
+    Feed("x", xi);
+    Feed("dy", dyi);
+    ASSERT_TRUE(Run(grad).ok());
+    for (int64_t k = 0; k < xs; ++k) {
+      ASSERT_NEAR(dx.data<double>()[s * xs + k], Get("dx").data<double>()[k], 1e-12) << s;
+    }
+    for (int64_t k = 0; k < w.numel(); ++k) dw_sum[k] += Get("dw").data<double>()[k];
+  }
+  for (int64_t k = 0; k < w.numel(); ++k) ASSERT_NEAR(dw.data<double>()[k], dw_sum[k], 1e-9);
 }
 
 TEST_F(NnOpsTest, Conv2dFloat32MatchesFloat64) {
