@@ -235,6 +235,34 @@ def data(name, shape, dtype="float32", feed=None, slot=None, id_modulo=None, lod
 
 # -- parameters layers -----------------------------------------------------------------------
 
+def _weight_layer_attrs(layer, act, param_attr, bias_attr):
+    """The checked (weight attr, bias attr, use bias) of a layer with .w/.b parameters (fc,
+    conv2d): its act is known, its parameters are named by name= and take no optimizer."""
+    if act not in (None, "") and act not in ACTIVATIONS:
+        raise ValueError("%s: unknown act %r (use %s)" % (layer, act, ", ".join(ACTIVATIONS)))
+    w_attr = ParamAttr.to_attr(param_attr)
+    if w_attr.name is not None:
+        raise ValueError("%s: name the parameters with name= (the prefix of .w/.b), not "
+                         "param_attr.name" % layer)
+    use_bias = bias_attr is not False
+    b_attr = ParamAttr.to_attr(None if bias_attr in (None, True, False) else bias_attr)
+    if b_attr.name is not None:
+        raise ValueError("%s: name the parameters with name=, not bias_attr.name" % layer)
+    if w_attr.optimizer is not None or b_attr.optimizer is not None:
+        raise ValueError("%s: only embedding tables take an optimizer of their own" % layer)
+    return w_attr, b_attr, use_bias
+
+
+def _claim_names(model, layer, prefix, names, bias_names, act):
+    """Raises unless the variables a layer of `prefix` declares are all new."""
+    for n in list(names) + list(bias_names):
+        if model.has_var(n):
+            raise ValueError("%s: variable %r already exists (name %r is taken)" %
+                             (layer, n, prefix))
+    if act:
+        _out_name(model, layer, None, act + ".out")
+
+
 def fc(input, size, act=None, name=None, param_attr=None, bias_attr=None):
     """out = act(input . W + b): input [-1, K...] (flattened after dim 0) -> [-1, size].
 
@@ -256,18 +284,7 @@ def fc(input, size, act=None, name=None, param_attr=None, bias_attr=None):
         raise ValueError("%s: input %s has an unknown (-1) dim after the batch dim; fc needs "
                          "known feature dims" % (layer, _desc(x)))
     _check_float(layer, x)
-    if act not in (None, "") and act not in ACTIVATIONS:
-        raise ValueError("%s: unknown act %r (use %s)" % (layer, act, ", ".join(ACTIVATIONS)))
-    w_attr = ParamAttr.to_attr(param_attr)
-    if w_attr.name is not None:
-        raise ValueError("%s: name the parameters with name= (the prefix of .w/.b), not "
-                         "param_attr.name" % layer)
-    use_bias = bias_attr is not False
-    b_attr = ParamAttr.to_attr(None if bias_attr in (None, True, False) else bias_attr)
-    if b_attr.name is not None:
-        raise ValueError("%s: name the parameters with name=, not bias_attr.name" % layer)
-    if w_attr.optimizer is not None or b_attr.optimizer is not None:
-        raise ValueError("%s: only embedding tables take an optimizer of their own" % layer)
+    w_attr, b_attr, use_bias = _weight_layer_attrs(layer, act, param_attr, bias_attr)
     if name is not None:
         fw.check_name("fc", name)
     k = 1
@@ -275,13 +292,8 @@ def fc(input, size, act=None, name=None, param_attr=None, bias_attr=None):
         k *= d
     w_name, mul_name = prefix + ".w", prefix + ".mul"
     b_name, pre_name = prefix + ".b", prefix + ".pre_act"
-    new_names = [w_name, mul_name] + ([b_name, pre_name] if use_bias else [])
-    for n in new_names:
-        if model.has_var(n):
-            raise ValueError("%s: variable %r already exists (name %r is taken)" %
-                             (layer, n, prefix))
-    if act:
-        _out_name(model, layer, None, act + ".out")
+    _claim_names(model, layer, prefix, [w_name, mul_name], [b_name, pre_name] if use_bias else [],
+                 act)
 
     if name is None:
         model.unique_name("fc")
@@ -760,25 +772,11 @@ def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, act
     if h + 2 * padding < span or w + 2 * padding < span:
         raise ValueError("%s: filter %dx%d (dilated %d) is larger than input %s padded by %d" %
                          (layer, k, k, span, _desc(x), padding))
-    if act not in (None, "") and act not in ACTIVATIONS:
-        raise ValueError("%s: unknown act %r (use %s)" % (layer, act, ", ".join(ACTIVATIONS)))
-    w_attr = ParamAttr.to_attr(param_attr)
-    use_bias = bias_attr is not False
-    b_attr = ParamAttr.to_attr(None if bias_attr in (None, True, False) else bias_attr)
-    if w_attr.name is not None or b_attr.name is not None:
-        raise ValueError("%s: name the parameters with name= (the prefix of .w/.b)" % layer)
-    if w_attr.optimizer is not None or b_attr.optimizer is not None:
-        raise ValueError("%s: only embedding tables take an optimizer of their own" % layer)
+    w_attr, b_attr, use_bias = _weight_layer_attrs(layer, act, param_attr, bias_attr)
     if name is not None:
         fw.check_name("conv2d", name)
-    names = [prefix + ".w", prefix + ".conv"] + ([prefix + ".b", prefix + ".pre_act"]
-                                                 if use_bias else [])
-    for n in names:
-        if model.has_var(n):
-            raise ValueError("%s: variable %r already exists (name %r is taken)" %
-                             (layer, n, prefix))
-    if act:
-        _out_name(model, layer, None, act + ".out")
+    _claim_names(model, layer, prefix, [prefix + ".w", prefix + ".conv"],
+                 [prefix + ".b", prefix + ".pre_act"] if use_bias else [], act)
     if name is None:
         model.unique_name("conv2d")
     init = w_attr.initializer
