@@ -64,6 +64,7 @@ TranspilerConfig TranspilerConfigFor(const ClusterConfig& config, int trainer_id
   t.slice_var_up = config.slice_var_up;
   t.min_block_size = config.min_block_size;
   t.table_shard_method = config.table_shard_method;
+  t.hybrid = config.mode == "hybrid";
   return t;
 }
 

@@ -113,6 +113,13 @@ std::vector<Params> RunPsJob(const PsJob& job, const std::string& dir) {
                                      "--job_id=test",
                                      "--barrier_timeout_s=60",
                                      "--rpc_deadline_s=60"};
+  if (job.trainer_endpoints) {
+    auto trainer_eps = FreeEndpoints(job.trainers);
+    EXPECT_TRUE(trainer_eps.ok());
+    if (trainer_eps.ok()) {
+      common.push_back(absl::StrCat("--trainer_endpoints=", absl::StrJoin(*trainer_eps, ",")));
+    }
+  }
   common.insert(common.end(), job.flags.begin(), job.flags.end());
   std::vector<pid_t> pids;
   for (int p = 0; p < job.pservers; ++p) {

@@ -57,6 +57,8 @@ struct PsJob {
   int pservers = 2;
   int trainers = 2;
   std::vector<std::string> flags;  // extra flags for every daemon
+  // Free ports for the trainers too (--trainer_endpoints: collective rendezvous, hybrid mode).
+  bool trainer_endpoints = false;
 };
 
 // Runs the job to completion (trainers bounded by 240 s, pservers by 60 s after them; every

@@ -195,8 +195,9 @@ TEST(PsClusterTest, PythonWideDeepOnTwoByTwoEqualsCppSingleMachine) {
 std::map<std::string, Tensor> ExpectMultiHotJobEqualsSingleMachine(
     PsJob job, const std::string& name, const std::function<void(ModelFile*)>& edit,
     double rtol = 1e-5, int gzip_parts = 0, int stream_epochs = 0,
-    const std::string& data_format = "criteo") {
+    const std::string& data_format = "criteo", std::string* job_dir = nullptr) {
   const std::string dir = MakeTempDir(name);
+  if (job_dir != nullptr) *job_dir = dir;
   const std::string model_path = dir + "/multi_hot.pbtxt";
   if (!RunPythonModel("multi_hot.py", {"--out=" + model_path, "--distributed_tables"},
                       dir + "/python.log")) {
@@ -348,12 +349,11 @@ std::map<std::string, Tensor> ExpectMultiHotJobEqualsSingleMachine(
 
   job.example = "ctr";
   const std::string ext = data_format == "criteo" ? "txt" : data_format;
-  job.flags = {"--model=" + model_path,
-               "--train_data=" + dir + (gzip_parts > 0 ? "/train_parts" : "/train." + ext),
-               "--test_data=" + dir + "/test." + ext, "--data_format=" + data_format,
-               "--batch_size=96",
-               "--epochs=1",               "--seed=5",
-               "--split_method=hash_name"};
+  job.flags.insert(job.flags.end(),
+                   {"--model=" + model_path,
+                    "--train_data=" + dir + (gzip_parts > 0 ? "/train_parts" : "/train." + ext),
+                    "--test_data=" + dir + "/test." + ext, "--data_format=" + data_format,
+                    "--batch_size=96", "--epochs=1", "--seed=5", "--split_method=hash_name"});
   job.flags.insert(job.flags.end(), stream_flags.begin(), stream_flags.end());
   auto params = RunPsJob(job, dir);
   EXPECT_EQ(params.size(), static_cast<size_t>(job.trainers));
@@ -366,6 +366,24 @@ std::map<std::string, Tensor> ExpectMultiHotJobEqualsSingleMachine(
 // parameters one machine reaches on the same data.
 TEST(PsClusterTest, MultiHotSlotsWithDistributedTablesEqualSingleMachine) {
   ExpectMultiHotJobEqualsSingleMachine(PsJob{}, "multi_hot", nullptr);
+}
+
+// Hybrid mode: the tables on the pservers (prefetch and push as in PS mode), the dense
+// parameters on the trainers, their gradients all-reduced with Gloo and applied by each trainer:
+// the same parameters as one machine, and only the tables' traffic reaches the pservers.
+TEST(PsClusterTest, HybridTwoByTwoWithDistributedTablesEqualsSingleMachine) {
+  PsJob job;
+  job.trainer_endpoints = true;
+  job.flags = {"--mode=hybrid"};
+  std::string dir;
+  ExpectMultiHotJobEqualsSingleMachine(job, "hybrid", nullptr, 1e-5, 0, 0, "criteo", &dir);
+  for (int k = 0; k < 2; ++k) {
+    const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/trainer.", k, ".log"));
+    EXPECT_NE(log.find("hybrid (tables on 2 pservers"), std::string::npos) << log;
+    const size_t at = log.find("gradient all-reduce bytes=");
+    ASSERT_NE(at, std::string::npos) << log;
+    EXPECT_GT(std::stoll(log.substr(at + 26)), 0) << log;
+  }
 }
 
 // The training data as a directory of 3 gzip files (--train_data=DIR): the same parameters as

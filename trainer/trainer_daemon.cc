@@ -134,8 +134,11 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   TS_RETURN_IF_ERROR(RegisterRpcOps(&registry, &rpc));
 
   CollectiveState collective;
+  // collective: trainers only, every gradient all-reduced. hybrid: distributed tables on the
+  // pservers, the other gradients all-reduced among the trainers. pserver: everything pushed.
   const bool collective_mode = config.mode == "collective";
-  if (collective_mode) {
+  const bool all_reduces = config.mode != "pserver";
+  if (all_reduces) {
     collective.rank = config.trainer_id;
     collective.world_size = config.trainers;
     collective.params.endpoint = config.trainer_endpoints[0];
@@ -165,6 +168,7 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
     dist.main = programs.trainer;
     dist.startup = programs.trainer_startup;
   } else {
+    // (hybrid: TranspilerConfigFor asks for the all-reduce of the dense gradients)
     TS_ASSIGN_OR_RETURN(
         DistributeTranspiler t,
         DistributeTranspiler::Transpile(model.main, model.startup,
@@ -232,9 +236,10 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   // Checkpoints (trainer/checkpoints.h): every trainer resumes at --init_from's position;
   // trainer 0 commits a checkpoint every --checkpoint_every steps and at the end.
   io::FileSystem* fs = io::PosixFileSystem::Default();
-  if (collective_mode && (!config.checkpoint_dir.empty() || !config.init_from.empty())) {
-    return absl::InvalidArgumentError(
-        "--checkpoint_dir / --init_from need pservers (not supported with --mode=collective)");
+  if (all_reduces && (!config.checkpoint_dir.empty() || !config.init_from.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_dir / --init_from need every parameter on the pservers (not supported with "
+        "--mode=", config.mode, ")"));
   }
   TS_ASSIGN_OR_RETURN(std::optional<TrainPosition> resume, ReadResumePosition(config, fs, log));
   if (resume.has_value()) {
@@ -284,6 +289,8 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
       << ", " << data->Describe() << ", global batch "
       << config.batch_size << ", "
       << (collective_mode ? std::string("collective (Gloo all-reduce)")
+          : all_reduces   ? absl::StrCat("hybrid (tables on ", config.pservers.size(),
+                                         " pservers, dense gradients all-reduced with Gloo)")
                           : absl::StrCat("pservers ", config.pservers.size(), " (",
                                          config.sync_mode ? "sync" : "async", ")"))
       << (config.cpu_places > 1 ? absl::StrCat(", ", config.cpu_places, " cpu places") : "")
@@ -395,14 +402,13 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
       log << "trainer " << config.trainer_id << ": async gradients pushed=" << cs.pushed
           << " sent=" << cs.sent << std::endl;
     }
-    if (collective_mode) {
+    if (all_reduces) {
       log << "trainer " << config.trainer_id
           << ": gradient all-reduce bytes=" << collective.gradient_bytes << " (compression "
           << config.allreduce_compression << ")" << std::endl;
       TS_RETURN_IF_ERROR(collective.context.Shutdown());
-    } else {
-      TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
     }
+    if (!collective_mode) TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
     if (!config.dump_params.empty()) {
       if (devices.on_gpu()) MoveScopeToHost(trainer->scope());
       TS_RETURN_IF_ERROR(SaveVariables(*trainer->scope(), trainable, config.dump_params));

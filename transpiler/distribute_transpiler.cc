@@ -156,12 +156,19 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
   if (main.blocks_size() == 0 || startup.blocks_size() == 0) {
     return absl::InvalidArgumentError("main and startup programs need a block 0");
   }
+  if (config.hybrid && !config.sync_mode) {
+    return absl::InvalidArgumentError(
+        "hybrid mode trains in sync mode (its dense gradients are all-reduced every step)");
+  }
   const BlockDesc& block = main.blocks(0);
   const int num_ps = static_cast<int>(config.pservers.size());
 
   // Optimize ops and their (param, grad) pairs.
   std::vector<OptimizeItem> items;
   std::vector<TableItem> tables;
+  // Hybrid: the dense parameters' optimize ops stay on the trainer (their params and grads).
+  std::set<std::string> local_params;
+  std::vector<std::string> local_grads;
   ShardMethod shard_method;
   if (!ParseShardMethod(config.table_shard_method, &shard_method)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -194,12 +201,27 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
       tables.push_back({item.param, item.grad, item.lr, op, pv->shape(1)});
       continue;
     }
+    if (config.hybrid) {
+      local_params.insert(item.param);
+      local_grads.push_back(item.grad);
+      continue;
+    }
     items.push_back(std::move(item));
   }
   if (items.empty() && tables.empty()) {
     return absl::InvalidArgumentError(
-        "the program has no optimize ops (build it with an optimizer's Minimize)");
+        config.hybrid ? "hybrid mode needs a distributed table (embedding is_distributed) for "
+                        "the pservers; without one use --mode=collective"
+                      : "the program has no optimize ops (build it with an optimizer's Minimize)");
   }
+  // An optimize op the trainer runs itself: clipping, and in hybrid mode a dense parameter's.
+  auto stays_on_trainer = [&](const OpDesc& op) {
+    if (StaysOnTrainer(op)) return true;
+    if (!config.hybrid) return false;
+    if ((OpRoleOf(op) & kRoleLRSched) != 0) return true;  // dense optimizers read it
+    auto rv = GetStringsAttr(op, kOpRoleVarAttr);
+    return !rv.empty() && local_params.count(rv[0]) > 0;
+  };
 
   // Learning-rate schedule ops (run on the pservers, once per step, before the optimizers).
   std::vector<OpDesc> lr_ops;
@@ -250,11 +272,31 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
   {
     google::protobuf::RepeatedPtrField<OpDesc> kept;
     for (const auto& op : tb->ops()) {
-      if ((OpRoleOf(op) & (kRoleOptimize | kRoleLRSched)) == 0 || StaysOnTrainer(op)) {
+      if ((OpRoleOf(op) & (kRoleOptimize | kRoleLRSched)) == 0 || stays_on_trainer(op)) {
         *kept.Add() = op;
       }
     }
     tb->mutable_ops()->Swap(&kept);
+  }
+  if (config.hybrid) {
+    // The mean of the trainers' dense gradients, right before the first optimize op that stays
+    // (clipping, when there is one, then sees the same gradients as on one machine).
+    google::protobuf::RepeatedPtrField<OpDesc> ops;
+    bool inserted = false;
+    for (const auto& op : tb->ops()) {
+      if (!inserted && !local_grads.empty() && (OpRoleOf(op) & kRoleOptimize) != 0 &&
+          (OpRoleOf(op) & kRoleLRSched) == 0) {
+        OpDesc reduce = MakeOp("c_allreduce_mean", {{"X", local_grads}}, {{"Out", local_grads}});
+        SetAttr(&reduce, kOpRoleAttr, int64_t{kRoleBackward | kRoleDist});
+        *ops.Add() = reduce;
+        inserted = true;
+      }
+      *ops.Add() = op;
+    }
+    tb->mutable_ops()->Swap(&ops);
+    for (const auto& g : local_grads) {
+      if (VarDesc* gv = FindMutableVarDesc(tb, g)) gv->set_type(DENSE_TENSOR);
+    }
   }
   // Distributed tables: prefetch instead of lookup, a table-free sparse gradient.
   auto table_of = [&](const OpDesc& op) -> const TableItem* {
@@ -391,12 +433,13 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
     if (!item.lr.empty()) pserver_only.insert(item.lr);
   }
   for (const auto& op : lr_ops) {
+    if (config.hybrid) break;  // the trainer's dense optimizers read the schedule too
     for (const auto& a : AllInputArgs(op)) pserver_only.insert(a);
     for (const auto& a : AllOutputArgs(op)) pserver_only.insert(a);
   }
   for (const auto& t : tables) {
     pserver_only.insert(t.table);
-    if (!t.lr.empty()) pserver_only.insert(t.lr);
+    if (!t.lr.empty() && !config.hybrid) pserver_only.insert(t.lr);
     for (const auto& slot : t.opt.inputs()) {  // the table's optimizer state
       if (slot.parameter() == "Param" || slot.parameter() == "Grad" ||
           slot.parameter() == "LearningRate") {
@@ -435,11 +478,24 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
     if (item.param_blocks.size() < 2) continue;
     for (const auto& b : item.param_blocks) DeclareLike(tsb, block, b, false);
   }
-  // The initial pull precedes step 0: no barrier.
-  OpDesc srecv = MakeOp("recv", {}, {{"Out", recv_vars}});
-  SetAttr(&srecv, "epmap", recv_eps);
-  *tsb->add_ops() = RoleOp(srecv, kRoleRPC);
+  // The initial pull precedes step 0: no barrier. (Hybrid: there is nothing to pull.)
+  if (!config.hybrid || !recv_vars.empty()) {
+    OpDesc srecv = MakeOp("recv", {}, {{"Out", recv_vars}});
+    SetAttr(&srecv, "epmap", recv_eps);
+    *tsb->add_ops() = RoleOp(srecv, kRoleRPC);
+  }
   for (const auto& c : concats) *tsb->add_ops() = c;
+  if (config.hybrid) {
+    OpDesc comm = MakeOp("c_comm_init", {}, {});
+    SetAttr(&comm, kOpRoleAttr, int64_t{kRoleDist});
+    *tsb->add_ops() = comm;
+    const std::vector<std::string> dense(local_params.begin(), local_params.end());
+    if (!dense.empty()) {
+      OpDesc bcast = MakeOp("c_broadcast", {{"X", dense}}, {{"Out", dense}});
+      SetAttr(&bcast, kOpRoleAttr, int64_t{kRoleDist});
+      *tsb->add_ops() = bcast;
+    }
+  }
 
   // ---- Pserver programs.
   for (int ps = 0; ps < num_ps; ++ps) {

@@ -8,6 +8,9 @@
 // in parameter order), by a stable hash of the block name, or by a user dispatcher; a gradient
 // block always goes where its parameter block goes.
 //
+// Hybrid mode (TranspilerConfig::hybrid): the same for the distributed tables only; the other
+// parameters stay on the trainers and are all-reduced among them.
+//
 // Trainer program: forward + backward, then split -> send -> recv -> concat; in sync mode the
 // send carries the send barrier (attr barrier_endpoints) and the recv the fetch barrier (attr
 // fetch_barrier_endpoints), so each pserver gets one request for each. Pserver program: block 0
@@ -54,6 +57,13 @@ struct TranspilerConfig {
   int64_t min_block_size = 8192;
   // Distributed tables: which pserver owns an id ("hash" of the id, or "mod": id mod #pservers).
   std::string table_shard_method = "hash";
+  // Hybrid mode (PERSIA / HugeCTR style): only the distributed tables go to the pservers. Every
+  // other parameter stays on the trainers with its optimizer (and the learning-rate schedule):
+  // the trainer program all-reduces (mean) those gradients right before the optimizer ops
+  // (c_allreduce_mean, as in collective mode), and its startup joins the trainers' job
+  // (c_comm_init) and takes trainer 0's initial values (c_broadcast). Needs sync_mode and at
+  // least one distributed table.
+  bool hybrid = false;
 };
 
 // One slice of a variable.

@@ -520,6 +520,82 @@ TEST(ClipTest, ClippingStaysOnTheTrainerBeforeSendsAndAfterAllReduce) {
   EXPECT_LT(clip_c, FirstOp(collective->trainer, "adam"));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Hybrid mode: a distributed table on the pservers, the dense layer on the trainers.
+
+Model BuildTableModel() {
+  auto registry = NewStandardOpRegistry();
+  Model m;
+  ProgramBuilder b(&m.main, &m.startup);
+  std::string ids = layers::Data(b, "ids", {-1, 1}, INT64);
+  layers::EmbeddingOptions eo;
+  eo.name = "table";
+  eo.is_sparse = true;
+  eo.is_distributed = true;
+  layers::FcOptions fo;
+  fo.name = "fc";
+  std::string loss = layers::Mean(b, layers::Fc(b, layers::Embedding(b, ids, 100, 4, eo), 1, fo));
+  OptimizerOptions oo;
+  oo.learning_rate = 0.1f;
+  auto pairs = Adam(oo).Minimize(b, *registry, loss);
+  EXPECT_TRUE(pairs.ok()) << pairs.status();
+  return m;
+}
+
+TEST(HybridTest, TablesGoToThePserversAndDenseGradientsAreAllReduced) {
+  Model m = BuildTableModel();
+  TranspilerConfig c = Config(2);
+  c.hybrid = true;
+  DistributeTranspiler t = MustTranspile(m, c);
+  const ProgramDesc& trainer = t.trainer_program();
+  const std::string text = ProgramToText(trainer);
+  const OpDesc& reduce = OnlyOp(trainer, "c_allreduce_mean");
+  EXPECT_EQ(OpInputs(reduce, "X"), (std::vector<std::string>{"fc.w@GRAD", "fc.b@GRAD"}));
+  // The dense parameters' Adam runs on the trainer, after the all-reduce; the table's does not.
+  std::vector<std::string> adam_params;
+  for (const OpDesc& op : trainer.blocks(0).ops()) {
+    if (op.type() == "adam") adam_params.push_back(OpInput(op, "Param"));
+  }
+  EXPECT_EQ(adam_params, (std::vector<std::string>{"fc.w", "fc.b"})) << text;
+  EXPECT_LT(FirstOp(trainer, "c_allreduce_mean"), FirstOp(trainer, "adam"));
+  EXPECT_GE(FirstOp(trainer, "prefetch"), 0) << text;
+  EXPECT_TRUE(OpOutputs(OnlyOp(trainer, "recv"), "Out").empty()) << text;
+  EXPECT_EQ(GetStringsAttr(OnlyOp(trainer, "recv"), "fetch_barrier_endpoints"), Endpoints(2));
+  EXPECT_NE(FindVarDesc(trainer.blocks(0), "fc.w.moment1"), nullptr) << text;  // its state too
+  // Startup: local initialization, then the trainers' job and trainer 0's dense values.
+  const ProgramDesc& startup = t.trainer_startup_program();
+  EXPECT_EQ(FirstOp(startup, "recv"), -1);
+  EXPECT_GE(FirstOp(startup, "c_comm_init"), 0);
+  EXPECT_EQ(OpInputs(OnlyOp(startup, "c_broadcast"), "X"),
+            (std::vector<std::string>{"fc.b", "fc.w"}));
+  // Each pserver: its shard of the table and no optimize block.
+  for (const std::string& ep : Endpoints(2)) {
+    auto ps = t.GetPserverProgram(ep);
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    EXPECT_EQ(GetStringAttr(OnlyOp(*ps, "sparse_table"), "table", ""), "table");
+    EXPECT_TRUE(GetIntsAttr(OnlyOp(*ps, "listen_and_serv"), "optimize_blocks").empty());
+  }
+  // Without hybrid, the dense layer goes to the pservers.
+  c.hybrid = false;
+  DistributeTranspiler ps_mode = MustTranspile(m, c);
+  EXPECT_EQ(FirstOp(ps_mode.trainer_program(), "c_allreduce_mean"), -1);
+  EXPECT_EQ(FirstOp(ps_mode.trainer_program(), "adam"), -1);
+}
+
+TEST(HybridTest, NeedsATableAndSyncMode) {
+  TranspilerConfig c = Config(2);
+  c.hybrid = true;
+  Model dense = BuildModel({{"a", {10, 4}}});
+  auto t = DistributeTranspiler::Transpile(dense.main, dense.startup, c);
+  EXPECT_NE(t.status().message().find("without one use --mode=collective"), std::string::npos)
+      << t.status();
+  Model tables = BuildTableModel();
+  c.sync_mode = false;
+  t = DistributeTranspiler::Transpile(tables.main, tables.startup, c);
+  EXPECT_NE(t.status().message().find("hybrid mode trains in sync mode"), std::string::npos)
+      << t.status();
+}
+
 TEST(ErrorTest, BadConfigValues) {
   Model m = BuildModel({{"w", {8, 8}}});
   auto transpile = [&m](TranspilerConfig c) {

@@ -150,11 +150,14 @@ const std::vector<Setting>& Table() {
        Str(&ClusterConfig::current_endpoint)},
       {{"trainer_endpoints",
         {"TESSERA_TRAINER_ENDPOINTS", "PADDLE_TRAINER_ENDPOINTS"},
-        "collective mode: host:port of every trainer; trainer 0 hosts the rendezvous"},
+        "collective and hybrid modes: host:port of every trainer; trainer 0 hosts the "
+        "rendezvous"},
        List(&ClusterConfig::trainer_endpoints)},
       {{"mode",
         {"TESSERA_MODE"},
-        "pserver (parameter servers) or collective (all-reduce among trainers, no pservers)"},
+        "pserver (parameter servers), collective (all-reduce among trainers, no pservers) or "
+        "hybrid (distributed tables on the pservers, the other gradients all-reduced among the "
+        "trainers; sync only)"},
        Str(&ClusterConfig::mode)},
       {{"job_id", {"TESSERA_JOB_ID"}, "name of the job; requests of another job are refused"},
        Str(&ClusterConfig::job_id)},
@@ -555,8 +558,12 @@ absl::Status Validate(const ClusterConfig& c) {
   if (c.role != "pserver" && c.role != "trainer") {
     return bad(absl::StrCat("--role='", c.role, "' must be pserver or trainer"));
   }
-  if (c.mode != "pserver" && c.mode != "collective") {
-    return bad(absl::StrCat("--mode='", c.mode, "' must be pserver or collective"));
+  if (c.mode != "pserver" && c.mode != "collective" && c.mode != "hybrid") {
+    return bad(absl::StrCat("--mode='", c.mode, "' must be pserver, collective or hybrid"));
+  }
+  if (c.mode == "hybrid" && !c.sync_mode) {
+    return bad("--mode=hybrid trains in sync mode: its dense gradients are all-reduced every "
+               "step (--sync_mode=false is for --mode=pserver)");
   }
   if (absl::StatusOr<data::DataFormat> f = data::ParseDataFormat(c.data_format); !f.ok()) {
     return bad(absl::StrCat("--data_format: ", f.status().message()));
@@ -570,25 +577,26 @@ absl::Status Validate(const ClusterConfig& c) {
   if (c.reader == "stream" && c.role == "trainer" && c.train_data.empty()) {
     return bad("--reader=stream needs --train_data (synthetic data is generated in memory)");
   }
-  if (c.reader == "stream" && c.mode == "collective") {
-    return bad("--reader=stream needs pservers (not supported with --mode=collective yet)");
+  if (c.reader == "stream" && c.mode != "pserver") {
+    return bad(absl::StrCat("--reader=stream needs --mode=pserver (not supported with --mode=",
+                            c.mode, " yet)"));
   }
   if (c.split_method != "round_robin" && c.split_method != "hash_name") {
     return bad(
         absl::StrCat("--split_method='", c.split_method, "' must be round_robin or hash_name"));
   }
-  if (c.mode == "collective" && static_cast<int>(c.trainer_endpoints.size()) != c.trainers) {
-    return bad(
-        absl::StrCat("--mode=collective needs --trainer_endpoints with one host:port per "
-                     "trainer (",
-                     c.trainers, "), got ", c.trainer_endpoints.size()));
+  if (c.mode != "pserver" && c.role == "trainer" &&
+      static_cast<int>(c.trainer_endpoints.size()) != c.trainers) {
+    return bad(absl::StrCat("--mode=", c.mode,
+                            " needs --trainer_endpoints with one host:port per trainer (",
+                            c.trainers, "), got ", c.trainer_endpoints.size()));
   }
   for (const auto& ep : c.trainer_endpoints) {
     if (!ValidEndpoint(ep)) {
       return bad(absl::StrCat("--trainer_endpoints entry '", ep, "' is not host:port"));
     }
   }
-  if (c.mode == "pserver" && c.pservers.empty()) {
+  if (c.mode != "collective" && c.pservers.empty()) {
     return bad("--pservers is empty: give the pserver endpoints as host:port,host:port");
   }
   for (size_t i = 0; i < c.pservers.size(); ++i) {

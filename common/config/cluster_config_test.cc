@@ -160,6 +160,27 @@ TEST(ClusterConfigTest, GlobalBatchSmallerThanTheTrainerCountIsRefused) {
   EXPECT_TRUE(Validate(c).ok());
 }
 
+TEST(ClusterConfigTest, HybridModeNeedsPserversTrainerEndpointsAndSyncMode) {
+  ClusterConfig c;
+  c.role = "trainer";
+  c.mode = "hybrid";
+  c.trainers = 2;
+  c.pservers = {"127.0.0.1:7001"};
+  absl::Status s = Validate(c);
+  EXPECT_NE(s.message().find("--mode=hybrid needs --trainer_endpoints"), std::string::npos) << s;
+  c.trainer_endpoints = {"127.0.0.1:7100", "127.0.0.1:7101"};
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c);
+  c.sync_mode = false;
+  EXPECT_NE(Validate(c).message().find("--mode=hybrid trains in sync mode"), std::string::npos);
+  c.sync_mode = true;
+  c.pservers.clear();
+  EXPECT_NE(Validate(c).message().find("--pservers is empty"), std::string::npos);
+  c.pservers = {"127.0.0.1:7001"};
+  c.mode = "nccl";
+  EXPECT_NE(Validate(c).message().find("must be pserver, collective or hybrid"),
+            std::string::npos);
+}
+
 TEST(ClusterConfigTest, ValidateChecksTheWhole) {
   ClusterConfig c;
   c.role = "pserver";

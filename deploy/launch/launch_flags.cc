@@ -107,7 +107,9 @@ Launcher flags (also fields of the --config text proto, see proto/launch.proto):
   --pserver_endpoints=LIST    host:port,... of every pserver of a multi-host job
   --trainer_endpoints=LIST    host:port,... of every trainer (collective mode)
   --role=pserver|trainer      start only this role; --rank=K only its K-th process
-  --mode=pserver|collective   collective: no pservers (also passed to the daemons)
+  --mode=pserver|collective|hybrid
+                              collective: no pservers; hybrid: tables on the pservers, dense
+                              gradients all-reduced (also passed to the daemons)
   --devices=D                 this host's trainers' devices: 0,1,2,3 (divided evenly) or
                               0,1/2,3 (per trainer) -> CUDA_VISIBLE_DEVICES, TESSERA_DEVICE=gpu
                               and TESSERA_DEVICES; cpu:N -> TESSERA_CPU_PLACES=N (default: none)

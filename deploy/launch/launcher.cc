@@ -213,8 +213,8 @@ bool IsLocalHost(const std::string& host) {
 }
 
 absl::StatusOr<std::vector<ProcessSpec>> PlanLaunch(const LaunchOptions& o) {
-  if (o.mode != "pserver" && o.mode != "collective") {
-    return Bad(absl::StrCat("--mode='", o.mode, "' must be pserver or collective"));
+  if (o.mode != "pserver" && o.mode != "collective" && o.mode != "hybrid") {
+    return Bad(absl::StrCat("--mode='", o.mode, "' must be pserver, collective or hybrid"));
   }
   if (!o.role.empty() && o.role != "pserver" && o.role != "trainer") {
     return Bad(absl::StrCat("--role='", o.role, "' must be pserver or trainer (or empty: both)"));
@@ -224,6 +224,7 @@ absl::StatusOr<std::vector<ProcessSpec>> PlanLaunch(const LaunchOptions& o) {
     return Bad(absl::StrCat("--restart_failed=", o.restart_failed, " must be >= 0"));
   }
   const bool collective = o.mode == "collective";
+  const bool hybrid = o.mode == "hybrid";  // pservers and trainer endpoints
   const bool multi = !o.pserver_endpoints.empty() || !o.trainer_endpoints.empty();
   std::vector<std::string> ps_eps, tr_eps;
   int trainers = o.trainers;
@@ -243,7 +244,7 @@ absl::StatusOr<std::vector<ProcessSpec>> PlanLaunch(const LaunchOptions& o) {
       return absl::OkStatus();
     };
     absl::Status s = pick(collective ? 0 : o.pservers, &ps_eps);
-    if (s.ok() && collective) s = pick(o.trainers, &tr_eps);
+    if (s.ok() && (collective || hybrid)) s = pick(o.trainers, &tr_eps);
     if (!s.ok()) return s;
   } else {
     absl::Status s = CheckEndpoints(o.pserver_endpoints, "pserver_endpoints");
@@ -254,7 +255,9 @@ absl::StatusOr<std::vector<ProcessSpec>> PlanLaunch(const LaunchOptions& o) {
     if (collective && !ps_eps.empty()) {
       return Bad("--pserver_endpoints given with --mode=collective, which has no pservers");
     }
-    if (collective && tr_eps.empty()) return Bad("--mode=collective needs --trainer_endpoints");
+    if ((collective || hybrid) && tr_eps.empty()) {
+      return Bad(absl::StrCat("--mode=", o.mode, " needs --trainer_endpoints"));
+    }
     if (!collective && ps_eps.empty()) return Bad("--trainer_endpoints needs --pserver_endpoints");
     if (!tr_eps.empty()) trainers = static_cast<int>(tr_eps.size());
     if (trainers < 1) return Bad(absl::StrCat("--trainers=", trainers, " must be >= 1"));
@@ -300,7 +303,7 @@ absl::StatusOr<std::vector<ProcessSpec>> PlanLaunch(const LaunchOptions& o) {
   if (!ps_eps.empty()) common.push_back("--pservers=" + absl::StrJoin(ps_eps, ","));
   common.push_back(absl::StrCat("--trainers=", trainers));
   if (!tr_eps.empty()) common.push_back("--trainer_endpoints=" + absl::StrJoin(tr_eps, ","));
-  if (collective) common.push_back("--mode=collective");
+  if (o.mode != "pserver") common.push_back("--mode=" + o.mode);
   if (!multi) common.push_back(absl::StrCat("--job_id=local-", ::getpid()));
   common.insert(common.end(), o.extra_args.begin(), o.extra_args.end());
 

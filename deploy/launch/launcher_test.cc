@@ -369,6 +369,21 @@ TEST(PlanLaunchTest, CollectiveHasNoPservers) {
   EXPECT_FALSE(PlanLaunch(o).ok());
 }
 
+TEST(PlanLaunchTest, HybridHasPserversAndTrainerEndpoints) {
+  LaunchOptions o;
+  o.mode = "hybrid";
+  o.pservers = 2;
+  o.trainers = 2;
+  auto plan = PlanLaunch(o).value();
+  ASSERT_EQ(Names(plan),
+            (std::vector<std::string>{"pserver.0", "pserver.1", "trainer.0", "trainer.1"}));
+  EXPECT_EQ(Flag(plan[2], "mode"), "hybrid");
+  EXPECT_EQ(Flag(plan[0], "mode"), "hybrid");
+  EXPECT_NE(Flag(plan[2], "pservers"), "<none>");
+  EXPECT_EQ(Flag(plan[3], "trainer_endpoints"),
+            Flag(plan[2], "current_endpoint") + "," + Flag(plan[3], "current_endpoint"));
+}
+
 TEST(PlanLaunchTest, Devices) {
   LaunchOptions o;
   o.pservers = 1;

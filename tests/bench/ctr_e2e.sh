@@ -9,7 +9,8 @@
 #   tests/bench/ctr_e2e.sh [ROUNDS (default 2)] [EXAMPLES (default 60000)]
 #
 # "prefetch_ahead=false" turns the trainers' double buffering off (the next batch's lookups
-# then wait for the next step), to measure what it brings.
+# then wait for the next step), to measure what it brings. "hybrid" is --mode=hybrid: the tables
+# on the pservers, the dense layers' gradients all-reduced among the trainers (Gloo).
 #
 # The DeepFM rows train examples/python/deepfm.py's model file (every table on the pservers;
 # the single process makes them local) on the same data; their ratio is to the DeepFM single
@@ -35,7 +36,8 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-ctr-e2e.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
 CONFIGS=(single "1x1 sync" "2x2 sync" "2x2 async" "2x2 sync cpu_places=2"
-  "2x2 sync prefetch_ahead=false" "deepfm single" "deepfm 2x2 sync")
+  "2x2 sync prefetch_ahead=false" "2x2 hybrid" "deepfm single" "deepfm 2x2 sync"
+  "deepfm 2x2 hybrid")
 PYTHONPATH=python /usr/bin/python3 examples/python/deepfm.py --out="$WORK/deepfm.pbtxt" \
   --distributed_tables --dict_size="$VOCAB"
 
@@ -57,14 +59,15 @@ run() {
     local shape="${cfg%% *}" rest="${cfg#* }"
     local ps="${shape%x*}"
     trainers="${shape#*x}"
-    local sync=true places=1 ahead=true
+    local sync=true places=1 ahead=true mode=pserver
     case "$rest" in *async*) sync=false ;; esac
+    case "$rest" in *hybrid*) mode=hybrid ;; esac
     case "$rest" in *cpu_places=2*) places=2 ;; esac
     case "$rest" in *prefetch_ahead=false*) ahead=false ;; esac
     cmd=("$BIN/deploy/launch/tessera_launch" --pservers="$ps" --trainers="$trainers" --example=ctr
       --num_examples="$N" --num_test_examples=5000 --vocab_per_slot="$VOCAB"
       --batch_size="$BATCH" --epochs=1 --sync_mode="$sync" --cpu_places="$places"
-      --prefetch_ahead="$ahead"
+      --prefetch_ahead="$ahead" --mode="$mode"
       --log_every_steps=0 --log_dir="$log" --noplot "${model[@]}")
   fi
   local start end
