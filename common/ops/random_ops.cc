@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/ops/counter_rng.h"
+#include "common/ops/dropout_util.h"
 #include "common/ops/kernel_util.h"
-#include "common/splitmix64.h"
 
 namespace tessera {
 
@@ -77,58 +76,8 @@ absl::Status GaussianRandom(OpContext& ctx) {
 // runs on this scope (variable "<Mask>@runs", kept by the scope, not by checkpoints) and is
 // mixed with the bits of X's first elements, so that consecutive steps, and the places of a
 // multi-place trainer (each on its own part of the batch), get different masks reproducibly.
-struct DropoutAttrs {
-  double p = 0.5;
-  bool upscale = false;
-  bool is_test = false;
-};
-
-absl::StatusOr<DropoutAttrs> ReadDropoutAttrs(OpContext& ctx) {
-  DropoutAttrs a;
-  a.p = ctx.FloatAttr("dropout_prob", 0.5f);
-  if (!(a.p >= 0 && a.p < 1)) {
-    return ctx.Error(absl::StrCat("dropout_prob ", a.p, " must be in [0, 1)"));
-  }
-  const std::string impl = ctx.StringAttr("dropout_implementation", "downgrade_in_infer");
-  if (impl != "downgrade_in_infer" && impl != "upscale_in_train") {
-    return ctx.Error(absl::StrCat("dropout_implementation '", impl,
-                                  "' must be downgrade_in_infer or upscale_in_train"));
-  }
-  a.upscale = impl == "upscale_in_train";
-  a.is_test = ctx.BoolAttr("is_test", false);
-  return a;
-}
-
-// The factor kept elements (training) or all elements (inference) are multiplied by.
-double DropoutScale(const DropoutAttrs& a) {
-  if (a.is_test) return a.upscale ? 1.0 : 1.0 - a.p;
-  return a.upscale ? 1.0 / (1.0 - a.p) : 1.0;
-}
-
-// The key of this run's draws: the seed, the run count on this scope, and X's first bits.
-uint64_t DropoutKey(OpContext& ctx, const Tensor& x) {
-  const std::string runs_name = absl::StrCat(ctx.OutputName("Mask"), "@runs");
-  Variable* runs = ctx.scope()->FindLocalVar(runs_name);
-  if (runs == nullptr) {
-    runs = ctx.scope()->Var(runs_name);
-    Tensor* t = runs->GetMutable<Tensor>();
-    t->Resize(INT64, {1});
-    t->data<int64_t>()[0] = 0;
-  }
-  int64_t& run = runs->GetMutable<Tensor>()->data<int64_t>()[0];
-  uint64_t key = SplitMix64Mix(static_cast<uint64_t>(ctx.IntAttr("seed", 0))) ^
-                 SplitMix64Mix(static_cast<uint64_t>(run) + kSplitMix64Gamma);
-  ++run;
-  const size_t bytes = std::min<size_t>(x.nbytes(), 64);
-  const unsigned char* data = static_cast<const unsigned char*>(x.raw_data());
-  for (size_t i = 0; i < bytes; i += 8) {
-    uint64_t word = 0;
-    std::memcpy(&word, data + i, std::min<size_t>(8, bytes - i));
-    key = SplitMix64Mix(key ^ word);
-  }
-  return key;
-}
-
+// The attributes, the key and the keep rule are in common/ops/dropout_util.h, shared with the
+// GPU kernel (common/device/cuda/gpu_ops.cc), which draws the same masks.
 absl::Status Dropout(OpContext& ctx) {
   TS_ASSIGN_OR_RETURN(DropoutAttrs a, ReadDropoutAttrs(ctx));
   TS_ASSIGN_OR_RETURN(const Tensor* x, ctx.Input("X"));
@@ -146,7 +95,7 @@ absl::Status Dropout(OpContext& ctx) {
   if (!ctx.HasOutput("Mask")) return ctx.Error("needs output Mask in training (is_test false)");
   TS_ASSIGN_OR_RETURN(Tensor * mask, ctx.Output("Mask"));
   mask->Resize(x->dtype(), x->shape());
-  const uint64_t key = DropoutKey(ctx, *x);
+  const uint64_t key = DropoutKey(ctx, x->raw_data(), std::min(x->nbytes(), kDropoutKeyBytes));
   return DispatchFloat(ctx, "X", x->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = x->data<T>();
@@ -154,7 +103,7 @@ absl::Status Dropout(OpContext& ctx) {
     T* m = mask->data<T>();
     const T kept = static_cast<T>(scale);
     for (int64_t k = 0; k < x->numel(); ++k) {
-      const bool keep = CounterUniform(key, static_cast<uint64_t>(k)) >= a.p;
+      const bool keep = DropoutKeep(key, k, a.p);
       m[k] = keep ? T(1) : T(0);
       o[k] = keep ? in[k] * kept : T(0);
     }

@@ -1,6 +1,6 @@
 // CUDA kernels for the GPU ops (float32). See gpu_kernels.h for the contracts. Grid-stride
 // loops with one launch configuration (256 threads, at most 4096 blocks), except the reductions
-// (SumAll: one block; batch_norm statistics: one block per channel).
+// (SumAll and the accuracy sum: one block; batch_norm statistics: one block per channel).
 #include "common/device/cuda/gpu_kernels.h"
 
 #include <cuda_runtime.h>
@@ -442,6 +442,99 @@ __global__ void BatchNormGradXKernel(NormShape d, const float* x, const float* d
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// dropout
+
+// Counter-based uniforms: copies of SplitMix64Mix (common/splitmix64.h) and of CounterUniform
+// with its helpers StreamKey, Bits and ToUnit (common/ops/counter_rng.h), callable on the device
+// (and on the host, for checks). They MUST stay equal to those, bit for bit: the GPU dropout
+// mask must be the one the CPU kernel draws (gpu_ops_test compares the two masks bit for bit).
+// Integer arithmetic wraps mod 2^64 as on the host; the conversion of the top 53 bits to double
+// and the scaling by 2^-53 are exact on both.
+constexpr uint64_t kRngGolden = 0x9e3779b97f4a7c15ULL;  // kSplitMix64Gamma
+
+__host__ __device__ inline uint64_t RngMix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+__host__ __device__ inline uint64_t RngStreamKey(uint64_t seed, uint64_t stream) {
+  return RngMix64(seed * kRngGolden + stream * 0xd1b54a32d192ed03ULL + 0x632be59bd9b4e019ULL);
+}
+
+__host__ __device__ inline uint64_t RngBits(uint64_t key, uint64_t index) {
+  return RngMix64(key + (index + 1) * kRngGolden);
+}
+
+__host__ __device__ inline double RngToUnit(uint64_t bits) {
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+// CounterUniform(seed, index).
+__host__ __device__ inline double RngCounterUniform(uint64_t seed, uint64_t index) {
+  return RngToUnit(RngBits(RngStreamKey(seed, 0), index));
+}
+
+__global__ void DropoutKernel(const float* x, int64_t n, uint64_t key, double p, float scale,
+                              float* out, float* mask) {
+  TS_GRID_LOOP(i, n) {
+    const float v = x[i];  // out may be x
+    if (mask == nullptr) {
+      out[i] = v * scale;
+      continue;
+    }
+    const bool keep = RngCounterUniform(key, static_cast<uint64_t>(i)) >= p;  // DropoutKeep
+    mask[i] = keep ? 1.0f : 0.0f;
+    out[i] = keep ? v * scale : 0.0f;
+  }
+}
+
+__global__ void DropoutGradKernel(const float* dout, const float* mask, int64_t n, float scale,
+                                  float* dx) {
+  TS_GRID_LOOP(i, n) dx[i] = mask == nullptr ? dout[i] * scale : (dout[i] * mask[i]) * scale;
+}
+
+// ---------------------------------------------------------------------------------------------
+// accuracy
+
+// One thread per row: TopKCorrect (common/ops/nn_ops.h), the same comparisons in the same order.
+__global__ void TopKCorrectKernel(const float* x, const int64_t* labels, int64_t n, int64_t c,
+                                  int64_t k, int32_t* row_correct) {
+  TS_GRID_LOOP(r, n) {
+    const int64_t label = labels[r];
+    if (label < 0 || label >= c) {
+      row_correct[r] = 0;
+      continue;
+    }
+    const float* scores = x + r * c;
+    const float s = scores[label];
+    int64_t higher = 0;
+    for (int64_t j = 0; j < c && higher < k; ++j) higher += scores[j] > s;
+    row_correct[r] = higher < k ? 1 : 0;
+  }
+}
+
+// One block: the number of correct rows (an integer sum: exact in any order).
+__global__ void AccuracySumKernel(const int32_t* row_correct, int64_t n, float* accuracy,
+                                  int64_t* correct, int64_t* total) {
+  __shared__ long long partial[kThreads];
+  long long s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += row_correct[i];
+  partial[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) partial[threadIdx.x] += partial[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  const int64_t sum = static_cast<int64_t>(partial[0]);
+  accuracy[0] =
+      n == 0 ? 0.0f : static_cast<float>(static_cast<double>(sum) / static_cast<double>(n));
+  if (correct != nullptr) correct[0] = sum;
+  if (total != nullptr) total[0] = n;
+}
+
 }  // namespace
 
 #define TS_LAUNCH(n, kernel, ...)                               \
@@ -576,6 +669,26 @@ cudaError_t BatchNormGradX(const NormShape& d, const float* x, const float* dy, 
   const int64_t total = d.n * d.c * d.inner;
   TS_LAUNCH(total, BatchNormGradXKernel, d, x, dy, scale, mean, var, var_is_inv_std, eps, sum_dy,
             sum_dy_xhat, total, dx);
+}
+
+cudaError_t Dropout(const float* x, int64_t n, uint64_t key, double p, float scale, float* out,
+                    float* mask, cudaStream_t s) {
+  TS_LAUNCH(n, DropoutKernel, x, n, key, p, scale, out, mask);
+}
+cudaError_t DropoutGrad(const float* dout, const float* mask, int64_t n, float scale, float* dx,
+                        cudaStream_t s) {
+  TS_LAUNCH(n, DropoutGradKernel, dout, mask, n, scale, dx);
+}
+cudaError_t Accuracy(const float* x, const int64_t* labels, int64_t n, int64_t c, int64_t k,
+                     int32_t* row_correct, float* accuracy, int64_t* correct, int64_t* total,
+                     cudaStream_t s) {
+  if (n > 0) {
+    TopKCorrectKernel<<<Blocks(n), kThreads, 0, s>>>(x, labels, n, c, k, row_correct);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  AccuracySumKernel<<<1, kThreads, 0, s>>>(row_correct, n, accuracy, correct, total);
+  return cudaGetLastError();
 }
 
 }  // namespace gpu

@@ -138,6 +138,27 @@ cudaError_t BatchNormGradX(const NormShape& d, const float* x, const float* dy, 
                            const float* sum_dy, const float* sum_dy_xhat, float* dx,
                            cudaStream_t s);
 
+// dropout. Training (mask != nullptr): element i is kept when CounterUniform(key, i) >= p (the
+// rule of common/ops/dropout_util.h; gpu_kernels.cu holds a device copy of counter_rng.h's
+// CounterUniform that must stay bit-identical to it): mask[i] = keep ? 1 : 0 and out[i] =
+// keep ? x[i] * scale : 0. Inference (mask == nullptr): out[i] = x[i] * scale. out may be x
+// (mask may not).
+cudaError_t Dropout(const float* x, int64_t n, uint64_t key, double p, float scale, float* out,
+                    float* mask, cudaStream_t s);
+// dx[i] = dout[i] * mask[i] * scale (in that order, as the CPU kernel), or dout[i] * scale when
+// mask is null. dx may be dout or mask.
+cudaError_t DropoutGrad(const float* dout, const float* mask, int64_t n, float scale, float* dx,
+                        cudaStream_t s);
+
+// accuracy over scores x [n, c] and class ids labels [n] (in [0, c); the caller checks them, an
+// id outside counts as wrong): row_correct[i] (n ints of scratch) = whether fewer than k classes
+// of row i score strictly higher than its label (TopKCorrect of common/ops/nn_ops.h; one thread
+// per row), then one block sums them (deterministic): accuracy[0] = float(double(sum) / n) (0
+// when n == 0), and correct[0] = sum, total[0] = n where those are not null.
+cudaError_t Accuracy(const float* x, const int64_t* labels, int64_t n, int64_t c, int64_t k,
+                     int32_t* row_correct, float* accuracy, int64_t* correct, int64_t* total,
+                     cudaStream_t s);
+
 }  // namespace gpu
 }  // namespace tessera
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "common/device/cuda/cuda_device.h"
 #include "common/device/cuda/gpu_kernels.h"
 #include "common/op_desc.h"
+#include "common/ops/dropout_util.h"
 #include "common/status.h"
 
 namespace tessera {
@@ -1375,6 +1377,141 @@ absl::StatusOr<bool> BatchNormGrad(OpContext& ctx, const Place& place) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// dropout and accuracy. dropout reads its attributes and computes its mask key with
+// common/ops/dropout_util.h, as the CPU kernel does, and the device draws the mask with its copy
+// of CounterUniform (gpu_kernels.cu): the masks are bit-identical to the CPU's.
+
+// Training: Out and Mask; is_test: Out = X * scale only (no mask, the run count not advanced).
+absl::StatusOr<bool> Dropout(OpContext& ctx, const Place& place) {
+  absl::StatusOr<DropoutAttrs> attrs = ReadDropoutAttrs(ctx);
+  if (!attrs.ok()) return false;  // the CPU kernel reports it
+  const DropoutAttrs a = *attrs;
+  const Tensor* x = Peek(ctx, "X");
+  if (!F32(x)) return false;
+  TS_ASSIGN_OR_RETURN(const Tensor* out0, ctx.Output("Out"));
+  if (!a.is_test) {
+    if (!ctx.HasOutput("Mask")) return false;
+    TS_ASSIGN_OR_RETURN(const Tensor* mask0, ctx.Output("Mask"));
+    if (mask0 == x || mask0 == out0) return false;
+  }
+  const float scale = static_cast<float>(DropoutScale(a));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
+  // The key mixes X's first bytes, read on the host: straight from X while it is still there,
+  // otherwise copied back from the device (at most 64 bytes, but a synchronous copy on the
+  // device stream: it waits for X's producer; one sync per training run of a dropout op whose X
+  // is already on the device).
+  std::array<unsigned char, kDropoutKeyBytes> lead{};
+  const size_t lead_bytes = std::min(x->nbytes(), kDropoutKeyBytes);
+  const bool lead_on_host = x->place().is_cpu();
+  if (!a.is_test && lead_on_host && lead_bytes > 0) {
+    std::memcpy(lead.data(), x->raw_data(), lead_bytes);
+  }
+  TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
+  if (!a.is_test && !lead_on_host && lead_bytes > 0) {
+    TS_RETURN_IF_ERROR(dev->CopyToHost(lead.data(), x->raw_data(), lead_bytes));
+  }
+  // Past every check: advance the run count (as the CPU kernel would) only now.
+  const uint64_t key = a.is_test ? 0 : DropoutKey(ctx, lead.data(), lead_bytes);
+  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
+  if (out != x) {
+    out->Resize(FLOAT32, x->shape());
+    out->set_lod(x->lod());
+  }
+  float* maskp = nullptr;
+  if (!a.is_test) {
+    TS_ASSIGN_OR_RETURN(Tensor * mask, PlacedOutput(ctx, "Mask", place));
+    mask->Resize(FLOAT32, x->shape());
+    maskp = Data(mask);
+  }
+  TS_CUDA(gpu::Dropout(Data(x), x->numel(), key, a.p, scale, Data(out), maskp, dev->stream()),
+          "dropout");
+  return true;
+}
+
+// X@GRAD = Out@GRAD * Mask * scale (training), Out@GRAD * scale (is_test).
+absl::StatusOr<bool> DropoutGrad(OpContext& ctx, const Place& place) {
+  if (!ctx.HasOutput("X@GRAD")) return true;
+  absl::StatusOr<DropoutAttrs> attrs = ReadDropoutAttrs(ctx);
+  if (!attrs.ok()) return false;
+  const DropoutAttrs a = *attrs;
+  const Tensor* dout = Peek(ctx, "Out@GRAD");
+  if (!F32(dout)) return false;
+  const Tensor* mask = nullptr;
+  if (!a.is_test) {
+    mask = Peek(ctx, "Mask");
+    if (!F32(mask) || mask->shape() != dout->shape()) return false;
+  }
+  const float scale = static_cast<float>(DropoutScale(a));
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
+  TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
+  if (mask != nullptr) {
+    TS_ASSIGN_OR_RETURN(mask, PlacedInput(ctx, "Mask", place));
+  }
+  TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
+  if (dx != dout && dx != mask) dx->Resize(FLOAT32, dout->shape());
+  TS_CUDA(gpu::DropoutGrad(Data(dout), mask == nullptr ? nullptr : Data(mask), dout->numel(),
+                           scale, Data(dx), dev->stream()),
+          "dropout_grad");
+  return true;
+}
+
+// X [N, C] float32, Label int64 with N ids (int32 ids run on the CPU). The ids are checked on the
+// host (moved there when needed; one outside [0, C) declines, so that the CPU kernel reports it)
+// and uploaded; the rows are scored on the device and Accuracy, Correct and Total (the latter
+// two when bound) are written there.
+absl::StatusOr<bool> Accuracy(OpContext& ctx, const Place& place) {
+  const Tensor* x = Peek(ctx, "X");
+  const Tensor* label = Peek(ctx, "Label");
+  const int64_t k = ctx.IntAttr("k", 1);
+  if (!F32(x) || x->rank() != 2 || label == nullptr || label->dtype() != INT64 || k < 1 ||
+      !ctx.HasOutput("Accuracy")) {
+    return false;
+  }
+  const int64_t n = x->dim(0), classes = x->dim(1);
+  if (label->numel() != n) return false;
+  std::vector<const Tensor*> outs;
+  for (const char* slot : {"Accuracy", "Correct", "Total"}) {
+    if (!ctx.HasOutput(slot)) continue;
+    TS_ASSIGN_OR_RETURN(const Tensor* t, ctx.Output(slot));
+    if (t == x || t == label || std::find(outs.begin(), outs.end(), t) != outs.end()) {
+      return false;
+    }
+    outs.push_back(t);
+  }
+  TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
+  if (!label->place().is_cpu()) {
+    TS_ASSIGN_OR_RETURN(label, PlacedInput(ctx, "Label", Place::Cpu()));
+  }
+  const int64_t* ids = label->data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= classes) return false;
+  }
+  std::shared_ptr<char> dids;
+  if (n > 0) {
+    TS_ASSIGN_OR_RETURN(dids, dev->Upload(ids, sizeof(int64_t) * n));
+  }
+  static_assert(sizeof(int32_t) == sizeof(float), "Scratch counts floats");
+  TS_ASSIGN_OR_RETURN(std::shared_ptr<char> rows,
+                      Scratch(ctx, dev, place, std::max<int64_t>(n, 1)));
+  TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
+  TS_ASSIGN_OR_RETURN(Tensor * accuracy, PlacedOutput(ctx, "Accuracy", place));
+  accuracy->Resize(FLOAT32, {1});
+  int64_t* counts[2] = {nullptr, nullptr};  // Correct, Total
+  const char* count_slots[2] = {"Correct", "Total"};
+  for (int i = 0; i < 2; ++i) {
+    if (!ctx.HasOutput(count_slots[i])) continue;
+    TS_ASSIGN_OR_RETURN(Tensor * t, PlacedOutput(ctx, count_slots[i], place));
+    t->Resize(INT64, {1});
+    counts[i] = t->data<int64_t>();
+  }
+  TS_CUDA(gpu::Accuracy(Data(x), reinterpret_cast<const int64_t*>(dids.get()), n, classes, k,
+                        reinterpret_cast<int32_t*>(rows.get()), Data(accuracy), counts[0],
+                        counts[1], dev->stream()),
+          "accuracy");
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
 // optimizers: in place (ParamOut is Param, state outputs are their inputs), dense or sparse
 // gradients. Sparse rows are merged as on the CPU: unique sorted rows (host), values summed on
 // the device (atomic adds: the summation order of duplicate ids may differ from the CPU's).
@@ -1576,6 +1713,9 @@ absl::Status RegisterGpuKernels(DeviceKernelTable* t) {
   TS_RETURN_IF_ERROR(t->Register("flatten_grad", FlattenGrad));
   TS_RETURN_IF_ERROR(t->Register("batch_norm", BatchNorm));
   TS_RETURN_IF_ERROR(t->Register("batch_norm_grad", BatchNormGrad));
+  TS_RETURN_IF_ERROR(t->Register("dropout", Dropout));
+  TS_RETURN_IF_ERROR(t->Register("dropout_grad", DropoutGrad));
+  TS_RETURN_IF_ERROR(t->Register("accuracy", Accuracy));
   TS_RETURN_IF_ERROR(t->Register("sgd", OptimizerKernel(gpu::Optimizer::kSgd)));
   TS_RETURN_IF_ERROR(t->Register("momentum", OptimizerKernel(gpu::Optimizer::kMomentum)));
   TS_RETURN_IF_ERROR(t->Register("adam", OptimizerKernel(gpu::Optimizer::kAdam)));

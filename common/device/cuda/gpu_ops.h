@@ -6,8 +6,10 @@
 // relu/sigmoid/tanh, mean, sum (dense), scale, assign, fill_constant, fill_zeros_like,
 // square_error, sigmoid_cross_entropy_with_logits, softmax_with_cross_entropy, lookup_table
 // (dense and sparse gradient), concat, split, conv2d (im2col + cuBLAS per sample), pool2d,
-// flatten, batch_norm, and the optimizers sgd, momentum, adam, adagrad (dense and sparse rows). Anything else — another dtype, batched matmul, a normalized sigmoid
-// loss, sparse sum — declines, and the CPU kernel runs it on host copies.
+// flatten, batch_norm, dropout (masks bit-identical to the CPU kernel's), accuracy (no gradient;
+// int64 labels), and the optimizers sgd, momentum, adam, adagrad (dense and sparse rows).
+// Anything else — another dtype, batched matmul, a normalized sigmoid loss, sparse sum, int32
+// accuracy labels — declines, and the CPU kernel runs it on host copies.
 #ifndef TESSERA_COMMON_DEVICE_CUDA_GPU_OPS_H_
 #define TESSERA_COMMON_DEVICE_CUDA_GPU_OPS_H_
 

@@ -2,8 +2,10 @@
 // runs its ops once through the CPU registry and once through the GPU-placed registry (which
 // must run every op on the device: a silent CPU fallback fails the case), then compares every
 // output on the host. Tolerance: |gpu - cpu| <= 1e-5 + 1e-4 |cpu| (float32; cuBLAS and the
-// device reductions sum in other orders than Eigen), exact for copies and integer rows.
+// device reductions sum in other orders than Eigen), exact for copies and integer rows; the
+// dropout and accuracy cases compare every output bit for bit.
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 #include <string>
@@ -83,6 +85,19 @@ void ExpectNear(const Tensor& got, const Tensor& want, const std::string& what) 
   }
 }
 
+// Bit-for-bit equality (dropout masks, accuracy counts).
+void ExpectExact(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_TRUE(got.place().is_cpu()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const size_t es = SizeOf(want.dtype());
+  const char* g = static_cast<const char*>(got.raw_data());
+  const char* w = static_cast<const char*>(want.raw_data());
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    ASSERT_EQ(std::memcmp(g + i * es, w + i * es, es), 0) << what << "[" << i << "] differs";
+  }
+}
+
 class GpuOpsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -92,9 +107,10 @@ class GpuOpsTest : public ::testing::Test {
     gpu_ = std::move(*placed);
   }
 
-  // Runs `ops` on both registries from `inputs` and compares `outputs` (dense or sparse).
+  // Runs `ops` on both registries from `inputs` and compares `outputs` (dense or sparse; dense
+  // ones bit for bit when `exact`).
   void Check(const std::string& name, const std::vector<OpDesc>& ops, const Vars& inputs,
-             const std::vector<std::string>& outputs) {
+             const std::vector<std::string>& outputs, bool exact = false) {
     SCOPED_TRACE(name);
     Scope cpu_scope, gpu_scope;
     Load(inputs, &cpu_scope);
@@ -125,7 +141,11 @@ class GpuOpsTest : public ::testing::Test {
         ExpectNear(got->Get<SelectedRows>().value, want->Get<SelectedRows>().value, out);
       } else {
         ASSERT_TRUE(got->Is<Tensor>()) << out;
-        ExpectNear(got->Get<Tensor>(), want->Get<Tensor>(), out);
+        if (exact) {
+          ExpectExact(got->Get<Tensor>(), want->Get<Tensor>(), out);
+        } else {
+          ExpectNear(got->Get<Tensor>(), want->Get<Tensor>(), out);
+        }
       }
     }
   }
@@ -548,6 +568,145 @@ TEST_F(GpuOpsTest, OptimizersDenseAndSparse) {
         Check(absl::StrCat(type, sparse ? " sparse" : " dense", nesterov ? " nesterov" : ""),
               {op, op}, v, check);
       }
+    }
+  }
+}
+
+OpDesc DropoutOp(const std::string& x, const std::string& out, const std::string& mask, float p,
+                 const std::string& impl, int64_t seed, bool is_test) {
+  std::map<std::string, std::vector<std::string>> outs = {{"Out", {out}}};
+  if (!mask.empty()) outs["Mask"] = {mask};
+  OpDesc op = MakeOp("dropout", {{"X", {x}}}, Slots(outs.begin(), outs.end()));
+  SetAttr(&op, "dropout_prob", p);
+  SetAttr(&op, "dropout_implementation", impl);
+  SetAttr(&op, "seed", seed);
+  SetAttr(&op, "is_test", is_test);
+  return op;
+}
+
+OpDesc DropoutGradOp(const std::string& mask, const std::string& dout, const std::string& dx,
+                     float p, const std::string& impl, bool is_test) {
+  std::map<std::string, std::vector<std::string>> ins = {{"Out@GRAD", {dout}}};
+  if (!mask.empty()) ins["Mask"] = {mask};
+  OpDesc op = MakeOp("dropout_grad", Slots(ins.begin(), ins.end()), {{"X@GRAD", {dx}}});
+  SetAttr(&op, "dropout_prob", p);
+  SetAttr(&op, "dropout_implementation", impl);
+  SetAttr(&op, "is_test", is_test);
+  return op;
+}
+
+// The training mask is drawn on the device from the key the host computes (seed, run count,
+// X's first 64 bytes): it must be the CPU's bit for bit, on the first run (X fed on the host)
+// and the second (X already on the device, the run count advanced), with X shorter than 64
+// bytes, of a partial last word, and large enough for the grid-stride loop to wrap.
+TEST_F(GpuOpsTest, DropoutTrainMaskBitIdentical) {
+  struct Case {
+    Shape x;
+    float p;
+    std::string impl;
+    int64_t seed;
+  };
+  for (const Case& c : {Case{{3}, 0.5f, "downgrade_in_infer", 0},
+                        Case{{2, 5}, 0.3f, "upscale_in_train", 7},
+                        Case{{33, 17}, 0.1f, "downgrade_in_infer", 1},
+                        Case{{4, 3, 5, 5}, 0.9f, "upscale_in_train", 12345},
+                        Case{{1100, 1000}, 0.5f, "upscale_in_train", -3}}) {
+    Vars v;
+    Put(&v, "x", Random(c.x, &rng_, -2, 2));
+    Put(&v, "out@GRAD", Random(c.x, &rng_));
+    const std::vector<OpDesc> ops = {
+        DropoutOp("x", "out1", "mask", c.p, c.impl, c.seed, false),
+        DropoutGradOp("mask", "out@GRAD", "x@GRAD1", c.p, c.impl, false),
+        MakeOp("assign", {{"X", {"mask"}}}, {{"Out", {"mask1"}}}),
+        DropoutOp("x", "out2", "mask", c.p, c.impl, c.seed, false),  // run 1: another mask
+        DropoutGradOp("mask", "out@GRAD", "x@GRAD2", c.p, c.impl, false)};
+    Check(absl::StrCat("dropout ", ShapeString(c.x), " p=", c.p, " ", c.impl, " seed=", c.seed),
+          ops, v, {"out1", "mask1", "x@GRAD1", "out2", "mask", "x@GRAD2", "mask@runs"}, true);
+  }
+  // In place (Out is X): the key reads X before the kernel overwrites it.
+  Vars v;
+  Put(&v, "x", Random({9, 11}, &rng_));
+  const OpDesc in_place = DropoutOp("x", "x", "mask", 0.4f, "upscale_in_train", 5, false);
+  Check("dropout in place", {in_place, in_place}, v, {"x", "mask", "mask@runs"}, true);
+}
+
+TEST_F(GpuOpsTest, DropoutIsTestAndGrad) {
+  for (const char* impl : {"downgrade_in_infer", "upscale_in_train"}) {
+    Vars v;
+    Put(&v, "x", Random({13, 7}, &rng_, -3, 3));
+    Put(&v, "out@GRAD", Random({13, 7}, &rng_));
+    Check(absl::StrCat("dropout is_test ", impl),
+          {DropoutOp("x", "out", "", 0.35f, impl, 0, true),
+           DropoutGradOp("", "out@GRAD", "x@GRAD", 0.35f, impl, true)},
+          v, {"out", "x@GRAD"}, true);
+  }
+}
+
+// Scores on a coarse grid, so that many rows tie with their label's score.
+TEST_F(GpuOpsTest, AccuracyTopKWithTies) {
+  const int64_t n = 300, c = 7;
+  for (int64_t k : {1, 3}) {
+    for (bool counts : {true, false}) {
+      Vars v;
+      Tensor x = Random({n, c}, &rng_);
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        x.data<float>()[i] = std::round(x.data<float>()[i] * 2) / 2;
+      }
+      for (int64_t j = 0; j < c; ++j) x.data<float>()[5 * c + j] = 0.5f;  // a row all ties
+      Put(&v, "x", x);
+      std::vector<int64_t> labels(n);
+      for (int64_t i = 0; i < n; ++i) labels[i] = (i * 5 + i / 7) % c;
+      Put(&v, "label", Ints({n, 1}, labels));
+      std::map<std::string, std::vector<std::string>> outs = {{"Accuracy", {"acc"}}};
+      std::vector<std::string> check = {"acc"};
+      if (counts) {
+        outs["Correct"] = {"correct"};
+        outs["Total"] = {"total"};
+        check.push_back("correct");
+        check.push_back("total");
+      }
+      OpDesc op = MakeOp("accuracy", {{"X", {"x"}}, {"Label", {"label"}}},
+                         Slots(outs.begin(), outs.end()));
+      SetAttr(&op, "k", k);
+      Check(absl::StrCat("accuracy k=", k, counts ? " with counts" : ""), {op}, v, check, true);
+    }
+  }
+}
+
+// A label outside [0, C) declines: the CPU kernel runs and reports its error; int32 labels run
+// on the CPU.
+TEST_F(GpuOpsTest, AccuracyFallsBackForBadOrInt32Labels) {
+  const int64_t n = 6, c = 4;
+  Tensor bad = Ints({n, 1}, {0, 1, 2, 4, 3, 0});
+  Tensor narrow(INT32, {n, 1});
+  for (int64_t i = 0; i < n; ++i) narrow.data<int32_t>()[i] = static_cast<int32_t>(i % c);
+  Tensor x = Random({n, c}, &rng_);
+  for (const Tensor* label : {&bad, &narrow}) {
+    const bool int32 = label == &narrow;
+    SCOPED_TRACE(int32 ? "int32 labels" : "bad label");
+    Vars v;
+    Put(&v, "x", x.Clone());
+    Put(&v, "label", label->Clone());
+    OpDesc op = MakeOp("accuracy", {{"X", {"x"}}, {"Label", {"label"}}},
+                       {{"Accuracy", {"acc"}}, {"Correct", {"correct"}}, {"Total", {"total"}}});
+    Scope cpu_scope, gpu_scope;
+    Load(v, &cpu_scope);
+    Load(v, &gpu_scope);
+    Executor cpu_exec(&cpu_), gpu_exec(gpu_.get());
+    const PlacementCounters before = GetPlacementCounters();
+    const absl::Status want = cpu_exec.RunOp(op, &cpu_scope);
+    const absl::Status got = gpu_exec.RunOp(op, &gpu_scope);
+    const PlacementCounters after = GetPlacementCounters();
+    EXPECT_EQ(after.ops_on_host - before.ops_on_host, 1) << "the CPU kernel should run it";
+    EXPECT_EQ(after.ops_on_device, before.ops_on_device);
+    ASSERT_EQ(got.ok(), want.ok()) << got << " vs " << want;
+    EXPECT_EQ(got.ok(), int32);
+    EXPECT_EQ(got.message(), want.message());
+    if (!int32) continue;
+    MoveScopeToHost(&gpu_scope);
+    for (const char* out : {"acc", "correct", "total"}) {
+      ExpectExact(gpu_scope.FindVar(out)->Get<Tensor>(), cpu_scope.FindVar(out)->Get<Tensor>(),
+                  out);
     }
   }
 }
