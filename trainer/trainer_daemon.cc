@@ -138,6 +138,7 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   // pservers, the other gradients all-reduced among the trainers. pserver: everything pushed.
   const bool collective_mode = config.mode == "collective";
   const bool all_reduces = config.mode != "pserver";
+  const char* all_reduce_backend = places[0].is_gpu() ? "NCCL" : "Gloo";
   if (all_reduces) {
     collective.rank = config.trainer_id;
     collective.world_size = config.trainers;
@@ -145,6 +146,13 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
     collective.params.job_id = config.job_id;
     collective.params.job_token = co.security.job_token;  // checked by the rendezvous store
     collective.params.timeout = absl::Seconds(config.barrier_timeout_s);
+    // GPU trainers all-reduce with NCCL on their device (trainer 0's store hands out the NCCL
+    // unique id, Fluid's gen_nccl_id; a rank that fails or stalls ends the others' operations
+    // within --barrier_timeout_s); CPU trainers with Gloo.
+    if (places[0].is_gpu()) {
+      collective.params.backend = collective::BackendType::kNccl;
+      collective.params.device_id = places[0].device;
+    }
     collective::CompressionOptions& compression = collective.reduce.compression;
     if (config.allreduce_compression == "fp16") compression.kind = collective::Compression::kFp16;
     if (config.allreduce_compression == "topk") compression.kind = collective::Compression::kTopK;
@@ -288,9 +296,10 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   log << "trainer " << config.trainer_id << "/" << config.trainers << ": example " << config.example
       << ", " << data->Describe() << ", global batch "
       << config.batch_size << ", "
-      << (collective_mode ? std::string("collective (Gloo all-reduce)")
+      << (collective_mode ? absl::StrCat("collective (", all_reduce_backend, " all-reduce)")
           : all_reduces   ? absl::StrCat("hybrid (tables on ", config.pservers.size(),
-                                         " pservers, dense gradients all-reduced with Gloo)")
+                                         " pservers, dense gradients all-reduced with ",
+                                         all_reduce_backend, ")")
                           : absl::StrCat("pservers ", config.pservers.size(), " (",
                                          config.sync_mode ? "sync" : "async", ")"))
       << (config.cpu_places > 1 ? absl::StrCat(", ", config.cpu_places, " cpu places") : "")

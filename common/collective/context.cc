@@ -186,7 +186,8 @@ absl::Status Context::InitBackend(std::shared_ptr<Store> store, int rank, int wo
     case BackendType::kNccl: {
 #ifdef TESSERA_WITH_NCCL
       NcclOptions nccl;
-      nccl.device_id = local_rank % params.max_devices_per_node;
+      nccl.device_id =
+          params.device_id >= 0 ? params.device_id : local_rank % params.max_devices_per_node;
       nccl.timeout = params.timeout;
       auto comm = NcclCommunicator::Create(scoped, rank, world_size, nccl);
       if (!comm.ok()) return comm.status();
@@ -204,6 +205,7 @@ absl::Status Context::InitBackend(std::shared_ptr<Store> store, int rank, int wo
   backend_ = params.backend;
   local_rank_ = local_rank;
   max_devices_per_node_ = params.max_devices_per_node;
+  device_id_ = params.device_id;
   store_ = std::move(store);
   world_ = std::move(world);
   return absl::OkStatus();
@@ -226,6 +228,7 @@ absl::Status Context::Shutdown() {
   mpi_.reset();
   backend_ = BackendType::kNone;
   local_rank_ = 0;
+  device_id_ = -1;
   return status;
 }
 

@@ -64,6 +64,9 @@ struct InitParams {
 
   // GPUs per machine: DeviceId() = local rank mod max_devices_per_node. Must be >= 1.
   int max_devices_per_node = 8;
+  // NCCL: the GPU ordinal of this rank's communicator; -1: DeviceId() above. A trainer passes
+  // the device it runs on (--devices), so that its all-reduce and its ops share a GPU.
+  int device_id = -1;
   // This rank's index among the ranks on its machine; -1: from MPI (kMpi) or rank mod
   // max_devices_per_node (which assumes consecutive ranks share a machine).
   int local_rank = -1;
@@ -102,7 +105,10 @@ class Context {
   // This rank's index on its machine (0 until initialized).
   int LocalRank() const { return world_ ? local_rank_ : 0; }
   // The GPU this rank should drive: LocalRank() mod max_devices_per_node (0 until initialized).
-  int DeviceId() const { return world_ ? local_rank_ % max_devices_per_node_ : 0; }
+  int DeviceId() const {
+    if (!world_) return 0;
+    return device_id_ >= 0 ? device_id_ : local_rank_ % max_devices_per_node_;
+  }
   // The communicator of all ranks; nullptr until initialized. Owned by the context.
   Communicator* world() const { return world_.get(); }
   // The rendezvous store (nullptr until initialized).
@@ -123,6 +129,7 @@ class Context {
 
   BackendType backend_ = BackendType::kNone;
   int local_rank_ = 0;
+  int device_id_ = -1;  // InitParams::device_id
   int max_devices_per_node_ = 1;
   std::unique_ptr<MpiSession> mpi_;
   std::unique_ptr<TcpStoreServer> server_;

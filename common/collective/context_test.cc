@@ -157,6 +157,11 @@ TEST(ContextTest, DeviceIdFromLocalRank) {
   ASSERT_TRUE(ctx.InitWithStore(std::make_shared<HashStore>(), 0, 1, params).ok());
   EXPECT_EQ(ctx.LocalRank(), 6);
   EXPECT_EQ(ctx.DeviceId(), 2);
+  // A trainer names its GPU (--devices): that one, whatever its local rank.
+  params.device_id = 3;
+  Context named;
+  ASSERT_TRUE(named.InitWithStore(std::make_shared<HashStore>(), 0, 1, params).ok());
+  EXPECT_EQ(named.DeviceId(), 3);
 }
 
 TEST(ContextTest, ParseNames) {
