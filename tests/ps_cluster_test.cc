@@ -505,9 +505,32 @@ TEST_P(CollectiveTest, EqualsSingleMachine) {
   RunCollectiveTrainers(dir, n, flags);
   if (HasFatalFailure()) return;
   ExpectDumpsClose(dir, n, SingleMachine(eo, 48, 4, 2), 1e-5);
+  EXPECT_NE(ReadFileOrEmpty(dir + "/trainer.0.log").find("all-reduce overlapped with backward"),
+            std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(TwoAndThreeTrainers, CollectiveTest, ::testing::Values(2, 3));
+
+// The overlapped all-reduce in buckets of 1 KiB (the MLP's four gradients, 4.4 KB, make several
+// buckets reduced while backward runs) and the single all-reduce after backward both equal one
+// machine.
+TEST(PsClusterTest, CollectiveOverlappedBucketsAndOneAllReduceEqualSingleMachine) {
+  const examples::ExampleOptions eo = Example("mlp_regression", 960, 4);
+  const Params want = SingleMachine(eo, 48, 4, 2);
+  for (const std::string& mode : {std::string("--allreduce_bucket_kb=1"),
+                                  std::string("--allreduce_overlap=false")}) {
+    std::string dir = MakeTempDir("collective_overlap");
+    std::vector<std::string> flags = ExampleFlags(eo, 48, 2);
+    flags.push_back("--example=mlp_regression");
+    flags.push_back(mode);
+    RunCollectiveTrainers(dir, 2, flags);
+    if (HasFatalFailure()) return;
+    ExpectDumpsClose(dir, 2, want, 1e-5);
+    const bool overlapped =
+        ReadFileOrEmpty(dir + "/trainer.0.log").find("all-reduce overlapped") != std::string::npos;
+    EXPECT_EQ(overlapped, mode != "--allreduce_overlap=false") << mode;
+  }
+}
 
 double HeldOutLoss(const std::string& dir) {
   std::string log = ReadFileOrEmpty(dir + "/trainer.0.log");

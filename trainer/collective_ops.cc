@@ -98,6 +98,42 @@ absl::Status RegisterCollectiveOps(OpRegistry* registry, CollectiveState* state)
          return s;
        },
        nullptr}));
+  TS_RETURN_IF_ERROR(registry->Register(
+      "c_allreduce_start",
+      {[state](OpContext& ctx) -> absl::Status {
+         TS_ASSIGN_OR_RETURN(collective::Communicator * world, World(state, ctx));
+         const collective::Compression kind = state->reduce.compression.kind;
+         if (kind != collective::Compression::kNone && kind != collective::Compression::kFp16) {
+           return ctx.Error("the overlapped all-reduce is uncompressed or fp16 (top-k and "
+                            "threshold need c_allreduce_mean's error feedback)");
+         }
+         if (state->reducer == nullptr) {
+           collective::CoalescingReducerOptions options;
+           options.compression = state->reduce.compression;
+           options.bucket_bytes = state->bucket_bytes;
+           state->reducer_bytes_before = world->stats().bytes_sent();
+           state->reducer = std::make_unique<collective::CoalescingReducer>(world, options);
+         }
+         const std::string name = OpInput(ctx.op(), "X");
+         Variable* v = ctx.scope()->FindVar(name);
+         if (v == nullptr) return ctx.Error(absl::StrCat("gradient '", name, "' was not computed"));
+         TS_ASSIGN_OR_RETURN(Tensor * t, DenseGradient(ctx, v, name));
+         return state->reducer->Add(t);
+       },
+       nullptr}));
+  TS_RETURN_IF_ERROR(registry->Register(
+      "c_allreduce_wait",
+      {[state](OpContext& ctx) -> absl::Status {
+         TS_ASSIGN_OR_RETURN(collective::Communicator * world, World(state, ctx));
+         if (state->reducer == nullptr) {
+           return ctx.Error("no c_allreduce_start ran this step");
+         }
+         absl::Status s = state->reducer->Finalize();
+         state->reducer.reset();
+         state->gradient_bytes += world->stats().bytes_sent() - state->reducer_bytes_before;
+         return s;
+       },
+       nullptr}));
   return absl::OkStatus();
 }
 

@@ -8,9 +8,16 @@
 //                    Compressed as CollectiveState::reduce says (fp16, top-k, threshold);
 //                    top-k and threshold keep what was not sent for the next step (error
 //                    feedback, CollectiveState::feedback).
+//   c_allreduce_start X (one gradient): hands it (made dense) to the step's coalescing
+//                    reducer, which reduces a bucket of about CollectiveState::bucket_bytes in
+//                    the background once it is full (the overlap of TranspileCollective).
+//   c_allreduce_wait X (list): flushes the last bucket and waits for every reduction of the
+//                    step: the mean over trainers, as c_allreduce_mean gives. Uncompressed or
+//                    fp16 only (top-k and threshold need c_allreduce_mean's error feedback).
 #ifndef TESSERA_TRAINER_COLLECTIVE_OPS_H_
 #define TESSERA_TRAINER_COLLECTIVE_OPS_H_
 
+#include <memory>
 #include <string>
 
 #include "common/collective/context.h"
@@ -31,6 +38,11 @@ struct CollectiveState {
   collective::ErrorFeedback feedback;
   // Bytes the gradient all-reduces handed to the communicator (after compression).
   int64_t gradient_bytes = 0;
+  // The overlapped all-reduce: the step's reducer (from its first c_allreduce_start to its
+  // c_allreduce_wait) and its bucket size.
+  std::unique_ptr<collective::CoalescingReducer> reducer;
+  int64_t reducer_bytes_before = 0;
+  size_t bucket_bytes = size_t{4} << 20;
 };
 
 // `state` must outlive the registry.

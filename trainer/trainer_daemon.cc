@@ -153,6 +153,7 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
       collective.params.backend = collective::BackendType::kNccl;
       collective.params.device_id = places[0].device;
     }
+    collective.bucket_bytes = static_cast<size_t>(config.allreduce_bucket_kb) * 1024;
     collective::CompressionOptions& compression = collective.reduce.compression;
     if (config.allreduce_compression == "fp16") compression.kind = collective::Compression::kFp16;
     if (config.allreduce_compression == "topk") compression.kind = collective::Compression::kTopK;
@@ -170,17 +171,21 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
     if (v.trainable() && !v.is_distributed()) trainable.push_back(v.name());  // tables: pservers
   }
   ModelSpec dist = model;
+  // The all-reduce overlaps backward where it can (see --allreduce_overlap).
+  const bool overlap = all_reduces && config.allreduce_overlap && config.cpu_places == 1 &&
+                       (config.allreduce_compression == "none" ||
+                        config.allreduce_compression == "fp16");
   if (collective_mode) {
     TS_ASSIGN_OR_RETURN(CollectivePrograms programs,
-                        TranspileCollective(model.main, model.startup));
+                        TranspileCollective(model.main, model.startup, overlap));
     dist.main = programs.trainer;
     dist.startup = programs.trainer_startup;
   } else {
     // (hybrid: TranspilerConfigFor asks for the all-reduce of the dense gradients)
-    TS_ASSIGN_OR_RETURN(
-        DistributeTranspiler t,
-        DistributeTranspiler::Transpile(model.main, model.startup,
-                                        TranspilerConfigFor(config, config.trainer_id)));
+    TranspilerConfig tc = TranspilerConfigFor(config, config.trainer_id);
+    tc.overlap_allreduce = overlap;
+    TS_ASSIGN_OR_RETURN(DistributeTranspiler t,
+                        DistributeTranspiler::Transpile(model.main, model.startup, tc));
     dist.main = t.trainer_program();
     dist.startup = t.trainer_startup_program();
   }
@@ -303,6 +308,9 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
                           : absl::StrCat("pservers ", config.pservers.size(), " (",
                                          config.sync_mode ? "sync" : "async", ")"))
       << (config.cpu_places > 1 ? absl::StrCat(", ", config.cpu_places, " cpu places") : "")
+      << (overlap ? absl::StrCat(", all-reduce overlapped with backward (buckets of ",
+                                 config.allreduce_bucket_kb, " KiB)")
+                  : "")
       << std::endl;
   // The kernels the trainer runs, timed for the trace and the barrier waits (op_timing.h).
   auto barrier_wait = [&](const char* kind) {

@@ -1,5 +1,6 @@
 #include "transpiler/distribute_transpiler.h"
 
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,60 @@
 namespace tessera {
 
 namespace {
+
+// Inserts the trainers' all-reduce (mean) of `grads` into `tb` (collective and hybrid modes):
+// one c_allreduce_mean right before the first optimize op. With `overlap`, a c_allreduce_start
+// right after the op that last writes each gradient instead (its bucket is reduced while the
+// rest of backward runs) and one c_allreduce_wait before the first optimize op; a gradient no
+// op writes keeps the single c_allreduce_mean.
+void InsertGradientAllReduce(BlockDesc* tb, const std::vector<std::string>& grads,
+                             bool overlap) {
+  if (grads.empty()) return;
+  auto is_optimize = [](const OpDesc& op) {
+    return (OpRoleOf(op) & kRoleOptimize) != 0 && (OpRoleOf(op) & kRoleLRSched) == 0;
+  };
+  int first_optimize = tb->ops_size();
+  for (int i = 0; i < tb->ops_size(); ++i) {
+    if (is_optimize(tb->ops(i))) {
+      first_optimize = i;
+      break;
+    }
+  }
+  std::map<int, std::vector<std::string>> starts;  // op index -> gradients it last writes
+  if (overlap) {
+    for (const std::string& g : grads) {
+      int last = -1;
+      for (int i = 0; i < first_optimize; ++i) {
+        for (const auto& out : AllOutputArgs(tb->ops(i))) {
+          if (out == g) last = i;
+        }
+      }
+      if (last < 0) {
+        overlap = false;
+        break;
+      }
+      starts[last].push_back(g);
+    }
+  }
+  auto op = [](const char* type, const std::vector<std::string>& vars) {
+    OpDesc o = MakeOp(type, {{"X", vars}}, {{"Out", vars}});
+    SetAttr(&o, kOpRoleAttr, int64_t{kRoleBackward | kRoleDist});
+    return o;
+  };
+  google::protobuf::RepeatedPtrField<OpDesc> ops;
+  for (int i = 0; i <= tb->ops_size(); ++i) {
+    if (i == first_optimize) {
+      *ops.Add() = op(overlap ? "c_allreduce_wait" : "c_allreduce_mean", grads);
+    }
+    if (i == tb->ops_size()) break;
+    *ops.Add() = tb->ops(i);
+    if (!overlap) continue;
+    auto it = starts.find(i);
+    if (it == starts.end()) continue;
+    for (const std::string& g : it->second) *ops.Add() = op("c_allreduce_start", {g});
+  }
+  tb->mutable_ops()->Swap(&ops);
+}
 
 // An optimize-role op that is no parameter's update: gradient clipping by global norm, which each
 // trainer runs on its own gradients before they are pushed (the pservers hold blocks of the
@@ -279,21 +334,9 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
     tb->mutable_ops()->Swap(&kept);
   }
   if (config.hybrid) {
-    // The mean of the trainers' dense gradients, right before the first optimize op that stays
+    // The mean of the trainers' dense gradients, before the first optimize op that stays
     // (clipping, when there is one, then sees the same gradients as on one machine).
-    google::protobuf::RepeatedPtrField<OpDesc> ops;
-    bool inserted = false;
-    for (const auto& op : tb->ops()) {
-      if (!inserted && !local_grads.empty() && (OpRoleOf(op) & kRoleOptimize) != 0 &&
-          (OpRoleOf(op) & kRoleLRSched) == 0) {
-        OpDesc reduce = MakeOp("c_allreduce_mean", {{"X", local_grads}}, {{"Out", local_grads}});
-        SetAttr(&reduce, kOpRoleAttr, int64_t{kRoleBackward | kRoleDist});
-        *ops.Add() = reduce;
-        inserted = true;
-      }
-      *ops.Add() = op;
-    }
-    tb->mutable_ops()->Swap(&ops);
+    InsertGradientAllReduce(tb, local_grads, config.overlap_allreduce);
     for (const auto& g : local_grads) {
       if (VarDesc* gv = FindMutableVarDesc(tb, g)) gv->set_type(DENSE_TENSOR);
     }
@@ -646,7 +689,8 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
 }
 
 absl::StatusOr<CollectivePrograms> TranspileCollective(const ProgramDesc& main,
-                                                       const ProgramDesc& startup) {
+                                                       const ProgramDesc& startup,
+                                                       bool overlap_allreduce) {
   if (main.blocks_size() == 0 || startup.blocks_size() == 0) {
     return absl::InvalidArgumentError("main and startup programs need a block 0");
   }
@@ -673,14 +717,7 @@ absl::StatusOr<CollectivePrograms> TranspileCollective(const ProgramDesc& main,
     return absl::InvalidArgumentError(
         "the program has no optimize ops (build it with an optimizer's Minimize)");
   }
-  OpDesc reduce = MakeOp("c_allreduce_mean", {{"X", grads}}, {{"Out", grads}});
-  SetAttr(&reduce, kOpRoleAttr, int64_t{kRoleBackward | kRoleDist});
-  google::protobuf::RepeatedPtrField<OpDesc> ops;
-  for (int i = 0; i < tb->ops_size(); ++i) {
-    if (i == first_optimize) *ops.Add() = reduce;
-    *ops.Add() = tb->ops(i);
-  }
-  tb->mutable_ops()->Swap(&ops);
+  InsertGradientAllReduce(tb, grads, overlap_allreduce);
   BlockDesc* sb = out.trainer_startup.mutable_blocks(0);
   OpDesc init = MakeOp("c_comm_init", {}, {});
   SetAttr(&init, kOpRoleAttr, int64_t{kRoleDist});

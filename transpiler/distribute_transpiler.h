@@ -64,6 +64,8 @@ struct TranspilerConfig {
   // (c_comm_init) and takes trainer 0's initial values (c_broadcast). Needs sync_mode and at
   // least one distributed table.
   bool hybrid = false;
+  // Hybrid: overlap the all-reduce with backward (as TranspileCollective's overlap_allreduce).
+  bool overlap_allreduce = false;
 };
 
 // One slice of a variable.
@@ -110,11 +112,16 @@ class DistributeTranspiler {
 // Collective mode (no pservers): the trainer program all-reduces (mean) every gradient right
 // before the optimizer ops (c_allreduce_mean; sparse gradients are made dense), and the trainer
 // startup joins the job (c_comm_init) and takes trainer 0's initial parameters (c_broadcast).
+// With overlap_allreduce (DDP's bucketed reducer), each gradient is handed to the trainer's
+// coalescing reducer (c_allreduce_start) right after the op that last writes it, so that its
+// bucket is reduced while backward goes on, and c_allreduce_wait before the optimizer ops
+// waits for all of them; the result is the same mean.
 struct CollectivePrograms {
   ProgramDesc trainer, trainer_startup;
 };
 absl::StatusOr<CollectivePrograms> TranspileCollective(const ProgramDesc& main,
-                                                       const ProgramDesc& startup);
+                                                       const ProgramDesc& startup,
+                                                       bool overlap_allreduce = false);
 
 // Name of trainer k's copy of a gradient block on the pserver ("w@GRAD.block0.trainer_1").
 std::string TrainerGradName(const std::string& grad_block, int trainer_id);

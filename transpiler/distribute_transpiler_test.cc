@@ -3,6 +3,7 @@
 // messages, and pserver startup slices equal to the rows of the single-machine startup.
 #include "transpiler/distribute_transpiler.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <string>
@@ -594,6 +595,38 @@ TEST(HybridTest, NeedsATableAndSyncMode) {
   t = DistributeTranspiler::Transpile(tables.main, tables.startup, c);
   EXPECT_NE(t.status().message().find("hybrid mode trains in sync mode"), std::string::npos)
       << t.status();
+}
+
+// The overlapped all-reduce: each gradient goes to the reducer right after the op that last
+// writes it, and the optimizer waits for all of them.
+TEST(CollectiveTest, OverlapStartsEachGradientAfterItsLastWriter) {
+  Model m = BuildModel({{"a", {10, 4}}, {"b", {6}}}, Opt::kAdam);
+  auto plain = TranspileCollective(m.main, m.startup);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(FirstOp(plain->trainer, "c_allreduce_start"), -1);
+  auto overlapped = TranspileCollective(m.main, m.startup, /*overlap_allreduce=*/true);
+  ASSERT_TRUE(overlapped.ok()) << overlapped.status();
+  const ProgramDesc& p = overlapped->trainer;
+  EXPECT_EQ(FirstOp(p, "c_allreduce_mean"), -1);
+  const int wait = FirstOp(p, "c_allreduce_wait");
+  ASSERT_GE(wait, 0) << ProgramToText(p);
+  EXPECT_EQ(OpInputs(p.blocks(0).ops(wait), "X"), (std::vector<std::string>{"a@GRAD", "b@GRAD"}));
+  EXPECT_EQ(wait + 1, FirstOp(p, "adam"));
+  int starts = 0;
+  for (int i = 0; i < p.blocks(0).ops_size(); ++i) {
+    const OpDesc& op = p.blocks(0).ops(i);
+    if (op.type() != "c_allreduce_start") continue;
+    ++starts;
+    const std::string g = OpInput(op, "X");
+    // The op before writes it, and nothing between it and the wait does.
+    const auto before = AllOutputArgs(p.blocks(0).ops(i - 1));
+    EXPECT_NE(std::find(before.begin(), before.end(), g), before.end()) << g;
+    for (int j = i + 1; j < wait; ++j) {
+      for (const auto& out : AllOutputArgs(p.blocks(0).ops(j))) EXPECT_NE(out, g) << j;
+    }
+    EXPECT_LT(i, wait);
+  }
+  EXPECT_EQ(starts, 2);
 }
 
 TEST(ErrorTest, BadConfigValues) {

@@ -361,6 +361,19 @@ const std::vector<Setting>& Table() {
         "step's recv runs (double buffering; a sync job trains exactly as without it; off "
         "with --table_admission_threshold)"},
        Bool(&ClusterConfig::prefetch_ahead, "prefetch_ahead")},
+      {{"allreduce_overlap",
+        {"TESSERA_ALLREDUCE_OVERLAP"},
+        "trainer, collective and hybrid modes: all-reduce the gradients in buckets of about "
+        "--allreduce_bucket_kb as backward produces them, overlapping communication with the "
+        "rest of backward (DDP's bucketed reducer; the same mean). Applies with "
+        "--allreduce_compression=none or fp16 and one place per trainer; otherwise one "
+        "all-reduce after backward"},
+       Bool(&ClusterConfig::allreduce_overlap, "allreduce_overlap")},
+      {{"allreduce_bucket_kb",
+        {"TESSERA_ALLREDUCE_BUCKET_KB"},
+        "--allreduce_overlap: a bucket of gradients is reduced once the next gradient would "
+        "take it past this many KiB"},
+       Int(&ClusterConfig::allreduce_bucket_kb, "allreduce_bucket_kb", 1, 1 << 20)},
       // Trainer: CPU places (threads) per trainer; deploy/launch --devices=cpu:K sets the env.
       {{"cpu_places",
         {"TESSERA_CPU_PLACES"},

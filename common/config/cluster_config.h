@@ -99,6 +99,9 @@ struct ClusterConfig {
                        // gradients are reduced in memory before send / all-reduce / optimizer
   // Collective mode: gradient compression of the all-reduce.
   std::string allreduce_compression = "none";  // none | fp16 | topk | threshold
+  // collective/hybrid: all-reduce gradient buckets while backward runs (none/fp16, 1 place)
+  bool allreduce_overlap = true;
+  int allreduce_bucket_kb = 4096;  // the overlapped all-reduce's bucket size
   double allreduce_topk = 0.01;       // topk: fraction of the entries each trainer sends, (0, 1]
   double allreduce_threshold = 1e-3;  // threshold: send entries with |value| >= this (>= 0)
   // topk and threshold keep what a trainer did not send and add it to its next step's
