@@ -18,6 +18,7 @@
 #include "common/device/cuda/gpu_kernels.h"
 #include "common/op_desc.h"
 #include "common/ops/dropout_util.h"
+#include "common/ops/nn_geometry.h"
 #include "common/status.h"
 
 namespace tessera {
@@ -925,18 +926,6 @@ absl::StatusOr<bool> Split(OpContext& ctx, const Place& place) {
 // image ops (NCHW): conv2d, pool2d, flatten, batch_norm. The checks mirror common/ops/nn_ops.cc;
 // what its kernels would reject declines.
 
-// A pair attribute ([h, w]; absent: dflt for both, one value: both), as nn_ops reads it; false
-// when it is not two values >= min.
-bool PairAttr(const OpContext& ctx, absl::string_view name, int64_t dflt, int64_t min,
-              std::array<int64_t, 2>* out) {
-  std::vector<int64_t> v = ctx.IntsAttr(name);
-  if (v.empty()) v = {dflt, dflt};
-  if (v.size() == 1) v.push_back(v[0]);
-  if (v.size() != 2 || v[0] < min || v[1] < min) return false;
-  *out = {v[0], v[1]};
-  return true;
-}
-
 // Device scratch memory for `floats` floats of an op's temporaries.
 absl::StatusOr<std::shared_ptr<char>> Scratch(const OpContext& ctx, CudaDevice* dev,
                                               const Place& place, int64_t floats) {
@@ -958,36 +947,16 @@ struct ConvDims {
   int64_t p() const { return g.ho * g.wo; }
 };
 
-// Input [N, C, H, W] and Filter [M, C, kh, kw], float32, groups 1 (C == 0 declines too).
+// Input [N, C, H, W] and Filter [M, C, kh, kw], float32, with the geometry the CPU kernel
+// accepts (nn::GetConvGeometry; C == 0 declines too).
 bool GetConvDims(const OpContext& ctx, const Tensor* input, const Tensor* filter, ConvDims* d) {
-  if (!F32(input) || !F32(filter) || input->rank() != 4 || filter->rank() != 4) return false;
-  if (ctx.IntAttr("groups", 1) != 1) return false;
-  std::array<int64_t, 2> strides, paddings, dilations;
-  if (!PairAttr(ctx, "strides", 1, 1, &strides) || !PairAttr(ctx, "paddings", 0, 0, &paddings) ||
-      !PairAttr(ctx, "dilations", 1, 1, &dilations)) {
-    return false;
-  }
-  gpu::ConvShape& g = d->g;
-  d->n = input->dim(0);
-  d->m = filter->dim(0);
-  g.c = input->dim(1);
-  g.h = input->dim(2);
-  g.w = input->dim(3);
-  g.kh = filter->dim(2);
-  g.kw = filter->dim(3);
-  g.sh = strides[0];
-  g.sw = strides[1];
-  g.ph = paddings[0];
-  g.pw = paddings[1];
-  g.dh = dilations[0];
-  g.dw = dilations[1];
-  const int64_t eh = g.dh * (g.kh - 1) + 1, ew = g.dw * (g.kw - 1) + 1;
-  if (filter->dim(1) != g.c || g.c == 0 || g.kh < 1 || g.kw < 1 || g.h + 2 * g.ph < eh ||
-      g.w + 2 * g.pw < ew) {
-    return false;
-  }
-  g.ho = (g.h + 2 * g.ph - eh) / g.sh + 1;
-  g.wo = (g.w + 2 * g.pw - ew) / g.sw + 1;
+  if (!F32(input) || !F32(filter)) return false;
+  absl::StatusOr<nn::ConvGeometry> geometry = nn::GetConvGeometry(ctx, *input, *filter);
+  if (!geometry.ok() || geometry->c == 0) return false;
+  const nn::ConvGeometry& c = *geometry;
+  d->n = c.n;
+  d->m = c.m;
+  d->g = gpu::ConvShape{c.c, c.h, c.w, c.kh, c.kw, c.sh, c.sw, c.ph, c.pw, c.dh, c.dw, c.ho, c.wo};
   return true;
 }
 
@@ -1089,40 +1058,14 @@ absl::StatusOr<bool> Conv2dGrad(OpContext& ctx, const Place& place) {
   return true;
 }
 
-// X [N, C, H, W] float32 and the attributes nn_ops accepts.
+// X [N, C, H, W] float32 with the geometry the CPU kernel accepts (nn::GetPoolGeometry).
 bool GetPoolShape(const OpContext& ctx, const Tensor* x, gpu::PoolShape* g) {
-  if (!F32(x) || x->rank() != 4) return false;
-  const std::string type = ctx.StringAttr("pooling_type", "max");
-  if (type != "max" && type != "avg") return false;
-  g->max = type == "max";
-  g->exclusive = ctx.BoolAttr("exclusive", true);
-  g->planes = x->dim(0) * x->dim(1);
-  g->h = x->dim(2);
-  g->w = x->dim(3);
-  if (ctx.BoolAttr("global_pooling", false)) {
-    g->kh = g->h;
-    g->kw = g->w;
-    g->sh = g->sw = 1;
-    g->ph = g->pw = 0;
-  } else {
-    std::array<int64_t, 2> ksize, strides, paddings;
-    if (!PairAttr(ctx, "ksize", 2, 1, &ksize) || !PairAttr(ctx, "strides", 1, 1, &strides) ||
-        !PairAttr(ctx, "paddings", 0, 0, &paddings)) {
-      return false;
-    }
-    g->kh = ksize[0];
-    g->kw = ksize[1];
-    g->sh = strides[0];
-    g->sw = strides[1];
-    g->ph = paddings[0];
-    g->pw = paddings[1];
-  }
-  if (g->ph >= g->kh || g->pw >= g->kw || g->h + 2 * g->ph < g->kh || g->w + 2 * g->pw < g->kw ||
-      g->h == 0 || g->w == 0) {
-    return false;
-  }
-  g->ho = (g->h + 2 * g->ph - g->kh) / g->sh + 1;
-  g->wo = (g->w + 2 * g->pw - g->kw) / g->sw + 1;
+  if (!F32(x)) return false;
+  absl::StatusOr<nn::PoolGeometry> geometry = nn::GetPoolGeometry(ctx, *x);
+  if (!geometry.ok()) return false;
+  const nn::PoolGeometry& p = *geometry;
+  *g = gpu::PoolShape{p.max, p.exclusive, p.n * p.c, p.h, p.w, p.kh, p.kw,
+                      p.sh, p.sw, p.ph, p.pw, p.ho, p.wo};
   return true;
 }
 
