@@ -9,13 +9,14 @@
 // prediction, label) to the host and releases the feed variables there, so LocalTrainer and the
 // feeder only ever touch host tensors.
 //
-// Seam for several GPUs per trainer: ParseDevices() already returns every listed place; one
-// LocalTrainer drives one place. The multi-place trainer (trainer/places.*, PlaceRunner, built
-// separately) plugs in as: each place's executor over MakePlacedRegistry(cpu, Place::Gpu(i),
-// *GpuKernelTable()), its child scope holding device tensors; a PlaceReducer for GPU places
-// that all-reduces the `reduced` gradients with NCCL on the devices and copies the result to
-// the host once (or, simplest, MoveVarsToHost on each place scope's `reduced` variables and
-// the CpuPlaceReducer). Until then more than one device is refused with a clear message.
+// Several GPUs per trainer (--devices=0,1,...): the multi-place trainer (trainer/places.h) with
+// one place per GPU. Each place's executor runs over MakePlacedRegistry(cpu, Place::Gpu(i),
+// *GpuKernelTable()) on its child scope, with its own copy of the parameters (refreshed from
+// the host each step: a device kernel moves what it reads). After its forward and backward, a
+// place's gradients, loss and fetches come to the host (MoveVarsToHost in place_after_run),
+// the CpuPlaceReducer combines them weighted by the places' shares, and the rest of the
+// program (send/recv, all-reduce, optimizer) runs once on the host. An NCCL PlaceReducer that
+// reduces on the devices is the next step; the host reduction gives the same result.
 #ifndef TESSERA_TRAINER_DEVICE_SETUP_H_
 #define TESSERA_TRAINER_DEVICE_SETUP_H_
 
@@ -32,10 +33,12 @@
 namespace tessera {
 
 struct DevicePlan {
-  std::vector<Place> places;             // the trainer's places (one, for now)
-  std::unique_ptr<OpRegistry> registry;  // placed registry; null when running on the CPU
+  std::vector<Place> places;             // the trainer's places
+  std::unique_ptr<OpRegistry> registry;  // one GPU: the placed registry; else null
+  // Several GPUs: one placed registry per place (LocalTrainerOptions::place_registries).
+  std::vector<std::unique_ptr<OpRegistry>> place_registries;
 
-  bool on_gpu() const { return registry != nullptr; }
+  bool on_gpu() const { return registry != nullptr || !place_registries.empty(); }
   // The registry LocalTrainer should execute with.
   const OpRegistry* executor_registry(const OpRegistry* cpu) const {
     return registry != nullptr ? registry.get() : cpu;

@@ -1,6 +1,8 @@
 #include "trainer/device_setup.h"
 
+#include <cmath>
 #include <cstdlib>
+#include <map>
 #include <cstring>
 #include <sstream>
 
@@ -65,9 +67,6 @@ TEST(DeviceSetupTest, BadSettingsAndMissingRuntimeAreNamed) {
   ASSERT_FALSE(gpu.ok());
   EXPECT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(gpu.status().message().find("--config=cuda"), std::string::npos) << gpu.status();
-  auto two = PlanTrainerDevices("gpu", "0,1", *cpu, model, &lo);
-  ASSERT_FALSE(two.ok());
-  EXPECT_NE(two.status().message().find("--devices=0,1"), std::string::npos) << two.status();
   auto bad = PlanTrainerDevices("fpga", "", *cpu, model, &lo);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("'fpga'"), std::string::npos) << bad.status();
@@ -130,6 +129,76 @@ TEST(DeviceSetupTest, TrainsOnTheFakeGpuLikeOnTheCpu) {
   }
   ASSERT_EQ(losses[0].size(), losses[1].size());
   for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[0][i], losses[1][i]) << i;
+}
+
+// Two fake GPUs in one trainer: each runs forward and backward on its half of the local batch
+// with its own copy of the parameters, their gradients meet on the host, and the trainer
+// trains as with two CPU places (the same arithmetic: bit for bit) and as one place (1e-5).
+TEST(DeviceSetupTest, TwoFakeGpusTrainLikeTwoCpuPlacesAndLikeOnePlace) {
+  static FakeGpuBackend* fake = new FakeGpuBackend();
+  SetDeviceBackend(fake);
+  (void)GpuKernelTable()->Register("relu", FakeRelu);  // AlreadyExists after the test above
+  auto cpu = NewStandardOpRegistry();
+  auto data = data::MakeRegressionData(512, 5);
+  ASSERT_TRUE(data.ok());
+  struct Run {
+    std::vector<double> losses;
+    std::map<std::string, std::vector<float>> params;
+  };
+  auto train = [&](const std::string& device, const std::string& devices, int cpu_places,
+                   int64_t* device_ops) -> Run {
+    Run run;
+    auto model = examples::BuildMlpRegression(*cpu);
+    EXPECT_TRUE(model.ok());
+    std::ostringstream log;
+    LocalTrainerOptions lo;
+    lo.batch_size = 66;  // places of 33 (and 29 + 29 in the last batch of 58)
+    lo.epochs = 2;
+    lo.log = &log;
+    lo.cpu_places = cpu_places;
+    lo.after_step = [&run](int64_t, double loss, int64_t) { run.losses.push_back(loss); };
+    auto plan = PlanTrainerDevices(device, devices, *cpu, *model, &lo);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!plan.ok()) return run;
+    auto trainer = LocalTrainer::Create(plan->executor_registry(cpu.get()), *model, lo);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    if (!trainer.ok()) return run;
+    const PlacementCounters before = GetPlacementCounters();
+    EXPECT_TRUE((*trainer)->Train(*data).ok());
+    *device_ops = GetPlacementCounters().ops_on_device - before.ops_on_device;
+    for (const auto& v : model->main.blocks(0).vars()) {
+      if (!v.trainable()) continue;
+      const Tensor& t = (*trainer)->scope()->FindVar(v.name())->Get<Tensor>();
+      EXPECT_TRUE(t.place().is_cpu()) << v.name();
+      run.params[v.name()] = std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+    }
+    return run;
+  };
+  int64_t gpu_ops = 0, cpu_ops = 0, one_ops = 0;
+  const Run gpus = train("gpu", "0,1", 1, &gpu_ops);
+  const Run places = train("cpu", "", 2, &cpu_ops);
+  const Run one = train("cpu", "", 1, &one_ops);
+  const int64_t steps = 2 * ((512 + 65) / 66);
+  EXPECT_EQ(gpu_ops, 2 * steps);  // one relu per place and step, on its fake GPU
+  EXPECT_EQ(cpu_ops, 0);
+  ASSERT_EQ(gpus.losses.size(), static_cast<size_t>(steps));
+  EXPECT_EQ(gpus.losses, places.losses);
+  EXPECT_EQ(gpus.params, places.params);
+  ASSERT_EQ(gpus.params.size(), one.params.size());
+  for (const auto& [name, values] : one.params) {
+    const std::vector<float>& got = gpus.params.at(name);
+    ASSERT_EQ(got.size(), values.size()) << name;
+    for (size_t i = 0; i < values.size(); ++i) {
+      EXPECT_NEAR(got[i], values[i], 1e-5 * std::max(1.0f, std::fabs(values[i]))) << name << i;
+    }
+  }
+  // Both at once is refused, naming the flags.
+  auto model = examples::BuildMlpRegression(*cpu);
+  LocalTrainerOptions lo;
+  lo.cpu_places = 2;
+  auto both = PlanTrainerDevices("gpu", "0,1", *cpu, *model, &lo);
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("--cpu_places=2"), std::string::npos) << both.status();
 }
 
 }  // namespace

@@ -130,6 +130,11 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
     return absl::InvalidArgumentError(
         absl::StrCat("LocalTrainer: cpu_places must be >= 1, got ", options.cpu_places));
   }
+  if (!options.place_registries.empty() && options.cpu_places != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LocalTrainer: ", options.place_registries.size(), " device places and cpu_places=",
+        options.cpu_places, ": a trainer runs on devices or on CPU places, not both"));
+  }
   if (model.main.blocks_size() == 0 || model.startup.blocks_size() == 0) {
     return absl::InvalidArgumentError("LocalTrainer: the main or startup program has no blocks");
   }
@@ -156,15 +161,23 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
   if (!s.ok()) {
     return absl::Status(s.code(), absl::StrCat("startup program: ", s.message()));
   }
-  if (t->options_.prefetch_ahead && t->options_.cpu_places == 1 && !t->options_.after_run) {
+  const int num_places = t->options_.place_registries.empty()
+                             ? t->options_.cpu_places
+                             : static_cast<int>(t->options_.place_registries.size());
+  if (t->options_.prefetch_ahead && num_places == 1 && !t->options_.after_run) {
     std::tie(t->head_end_, t->tail_begin_) = AheadSplit(block);
     if (t->head_end_ > 0) t->ahead_ = std::make_unique<ThreadPool>(1);
   }
-  if (t->options_.cpu_places > 1) {
+  if (num_places > 1 || !t->options_.place_registries.empty()) {
     PlaceRunnerOptions po;
-    po.num_places = t->options_.cpu_places;
+    po.num_places = num_places;
     po.loss = t->model_.loss;
     if (!t->model_.prediction.empty()) po.concat = {t->model_.prediction, t->model_.feeds.label};
+    for (const OpRegistry* r : t->options_.place_registries) {
+      t->place_executors_.push_back(std::make_unique<Executor>(r));
+      po.place_executors.push_back(t->place_executors_.back().get());
+    }
+    po.after_place = t->options_.place_after_run;
     auto runner = PlaceRunner::Create(&t->executor_, t->model_.main, std::move(po), &t->scope_);
     if (!runner.ok()) {
       return absl::Status(runner.status().code(),

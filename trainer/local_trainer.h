@@ -64,6 +64,12 @@ struct LocalTrainerOptions {
   // the forward and backward ops on its share, their gradients are combined weighted by the
   // shares, and the rest of the program runs once, so any K trains like K = 1. >= 1.
   int cpu_places = 1;
+  // Device places (several GPUs in one trainer, trainer/device_setup.h): one placed registry
+  // per place (they must outlive the trainer). Non-empty: the step runs on these places as on
+  // cpu_places of the same count (cpu_places must be 1), each place with its own copy of the
+  // parameters; place_after_run runs in each place's thread after its part of the step.
+  std::vector<const OpRegistry*> place_registries;
+  std::function<absl::Status(int place, Scope* place_scope)> place_after_run;
   // Called before each step with the 0-based global step (e.g. to stamp RPC requests).
   std::function<void(int64_t)> before_step;
   // Called after each step with the 0-based global step, its loss and its (local) samples.
@@ -199,7 +205,8 @@ class LocalTrainer {
   int64_t epochs_target_ = 0;  // epoch_ at the end of the running Train() call (for the ETA)
   int64_t global_step_ = 0;
   int64_t skip_steps_ = 0;               // steps of the next epoch already run (ResumeAt)
-  std::unique_ptr<PlaceRunner> places_;  // cpu_places > 1 only
+  std::unique_ptr<PlaceRunner> places_;  // cpu_places > 1 or place_registries only
+  std::vector<std::unique_ptr<Executor>> place_executors_;  // one per place_registries entry
   // prefetch_ahead: ops [0, head_end_) are the lookups and [tail_begin_, n) the receives;
   // head_end_ == 0 when off. staging_ holds the next batch (fed, looked up) when staged_.
   int head_end_ = 0;

@@ -295,6 +295,32 @@ absl::StatusOr<std::unique_ptr<PlaceRunner>> PlaceRunner::Create(const Executor*
   TS_ASSIGN_OR_RETURN(r->place_block_, executor->Prepare(r->programs_.place, 0));
   TS_ASSIGN_OR_RETURN(r->rest_block_, executor->Prepare(r->programs_.rest, 0));
   const BlockDesc& place = r->programs_.place.blocks(0);
+  const std::vector<const Executor*>& devices = r->options_.place_executors;
+  if (!devices.empty()) {
+    if (static_cast<int>(devices.size()) != r->options_.num_places) {
+      return absl::InvalidArgumentError(absl::StrCat(devices.size(), " place executors for ",
+                                                     r->options_.num_places, " places"));
+    }
+    for (const Executor* e : devices) {
+      r->place_executors_.push_back(e);
+      TS_ASSIGN_OR_RETURN(PreparedBlock b, e->Prepare(r->programs_.place, 0));
+      r->place_blocks_.push_back(std::move(b));
+    }
+    // The parameters the place program reads (persistable and not written by it).
+    const std::set<std::string> locals(r->programs_.place_locals.begin(),
+                                       r->programs_.place_locals.end());
+    std::set<std::string> read;
+    for (const OpDesc& op : place.ops()) {
+      for (const auto& in : AllInputArgs(op)) read.insert(in);
+    }
+    for (const VarDesc& v : place.vars()) {
+      if (v.persistable() && read.count(v.name()) > 0 && locals.count(v.name()) == 0) {
+        r->replicated_.push_back(v.name());
+      }
+    }
+  } else {
+    r->place_executors_.assign(static_cast<size_t>(r->options_.num_places), executor);
+  }
   r->lookup_ops_ = r->options_.num_places > 1 ? LeadingLookupOps(place) : 0;
   if (r->lookup_ops_ > 0) {
     r->lookup_scope_ = scope->NewScope();
@@ -311,11 +337,29 @@ absl::StatusOr<std::unique_ptr<PlaceRunner>> PlaceRunner::Create(const Executor*
   }
   for (int p = 0; p < r->options_.num_places; ++p) {
     Scope* s = scope->NewScope();
-    // The place's own activations and gradients (lookups would otherwise find the trainer's).
+    // The place's own activations and gradients (lookups would otherwise find the trainer's),
+    // and on a device its own copy of the parameters.
     for (const auto& name : r->programs_.place_locals) s->Var(name);
+    for (const auto& name : r->replicated_) s->Var(name);
     r->place_scopes_.push_back(s);
   }
   return r;
+}
+
+absl::Status PlaceRunner::Replicate(Scope* place_scope) const {
+  for (const std::string& name : replicated_) {
+    const Variable* from = scope_->FindVar(name);
+    const Tensor* t = from == nullptr ? nullptr : from->GetIf<Tensor>();
+    if (t == nullptr || !t->initialized()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("parameter '", name, "' is not a tensor in the trainer's scope"));
+    }
+    // A fresh host copy (the place's kernels upload it); the old device copy is released.
+    Tensor copy;
+    copy.CopyFrom(*t);
+    *place_scope->FindLocalVar(name)->GetMutable<Tensor>() = std::move(copy);
+  }
+  return absl::OkStatus();
 }
 
 PlaceRunner::~PlaceRunner() {
@@ -418,14 +462,27 @@ absl::Status PlaceRunner::Step(int64_t batch_size, const FeedFn& feed) {
         [&](size_t i, Scope* s) { return feed(ranges[i].begin, ranges[i].size(), s); }));
     TS_RETURN_IF_ERROR(LookUpForPlaces(active));
     const BlockDesc& place = programs_.place.blocks(0);
-    TS_RETURN_IF_ERROR(on_places([&](size_t, Scope* s) {
-      executor_->CreateVariables(place_block_, s);
-      return executor_->RunOps(place_block_, lookup_ops_, place.ops_size(), s);
+    TS_RETURN_IF_ERROR(on_places([&](size_t i, Scope* s) {
+      const size_t p = static_cast<size_t>(active[i]);
+      const Executor* e = place_executors_[p];
+      const PreparedBlock& block = place_blocks_.empty() ? place_block_ : place_blocks_[p];
+      absl::Status st = Replicate(s);
+      if (st.ok()) {
+        e->CreateVariables(block, s);
+        st = e->RunOps(block, lookup_ops_, place.ops_size(), s);
+      }
+      if (st.ok() && options_.after_place) st = options_.after_place(active[i], s);
+      return st;
     }));
   } else {
     TS_RETURN_IF_ERROR(on_places([&](size_t i, Scope* s) {
+      const size_t p = static_cast<size_t>(active[i]);
       absl::Status st = feed(ranges[i].begin, ranges[i].size(), s);
-      if (st.ok()) st = executor_->Run(place_block_, s);
+      if (st.ok()) st = Replicate(s);
+      if (st.ok()) {
+        st = place_executors_[p]->Run(place_blocks_.empty() ? place_block_ : place_blocks_[p], s);
+      }
+      if (st.ok() && options_.after_place) st = options_.after_place(active[i], s);
       return st;
     }));
   }

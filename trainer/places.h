@@ -98,6 +98,14 @@ struct PlaceRunnerOptions {
   std::vector<std::string> concat;
   // nullptr: a CpuPlaceReducer owned by the runner.
   std::unique_ptr<PlaceReducer> reducer;
+  // Device places (GPUs): place p runs the place program with place_executors[p] (a placed
+  // registry's executor; empty: every place uses the runner's executor, on the CPU). Such a
+  // place gets its own copy of every parameter the place program reads, refreshed from the
+  // trainer's scope at each step, since a device kernel moves the variables it reads to its
+  // device (the trainer's are shared by all places). after_place (if set) runs in the place's
+  // thread after its program, e.g. to bring the gradients the reducer reads to the host.
+  std::vector<const Executor*> place_executors;
+  std::function<absl::Status(int place, Scope* place_scope)> after_place;
 };
 
 // Runs trainer steps across places. Not thread-safe (one trainer thread calls Step); the places'
@@ -137,6 +145,12 @@ class PlaceRunner {
   PlacePrograms programs_;
   PreparedBlock place_block_;
   PreparedBlock rest_block_;
+  // Device places: each place's executor and prepared place program, and the parameters each
+  // place keeps a copy of (PlaceRunnerOptions::place_executors).
+  std::vector<const Executor*> place_executors_;
+  std::vector<PreparedBlock> place_blocks_;
+  std::vector<std::string> replicated_;
+  absl::Status Replicate(Scope* place_scope) const;
   std::vector<Scope*> place_scopes_;  // children of scope_
   // The shared lookups: ops [0, lookup_ops_) of the place program, run on lookup_scope_ (a
   // child of scope_) with every (ids, rows) argument pair of theirs.

@@ -173,6 +173,7 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   ModelSpec dist = model;
   // The all-reduce overlaps backward where it can (see --allreduce_overlap).
   const bool overlap = all_reduces && config.allreduce_overlap && config.cpu_places == 1 &&
+                       places.size() == 1 &&
                        (config.allreduce_compression == "none" ||
                         config.allreduce_compression == "fp16");
   if (collective_mode) {
