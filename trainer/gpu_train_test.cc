@@ -87,6 +87,42 @@ TEST(GpuTrainTest, MlpRegressionMatchesTheCpu) {
   EXPECT_EQ(gpu.host_ops, 0) << "every MLP op has a GPU kernel";
 }
 
+// Two GPUs in one trainer (--devices=0,1: one place per GPU, gradients combined on the host)
+// against one CPU place: the same per-step losses within the float32 drift above.
+TEST(GpuTrainTest, TwoGpusInOneTrainerMatchTheCpu) {
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  auto registry = NewStandardOpRegistry();
+  examples::ExampleOptions eo;
+  eo.name = "mlp_regression";
+  eo.num_examples = 2048;
+  auto data = examples::LoadExampleData(eo);
+  ASSERT_TRUE(data.ok()) << data.status();
+  std::vector<double> losses[2];
+  for (int gpus = 0; gpus < 2; ++gpus) {
+    auto model = examples::BuildExampleModel(*registry, eo);
+    ASSERT_TRUE(model.ok()) << model.status();
+    std::ostringstream log;
+    LocalTrainerOptions lo;
+    lo.batch_size = 128;
+    lo.seed = 5;
+    lo.log = &log;
+    lo.after_step = [&losses, gpus](int64_t, double loss, int64_t) {
+      losses[gpus].push_back(loss);
+    };
+    auto plan = PlanTrainerDevices(gpus ? "gpu" : "cpu", gpus ? "0,1" : "", *registry, *model,
+                                   &lo);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    auto trainer = LocalTrainer::Create(plan->executor_registry(registry.get()), *model, lo);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    ASSERT_TRUE((*trainer)->Train(data->train).ok());
+  }
+  ASSERT_EQ(losses[0].size(), losses[1].size());
+  for (size_t i = 0; i < losses[0].size(); ++i) {
+    EXPECT_LE(std::abs(losses[1][i] - losses[0][i]), 2e-3 * std::max(1.0, std::abs(losses[0][i])))
+        << "step " << i;
+  }
+}
+
 TEST(GpuTrainTest, CtrMatchesTheCpu) {
   RunResult cpu = Train("ctr", false);
   RunResult gpu = Train("ctr", true);

@@ -32,7 +32,10 @@ TEST(NcclCommunicatorTest, EveryOperationOnHostAndDeviceBuffers) {
       InitParams params;
       params.backend = BackendType::kNccl;
       params.timeout = absl::Seconds(60);
-      params.local_rank = r;
+      // Rank r on GPU r, named as a trainer names its --devices ordinal (every rank's local
+      // rank 0 would otherwise put all of them on GPU 0).
+      params.local_rank = 0;
+      params.device_id = r;
       Context ctx;
       absl::Status s = ctx.InitWithStore(store, r, world, params);
       ASSERT_TRUE(s.ok()) << s;
