@@ -49,7 +49,8 @@ int64_t ChunkSamples(const ConvGeometry& g) {
 inline void ValidColumns(const ConvGeometry& g, int64_t j, int64_t* lo, int64_t* hi) {
   const int64_t offset = j * g.dw - g.pw;  // input column of output column 0
   // ow sw + offset >= 0  and  ow sw + offset < w
-  *lo = offset >= 0 ? 0 : (-offset + g.sw - 1) / g.sw;
+  // (Clamped to [0, wo]: with padding wider than the image, a whole row may lie outside it.)
+  *lo = std::min<int64_t>(g.wo, offset >= 0 ? 0 : (-offset + g.sw - 1) / g.sw);
   *hi = offset >= g.w ? 0 : std::min<int64_t>(g.wo, (g.w - offset + g.sw - 1) / g.sw);
   if (*hi < *lo) *hi = *lo;
 }

@@ -78,6 +78,9 @@ TEST_F(NnOpsTest, Conv2dEqualsNaiveConvolution) {
                         Case{{3, 2, 8, 9}, {5, 2, 3, 2}, 2, 1, 1, 2, 1, 1},
                         Case{{1, 1, 28, 28}, {20, 1, 5, 5}, 1, 1, 0, 0, 1, 1},
                         Case{{2, 2, 9, 9}, {3, 2, 3, 3}, 2, 2, 2, 1, 2, 1},
+                        // Padding wider than the image: whole rows of columns are padding.
+                        Case{{2, 2, 2, 1}, {3, 2, 3, 7}, 1, 1, 1, 3, 1, 1},
+                        Case{{1, 1, 2, 2}, {2, 1, 3, 3}, 2, 3, 4, 4, 1, 2},
                         // 14400 column values per sample: chunks of 9 samples (the last of 4).
                         Case{{40, 4, 16, 16}, {3, 4, 5, 5}, 1, 1, 0, 0, 1, 1}}) {
     Tensor x = RandomTensor(c.x, -1, 1, 1);
@@ -102,6 +105,11 @@ TEST_F(NnOpsTest, Conv2dGradientWithStrideAndPadding) {
   s = Check(Conv({2, 1}, {1, 2}), in, {"x", "w"}, {"y"});
   EXPECT_TRUE(s.ok()) << s;
   s = Check(Conv({2, 2}, {1, 1}, {2, 1}), in, {"x", "w"}, {"y"});
+  EXPECT_TRUE(s.ok()) << s;
+  // Padding wider than the image.
+  std::map<std::string, Tensor> tiny = {{"x", RandomTensor({2, 2, 2, 1}, -1, 1, 5)},
+                                        {"w", RandomTensor({3, 2, 3, 7}, -1, 1, 6)}};
+  s = Check(Conv({1, 1}, {1, 3}), tiny, {"x", "w"}, {"y"});
   EXPECT_TRUE(s.ok()) << s;
 }
 
