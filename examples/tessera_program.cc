@@ -35,7 +35,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: tessera_program --example=mlp_regression|ctr|fashion_mnist_mlp|lenet [--out=main.pbtxt] "
     "[--startup_out=startup.pbtxt] [--model_out=model.pbtxt] [--distributed] | "
-    "--program=file.pbtxt";
+    "--program=file.pbtxt | --list_ops (the op types the standard registry has kernels for, "
+    "one per line)";
 
 struct Flags {
   std::string example;
@@ -178,6 +179,13 @@ int main(int argc, char** argv) {
       std::cout << kUsage << "\n";
       return 0;
     }
+  }
+  if (argc == 2 && std::string(argv[1]) == "--list_ops") {
+    // python/tessera's REGISTERED_OPS is held to this list (python/tests/test_examples.py).
+    for (const std::string& type : tessera::NewStandardOpRegistry()->Types()) {
+      std::cout << type << "\n";
+    }
+    return 0;
   }
   absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
   if (!flags.ok()) {

@@ -66,6 +66,7 @@ INT32 = tensor_pb2.INT32
 
 # Forward op types the C++ op registry (common/ops/*.cc) has kernels for. A model file that uses
 # another op type is refused by the loader until the C++ side registers it (save_model warns).
+# python/tests/test_examples.py checks every entry against `tessera_program --list_ops`.
 REGISTERED_OPS = frozenset([
     "accuracy", "assign", "batch_norm", "cast", "concat", "conv2d", "dropout", "elementwise_add",
     "elementwise_mul", "elementwise_sub", "fill_constant", "fill_zeros_like", "flatten",

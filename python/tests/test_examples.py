@@ -197,6 +197,22 @@ class WideDeepTest(CppComparison):
             self.assertIn("learning_rate must be positive", bad.stderr)
 
 
+class RegisteredOpsTest(unittest.TestCase):
+    """REGISTERED_OPS names only op types the C++ registry has (tessera_program --list_ops)."""
+
+    def test_every_registered_op_is_in_the_cpp_registry(self):
+        binary = tessera_program()
+        if binary is None:
+            self.skipTest("tessera_program is not built")
+        out = subprocess.run([binary, "--list_ops"], capture_output=True, text=True,
+                             env=cpp_env(), check=True).stdout.split()
+        cpp = set(out)
+        self.assertIn("conv2d_grad", cpp)  # the list is the whole registry
+        self.assertEqual(sorted(set(fw.REGISTERED_OPS) - cpp), [])
+        for op_type in ("conv2d", "pool2d", "flatten", "batch_norm", "dropout", "accuracy"):
+            self.assertIn(op_type, fw.REGISTERED_OPS)
+
+
 class ImageModelsTest(CppComparison):
     """examples/python/image_models.py writes the built-in fashion_mnist_mlp and lenet files."""
 
