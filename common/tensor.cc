@@ -47,6 +47,14 @@ int64_t NumElements(absl::Span<const int64_t> shape) {
   return n;
 }
 
+int64_t OuterElements(absl::Span<const int64_t> shape, int64_t axis) {
+  return NumElements(shape.subspan(0, static_cast<size_t>(axis)));
+}
+
+int64_t InnerElements(absl::Span<const int64_t> shape, int64_t axis) {
+  return NumElements(shape.subspan(static_cast<size_t>(axis) + 1));
+}
+
 namespace {
 constexpr size_t kAlignment = 64;
 

@@ -28,6 +28,10 @@ std::string DataTypeName(DataType dtype);
 std::string ShapeString(absl::Span<const int64_t> shape);
 // Product of dims (1 for a scalar shape []).
 int64_t NumElements(absl::Span<const int64_t> shape);
+// A shape seen as [outer, dim(axis), inner] (concat and split along axis): the product of dims
+// [0, axis) and of dims (axis, rank). axis in [0, rank).
+int64_t OuterElements(absl::Span<const int64_t> shape, int64_t axis);
+int64_t InnerElements(absl::Span<const int64_t> shape, int64_t axis);
 
 template <typename T>
 struct DataTypeOf;

@@ -6,6 +6,16 @@
 namespace tessera {
 namespace {
 
+
+TEST(TensorTest, OuterAndInnerElements) {
+  const Shape s = {2, 3, 4, 5};
+  EXPECT_EQ(OuterElements(s, 0), 1);
+  EXPECT_EQ(InnerElements(s, 0), 60);
+  EXPECT_EQ(OuterElements(s, 2), 6);
+  EXPECT_EQ(InnerElements(s, 2), 5);
+  EXPECT_EQ(InnerElements(s, 3), 1);
+}
+
 TEST(TensorTest, ResizeReusesBufferWhenLargeEnough) {
   Tensor t(FLOAT32, {4, 8});
   float* p = t.data<float>();

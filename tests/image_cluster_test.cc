@@ -31,10 +31,10 @@ bool HaveFashionMnist() {
          0;
 }
 
-#define REQUIRE_DATA()                                                                      \
-  if (!HaveFashionMnist()) {                                                                \
+#define REQUIRE_DATA()                                                                        \
+  if (!HaveFashionMnist()) {                                                                  \
     GTEST_FAIL() << "Fashion-MNIST is not installed under /usr/share/datasets/fashion-mnist " \
-                    "(deploy/setup installs dataset-fashion-mnist)";                        \
+                    "(deploy/setup installs dataset-fashion-mnist)";                          \
   }
 
 struct ImageJob {
@@ -106,9 +106,12 @@ double FromLog(const std::string& dir, const std::string& key) {
 // the other may still push, within 0.1 (seen: 0.74-0.79 against 0.81).
 TEST(ImageModesTest, AsyncAndCompressedAllReduceReachTheAccuracyOfSync) {
   REQUIRE_DATA();
-  const std::vector<std::string> data = {"--example=fashion_mnist_mlp", "--num_examples=4096",
-                                         "--num_test_examples=1000",   "--batch_size=64",
-                                         "--epochs=5",                 "--seed=5",
+  const std::vector<std::string> data = {"--example=fashion_mnist_mlp",
+                                         "--num_examples=4096",
+                                         "--num_test_examples=1000",
+                                         "--batch_size=64",
+                                         "--epochs=5",
+                                         "--seed=5",
                                          "--log_every_steps=0"};
   auto collective = [&](const std::string& name, std::vector<std::string> extra) {
     const std::string dir = MakeTempDir("image_" + name);
@@ -118,8 +121,7 @@ TEST(ImageModesTest, AsyncAndCompressedAllReduceReachTheAccuracyOfSync) {
   };
   const double none = collective("none", {});
   const double fp16 = collective("fp16", {"--allreduce_compression=fp16"});
-  const double topk =
-      collective("topk", {"--allreduce_compression=topk", "--allreduce_topk=0.1"});
+  const double topk = collective("topk", {"--allreduce_compression=topk", "--allreduce_topk=0.1"});
   PsJob async;
   async.example = "fashion_mnist_mlp";
   async.flags = data;

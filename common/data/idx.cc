@@ -1,11 +1,11 @@
 #include "common/data/idx.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
 #include <memory>
-#include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -61,8 +61,8 @@ absl::StatusOr<std::string> FindIdx(const std::string& prefix, const std::string
   const std::string plain = absl::StrCat(prefix, "-", kind, "-idx", dims, "-ubyte");
   if (Exists(plain)) return plain;
   if (Exists(plain + ".gz")) return plain + ".gz";
-  return absl::NotFoundError(absl::StrCat("IDX data '", prefix, "': neither ", plain, " nor ",
-                                          plain, ".gz exists"));
+  return absl::NotFoundError(
+      absl::StrCat("IDX data '", prefix, "': neither ", plain, " nor ", plain, ".gz exists"));
 }
 
 }  // namespace
@@ -79,8 +79,9 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
   if (data[0] != 0 || data[1] != 0 || rank == 0) {
     char hex[16];
     std::snprintf(hex, sizeof(hex), "0x%08x", magic);
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": bad IDX magic number ", hex, " (expected 0x000008NN: two zero bytes, type, rank)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": bad IDX magic number ", hex,
+                     " (expected 0x000008NN: two zero bytes, type, rank)"));
   }
   if (type != kUnsignedByte) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": IDX element type 0x", absl::Hex(type),
@@ -100,8 +101,8 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
   }
   if (data.size() - header != count) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": IDX dimensions hold ", count,
-                                                   " bytes but the file has ",
-                                                   data.size() - header, " after its header"));
+                                                   " bytes but the file has ", data.size() - header,
+                                                   " after its header"));
   }
   a.values.assign(data.begin() + static_cast<std::ptrdiff_t>(header), data.end());
   return a;
@@ -117,20 +118,24 @@ absl::StatusOr<Dataset> ReadIdxData(const std::string& spec, int num_dense) {
     TS_ASSIGN_OR_RETURN(images_path, FindIdx(spec, "images", 3));
     TS_ASSIGN_OR_RETURN(labels_path, FindIdx(spec, "labels", 1));
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "IDX data '", spec, "' must be a prefix (<prefix>-images-idx3-ubyte[.gz]) or "
-        "'<images>,<labels>'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("IDX data '", spec,
+                     "' must be a prefix (<prefix>-images-idx3-ubyte[.gz]) or "
+                     "'<images>,<labels>'"));
   }
   TS_ASSIGN_OR_RETURN(IdxArray images, ReadIdxFile(images_path));
   TS_ASSIGN_OR_RETURN(IdxArray labels, ReadIdxFile(labels_path));
   if (images.dims.size() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat(images_path, ": images must have 3 IDX "
+    return absl::InvalidArgumentError(absl::StrCat(images_path,
+                                                   ": images must have 3 IDX "
                                                    "dimensions [n, rows, cols], not ",
                                                    images.dims.size()));
   }
   if (labels.dims.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(labels_path, ": labels must have 1 IDX "
-                                                   "dimension [n], not ", labels.dims.size()));
+    return absl::InvalidArgumentError(absl::StrCat(labels_path,
+                                                   ": labels must have 1 IDX "
+                                                   "dimension [n], not ",
+                                                   labels.dims.size()));
   }
   if (images.dims[0] != labels.dims[0]) {
     return absl::InvalidArgumentError(absl::StrCat(images_path, " holds ", images.dims[0],
@@ -140,9 +145,9 @@ absl::StatusOr<Dataset> ReadIdxData(const std::string& spec, int num_dense) {
   const int64_t n = images.dims[0];
   const int64_t pixels = images.dims[1] * images.dims[2];
   if (num_dense > 0 && pixels != num_dense) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        images_path, ": images of ", images.dims[1], "x", images.dims[2], " = ", pixels,
-        " pixels do not fit the model's ", num_dense, " dense features"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(images_path, ": images of ", images.dims[1], "x", images.dims[2], " = ",
+                     pixels, " pixels do not fit the model's ", num_dense, " dense features"));
   }
   Dataset d;
   d.num_dense = static_cast<int>(pixels);

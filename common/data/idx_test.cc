@@ -72,8 +72,8 @@ TEST(IdxTest, ReadsTwoPathsThroughReadCriteoData) {
   o.format = DataFormat::kIdx;
   o.num_dense = 6;
   o.num_sparse = 0;
-  absl::StatusOr<Dataset> d = ReadCriteoData(
-      absl::StrCat(prefix, "-images-idx3-ubyte,", prefix, "-labels-idx1-ubyte"), o);
+  absl::StatusOr<Dataset> d =
+      ReadCriteoData(absl::StrCat(prefix, "-images-idx3-ubyte,", prefix, "-labels-idx1-ubyte"), o);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->examples[0].label, 7.0f);
   o.num_dense = 784;
@@ -83,8 +83,7 @@ TEST(IdxTest, ReadsTwoPathsThroughReadCriteoData) {
       << d.status();
   o.num_dense = 6;
   o.num_sparse = 26;
-  EXPECT_NE(ReadCriteoData(prefix, o).status().message().find("26 categorical"),
-            std::string::npos);
+  EXPECT_NE(ReadCriteoData(prefix, o).status().message().find("26 categorical"), std::string::npos);
 }
 
 TEST(IdxTest, OneLineErrors) {
@@ -94,8 +93,7 @@ TEST(IdxTest, OneLineErrors) {
   // Bad magic.
   WritePlain(images, std::string{1, 2, 8, 3} + std::string(12, '\0'));
   absl::Status s = ReadIdxData(prefix).status();
-  EXPECT_NE(s.message().find(images + ": bad IDX magic number 0x01020803"), std::string::npos)
-      << s;
+  EXPECT_NE(s.message().find(images + ": bad IDX magic number 0x01020803"), std::string::npos) << s;
   // Count mismatch between the files.
   std::string four = Header(0x08, {4, 2, 3}) + std::string(24, '\1');
   WritePlain(images, four);

@@ -67,7 +67,8 @@ inline void ValidColumns(const ConvGeometry& g, int64_t j, int64_t* lo, int64_t*
 // col [ckk, count * P]: column (s, oh, ow) of row (c, i, j) is input sample first + s at
 // (oh sh - ph + i dh, ow sw - pw + j dw), 0 outside the image.
 template <typename T>
-TESSERA_NO_MEMCPY_IDIOM void Im2Col(const ConvGeometry& g, const T* x, int64_t first, int64_t count, T* col) {
+TESSERA_NO_MEMCPY_IDIOM void Im2Col(const ConvGeometry& g, const T* x, int64_t first, int64_t count,
+                                    T* col) {
   const int64_t cols = count * g.p();
   for (int64_t c = 0; c < g.c; ++c) {
     for (int64_t i = 0; i < g.kh; ++i) {
@@ -172,8 +173,8 @@ absl::Status Conv2dGrad(OpContext& ctx) {
   TS_ASSIGN_OR_RETURN(const Tensor* input, ctx.Input("Input"));
   TS_ASSIGN_OR_RETURN(const Tensor* filter, ctx.Input("Filter"));
   TS_ASSIGN_OR_RETURN(ConvGeometry g, GetConvGeometry(ctx, *input, *filter));
-  TS_ASSIGN_OR_RETURN(const Tensor* dout, GradInput(ctx, "Output@GRAD", input->dtype(),
-                                                     g.n * g.m * g.p()));
+  TS_ASSIGN_OR_RETURN(const Tensor* dout,
+                      GradInput(ctx, "Output@GRAD", input->dtype(), g.n * g.m * g.p()));
   Tensor* dx = nullptr;
   Tensor* dw = nullptr;
   if (ctx.HasOutput("Input@GRAD")) {
@@ -271,8 +272,7 @@ absl::Status Pool2d(OpContext& ctx) {
     using T = typename decltype(tag)::type;
     const T* in = x->data<T>();
     T* o = out->data<T>();
-    ForEachWindow(g, [&](int64_t k, int64_t h0, int64_t h1, int64_t w0, int64_t w1,
-                         int64_t plane) {
+    ForEachWindow(g, [&](int64_t k, int64_t h0, int64_t h1, int64_t w0, int64_t w1, int64_t plane) {
       if (g.max) {
         o[k] = in[plane + ArgMax(g, in + plane, h0, h1, w0, w1)];
         return;
@@ -304,8 +304,7 @@ absl::Status Pool2dGrad(OpContext& ctx) {
     const T* go = dout->data<T>();
     T* gx = dx->data<T>();
     dx->flat<T>().setZero();
-    ForEachWindow(g, [&](int64_t k, int64_t h0, int64_t h1, int64_t w0, int64_t w1,
-                         int64_t plane) {
+    ForEachWindow(g, [&](int64_t k, int64_t h0, int64_t h1, int64_t w0, int64_t w1, int64_t plane) {
       if (g.max) {
         gx[plane + ArgMax(g, in + plane, h0, h1, w0, w1)] += go[k];
         return;
@@ -373,10 +372,9 @@ absl::StatusOr<NormDims> GetNormDims(const OpContext& ctx, const Tensor& x,
     TS_ASSIGN_OR_RETURN(const Tensor* t, ctx.Input(slot));
     TS_RETURN_IF_ERROR(ctx.CheckDType(slot, *t, x.dtype()));
     if (t->numel() != d.c) {
-      return ctx.Error(absl::StrCat(slot, " '", ctx.InputName(slot), "' ",
-                                    ShapeString(t->shape()), " must hold ", d.c,
-                                    " values, one per channel of X '", ctx.InputName("X"), "' ",
-                                    ShapeString(x.shape())));
+      return ctx.Error(absl::StrCat(slot, " '", ctx.InputName(slot), "' ", ShapeString(t->shape()),
+                                    " must hold ", d.c, " values, one per channel of X '",
+                                    ctx.InputName("X"), "' ", ShapeString(x.shape())));
     }
   }
   return d;
@@ -508,8 +506,8 @@ absl::Status BatchNormGrad(OpContext& ctx) {
     std::vector<T> sum_dy(static_cast<size_t>(d.c)), sum_dy_xhat(static_cast<size_t>(d.c));
     std::vector<T> inv_std(static_cast<size_t>(d.c));
     for (int64_t c = 0; c < d.c; ++c) {
-      inv_std[c] = global ? static_cast<T>(1.0 / std::sqrt(var->data<T>()[c] + eps))
-                          : var->data<T>()[c];
+      inv_std[c] =
+          global ? static_cast<T>(1.0 / std::sqrt(var->data<T>()[c] + eps)) : var->data<T>()[c];
       double s = 0, sx = 0;
       for (int64_t i = 0; i < d.n; ++i) {
         const int64_t off = (i * d.c + c) * d.inner;
@@ -587,8 +585,9 @@ absl::Status Accuracy(OpContext& ctx) {
   }
   if (label->numel() != n) {
     return ctx.Error(absl::StrCat("Label '", ctx.InputName("Label"), "' ",
-                                  ShapeString(label->shape()), " must hold one class id per row of X '",
-                                  ctx.InputName("X"), "' ", ShapeString(x->shape())));
+                                  ShapeString(label->shape()),
+                                  " must hold one class id per row of X '", ctx.InputName("X"),
+                                  "' ", ShapeString(x->shape())));
   }
   TS_ASSIGN_OR_RETURN(Tensor * accuracy, ctx.Output("Accuracy"));
   if (accuracy == x || accuracy == label) return ctx.Error("Accuracy must not be X or Label");
@@ -596,8 +595,8 @@ absl::Status Accuracy(OpContext& ctx) {
   TS_RETURN_IF_ERROR(DispatchFloat(ctx, "X", x->dtype(), [&](auto tag) -> absl::Status {
     using T = typename decltype(tag)::type;
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t l = label->dtype() == INT64 ? label->data<int64_t>()[i]
-                                                : label->data<int32_t>()[i];
+      const int64_t l =
+          label->dtype() == INT64 ? label->data<int64_t>()[i] : label->data<int32_t>()[i];
       if (l < 0 || l >= classes) {
         return ctx.Error(absl::StrCat("Label '", ctx.InputName("Label"), "' has value ", l,
                                       " at row ", i, ", outside [0, ", classes, ")"));
@@ -609,7 +608,8 @@ absl::Status Accuracy(OpContext& ctx) {
         n == 0 ? T(0) : static_cast<T>(static_cast<double>(correct) / static_cast<double>(n));
     return absl::OkStatus();
   }));
-  for (const auto& [slot, value] : {std::make_pair("Correct", correct), std::make_pair("Total", n)}) {
+  for (const auto& [slot, value] :
+       {std::make_pair("Correct", correct), std::make_pair("Total", n)}) {
     if (!ctx.HasOutput(slot)) continue;
     TS_ASSIGN_OR_RETURN(Tensor * t, ctx.Output(slot));
     t->Resize(INT64, {1});

@@ -119,9 +119,9 @@ TEST_F(NnOpsTest, Conv2dGradientOverChunksEqualsPerSampleGradients) {
   const int64_t n = 40;
   Tensor x = RandomTensor({n, 4, 16, 16}, -1, 1, 21), w = RandomTensor({3, 4, 5, 5}, -1, 1, 22);
   Tensor dy = RandomTensor({n, 3, 12, 12}, -1, 1, 23);
-  OpDesc grad = MakeOp("conv2d_grad",
-                       {{"Input", {"x"}}, {"Filter", {"w"}}, {"Output@GRAD", {"dy"}}},
-                       {{"Input@GRAD", {"dx"}}, {"Filter@GRAD", {"dw"}}});
+  OpDesc grad =
+      MakeOp("conv2d_grad", {{"Input", {"x"}}, {"Filter", {"w"}}, {"Output@GRAD", {"dy"}}},
+             {{"Input@GRAD", {"dx"}}, {"Filter@GRAD", {"dw"}}});
   Feed("x", x);
   Feed("w", w);
   Feed("dy", dy);
@@ -253,10 +253,16 @@ TEST_F(NnOpsTest, FlattenShapeAndGradient) {
 
 OpDesc BatchNormOp(bool is_test) {
   OpDesc op = MakeOp("batch_norm",
-                     {{"X", {"x"}}, {"Scale", {"scale"}}, {"Bias", {"bias"}}, {"Mean", {"mean"}},
+                     {{"X", {"x"}},
+                      {"Scale", {"scale"}},
+                      {"Bias", {"bias"}},
+                      {"Mean", {"mean"}},
                       {"Variance", {"var"}}},
-                     {{"Y", {"y"}}, {"MeanOut", {"mean"}}, {"VarianceOut", {"var"}},
-                      {"SavedMean", {"saved_mean"}}, {"SavedVariance", {"saved_var"}}});
+                     {{"Y", {"y"}},
+                      {"MeanOut", {"mean"}},
+                      {"VarianceOut", {"var"}},
+                      {"SavedMean", {"saved_mean"}},
+                      {"SavedVariance", {"saved_var"}}});
   SetAttr(&op, "is_test", is_test);
   SetAttr(&op, "momentum", 0.75f);
   return op;
@@ -279,7 +285,7 @@ TEST_F(NnOpsTest, BatchNormNormalizesAndMovesRunningStatistics) {
   const double eps = 1e-5;
   EXPECT_NEAR(Get("y").data<double>()[0], -1 / std::sqrt(1 + eps), 1e-7);
   EXPECT_NEAR(Get("y").data<double>()[3], 2 / std::sqrt(4 + eps), 1e-7);
-  EXPECT_NEAR(Get("mean").data<double>()[0], 0.25 * 2, 1e-6);      // 0.75 * 0 + 0.25 * 2
+  EXPECT_NEAR(Get("mean").data<double>()[0], 0.25 * 2, 1e-6);        // 0.75 * 0 + 0.25 * 2
   EXPECT_NEAR(Get("var").data<double>()[1], 0.75 + 0.25 * 4, 1e-6);  // 0.75 * 1 + 0.25 * 4
   // Inference uses the running statistics.
   ASSERT_TRUE(Run(BatchNormOp(true)).ok());

@@ -26,24 +26,13 @@ absl::Status NormalizeAxis(const OpContext& ctx, absl::string_view slot, const T
   return absl::OkStatus();
 }
 
-// Product of dims [0, axis) and of dims (axis, rank).
-int64_t Outer(const Shape& s, int64_t axis) {
-  int64_t n = 1;
-  for (int64_t i = 0; i < axis; ++i) n *= s[i];
-  return n;
-}
-int64_t Inner(const Shape& s, int64_t axis) {
-  int64_t n = 1;
-  for (size_t i = axis + 1; i < s.size(); ++i) n *= s[i];
-  return n;
-}
 
 // Copies the pieces `parts` (same dtype, equal dims except `axis`) into `out`, already sized to
 // their concatenation along `axis`.
 void ConcatInto(const std::vector<Tensor>& parts, int64_t axis, Tensor* out) {
   const size_t es = SizeOf(out->dtype());
-  const int64_t outer = Outer(out->shape(), axis);
-  const int64_t inner = Inner(out->shape(), axis);
+  const int64_t outer = OuterElements(out->shape(), axis);
+  const int64_t inner = InnerElements(out->shape(), axis);
   const size_t out_row = static_cast<size_t>(out->dim(axis) * inner) * es;
   char* dst = static_cast<char*>(out->raw_data());
   size_t offset = 0;
@@ -64,8 +53,8 @@ void ConcatInto(const std::vector<Tensor>& parts, int64_t axis, Tensor* out) {
 void SplitInto(const Tensor& in, int64_t axis, const std::vector<int64_t>& sizes,
                const std::vector<Tensor*>& outs) {
   const size_t es = SizeOf(in.dtype());
-  const int64_t outer = Outer(in.shape(), axis);
-  const int64_t inner = Inner(in.shape(), axis);
+  const int64_t outer = OuterElements(in.shape(), axis);
+  const int64_t inner = InnerElements(in.shape(), axis);
   const size_t in_row = static_cast<size_t>(in.dim(axis) * inner) * es;
   const char* src = static_cast<const char*>(in.raw_data());
   size_t offset = 0;

@@ -27,8 +27,7 @@ absl::Status CheckOptions(absl::string_view model, const ImageModelOptions& o) {
         absl::StrCat(model, ": momentum must be in [0, 1), got ", o.momentum));
   }
   if (o.hidden < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(model, ": hidden must be >= 1, got ", o.hidden));
+    return absl::InvalidArgumentError(absl::StrCat(model, ": hidden must be >= 1, got ", o.hidden));
   }
   return absl::OkStatus();
 }
@@ -102,8 +101,8 @@ absl::StatusOr<data::Dataset> ReadFashionMnist(const std::string& spec, int64_t 
   TS_ASSIGN_OR_RETURN(data::Dataset d, data::ReadIdxData(spec, kPixels));
   for (const data::Example& e : d.examples) {
     if (e.label < 0 || e.label >= kClasses) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Fashion-MNIST data '", spec, "': label ", e.label, " is not a class in [0, 10)"));
+      return absl::InvalidArgumentError(absl::StrCat("Fashion-MNIST data '", spec, "': label ",
+                                                     e.label, " is not a class in [0, 10)"));
     }
   }
   if (limit > 0 && limit < static_cast<int64_t>(d.examples.size())) {

@@ -12,7 +12,8 @@
 #include "examples/example_main.h"
 #include "trainer/local_trainer.h"
 
-ABSL_FLAG(int, epochs, 0, "Passes over the training set (0: the model's default, mlp 10, lenet 5).");
+ABSL_FLAG(int, epochs, 0,
+          "Passes over the training set (0: the model's default, mlp 10, lenet 5).");
 ABSL_FLAG(int64_t, batch_size, 64, "Examples per step.");
 ABSL_FLAG(double, lr, 0, "Learning rate of SGD with momentum (0: the model's default).");
 ABSL_FLAG(double, momentum, 0.9, "Momentum.");
@@ -40,17 +41,17 @@ int RunImageExample(int argc, char** argv, const std::string& name, const std::s
     std::fprintf(stderr, "%s: %s\n", name.c_str(), std::string(s.message()).c_str());
     return code;
   };
-  const int epochs = absl::GetFlag(FLAGS_epochs) > 0 ? absl::GetFlag(FLAGS_epochs)
-                                                      : default_epochs;
+  const int epochs = absl::GetFlag(FLAGS_epochs) > 0 ? absl::GetFlag(FLAGS_epochs) : default_epochs;
   if (absl::GetFlag(FLAGS_epochs) < 0 || absl::GetFlag(FLAGS_batch_size) < 1 ||
       absl::GetFlag(FLAGS_lr) < 0) {
-    return fail(absl::InvalidArgumentError(absl::StrFormat(
-                    "--epochs=%d must be >= 0, --batch_size=%d >= 1 and --lr=%g >= 0",
-                    absl::GetFlag(FLAGS_epochs), absl::GetFlag(FLAGS_batch_size),
-                    absl::GetFlag(FLAGS_lr))),
-                2);
+    return fail(
+        absl::InvalidArgumentError(absl::StrFormat(
+            "--epochs=%d must be >= 0, --batch_size=%d >= 1 and --lr=%g >= 0",
+            absl::GetFlag(FLAGS_epochs), absl::GetFlag(FLAGS_batch_size), absl::GetFlag(FLAGS_lr))),
+        2);
   }
-  auto train = ReadFashionMnist(absl::GetFlag(FLAGS_train_data), absl::GetFlag(FLAGS_train_samples));
+  auto train =
+      ReadFashionMnist(absl::GetFlag(FLAGS_train_data), absl::GetFlag(FLAGS_train_samples));
   if (!train.ok()) return fail(train.status(), 1);
   auto test = ReadFashionMnist(absl::GetFlag(FLAGS_test_data), absl::GetFlag(FLAGS_test_samples));
   if (!test.ok()) return fail(test.status(), 1);

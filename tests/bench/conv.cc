@@ -5,8 +5,9 @@
 //   bazel run //tests/bench:conv -- [--min_seconds=1] [--repeats=3] [--lenet_images=3200]
 //
 // The GEMM and the convolutions run in interleaved turns of 50 ms, so that the ratio is not
-// skewed by the VM's speed drifting between measurements. FLOPs count multiply-adds as 2: forward 2 N M Ho Wo C kh kw; backward the same for the filter
-// gradient and again for the input gradient (conv1's input is the data: no input gradient).
+// skewed by the VM's speed drifting between measurements. FLOPs count multiply-adds as 2:
+// forward 2 N M Ho Wo C kh kw; backward the same for the filter gradient and again for the
+// input gradient (conv1's input is the data: no input gradient).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -94,10 +95,10 @@ struct ConvWork {
     std::vector<std::pair<std::string, std::vector<std::string>>> grads = {
         {"Filter@GRAD", {"w@GRAD"}}};
     if (cc.input_grad) grads.push_back({"Input@GRAD", {"x@GRAD"}});
-    bwd = MakeOp("conv2d_grad",
-                 {{"Input", {"x"}}, {"Filter", {"w"}}, {"Output", {"y"}},
-                  {"Output@GRAD", {"y@GRAD"}}},
-                 grads);
+    bwd = MakeOp(
+        "conv2d_grad",
+        {{"Input", {"x"}}, {"Filter", {"w"}}, {"Output", {"y"}}, {"Output@GRAD", {"y@GRAD"}}},
+        grads);
     const double one = 2.0 * cc.n * cc.m * ho * wo * cc.c * cc.k * cc.k;
     Workload w;
     w.name = cc.name;
@@ -136,9 +137,10 @@ int Run() {
     flops += w.flops;
     seconds += w.flops / (w.gflops() * 1e9);
   }
-  std::printf("both LeNet convolutions (forward+backward of a batch of 64, %.0f MFLOP): %.1f "
-              "GFLOP/s = %.2f of the GEMM peak\n",
-              flops / 1e6, flops / seconds / 1e9, flops / seconds / 1e9 / peak);
+  std::printf(
+      "both LeNet convolutions (forward+backward of a batch of 64, %.0f MFLOP): %.1f "
+      "GFLOP/s = %.2f of the GEMM peak\n",
+      flops / 1e6, flops / seconds / 1e9, flops / seconds / 1e9 / peak);
   const int64_t images = absl::GetFlag(FLAGS_lenet_images);
   if (images <= 0) return 0;
   auto data = examples::ReadFashionMnist(examples::kFashionMnistTrain, images);

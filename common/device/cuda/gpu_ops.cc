@@ -751,16 +751,6 @@ absl::StatusOr<bool> LookupTableGrad(OpContext& ctx, const Place& place) {
 // ---------------------------------------------------------------------------------------------
 // concat / split: strided device copies (cudaMemcpy2DAsync), any dtype
 
-int64_t Outer(const Shape& s, int64_t axis) {
-  int64_t n = 1;
-  for (int64_t i = 0; i < axis; ++i) n *= s[i];
-  return n;
-}
-int64_t Inner(const Shape& s, int64_t axis) {
-  int64_t n = 1;
-  for (size_t i = axis + 1; i < s.size(); ++i) n *= s[i];
-  return n;
-}
 
 // Copies `outer` rows of `row` bytes from src (pitch src_pitch) to dst (pitch dst_pitch).
 absl::Status Copy2D(CudaDevice* dev, char* dst, size_t dst_pitch, const char* src,
@@ -811,7 +801,7 @@ absl::StatusOr<bool> Concat(OpContext& ctx, const Place& place) {
   TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
   out->Resize(xs[0]->dtype(), shape);
   const size_t es = SizeOf(out->dtype());
-  const int64_t outer = Outer(shape, axis), inner = Inner(shape, axis);
+  const int64_t outer = OuterElements(shape, axis), inner = InnerElements(shape, axis);
   const size_t out_row = static_cast<size_t>(shape[axis] * inner) * es;
   size_t offset = 0;
   for (const Tensor* x : xs) {
@@ -847,7 +837,7 @@ absl::StatusOr<bool> ConcatGrad(OpContext& ctx, const Place& place) {
   TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
   const size_t es = SizeOf(dout->dtype());
-  const int64_t outer = Outer(want, axis), inner = Inner(want, axis);
+  const int64_t outer = OuterElements(want, axis), inner = InnerElements(want, axis);
   const size_t in_row = static_cast<size_t>(want[axis] * inner) * es;
   size_t offset = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
@@ -903,7 +893,7 @@ absl::StatusOr<bool> Split(OpContext& ctx, const Place& place) {
   TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
   const size_t es = SizeOf(x->dtype());
-  const int64_t outer = Outer(x->shape(), axis), inner = Inner(x->shape(), axis);
+  const int64_t outer = OuterElements(x->shape(), axis), inner = InnerElements(x->shape(), axis);
   const size_t in_row = static_cast<size_t>(dim * inner) * es;
   size_t offset = 0;
   for (int i = 0; i < n_out; ++i) {
