@@ -43,6 +43,13 @@ absl::StatusOr<Tensor*> DenseGradient(const OpContext& ctx, Variable* v, const s
   return v->GetMutable<Tensor>();
 }
 
+// The step's gradient `name`, made dense, for an all-reduce.
+absl::StatusOr<Tensor*> ComputedGradient(const OpContext& ctx, const std::string& name) {
+  Variable* v = ctx.scope()->FindVar(name);
+  if (v == nullptr) return ctx.Error(absl::StrCat("gradient '", name, "' was not computed"));
+  return DenseGradient(ctx, v, name);
+}
+
 }  // namespace
 
 absl::Status RegisterCollectiveOps(OpRegistry* registry, CollectiveState* state) {
@@ -77,12 +84,8 @@ absl::Status RegisterCollectiveOps(OpRegistry* registry, CollectiveState* state)
          TS_ASSIGN_OR_RETURN(collective::Communicator * world, World(state, ctx));
          auto names = OpInputs(ctx.op(), "X");
          std::vector<Tensor*> tensors;
-         for (size_t i = 0; i < names.size(); ++i) {
-           Variable* v = ctx.scope()->FindVar(names[i]);
-           if (v == nullptr) {
-             return ctx.Error(absl::StrCat("gradient '", names[i], "' was not computed"));
-           }
-           TS_ASSIGN_OR_RETURN(Tensor * t, DenseGradient(ctx, v, names[i]));
+         for (const std::string& name : names) {
+           TS_ASSIGN_OR_RETURN(Tensor * t, ComputedGradient(ctx, name));
            tensors.push_back(t);
          }
          collective::MultiReduceOptions options = state->reduce;
@@ -114,10 +117,7 @@ absl::Status RegisterCollectiveOps(OpRegistry* registry, CollectiveState* state)
            state->reducer_bytes_before = world->stats().bytes_sent();
            state->reducer = std::make_unique<collective::CoalescingReducer>(world, options);
          }
-         const std::string name = OpInput(ctx.op(), "X");
-         Variable* v = ctx.scope()->FindVar(name);
-         if (v == nullptr) return ctx.Error(absl::StrCat("gradient '", name, "' was not computed"));
-         TS_ASSIGN_OR_RETURN(Tensor * t, DenseGradient(ctx, v, name));
+         TS_ASSIGN_OR_RETURN(Tensor * t, ComputedGradient(ctx, OpInput(ctx.op(), "X")));
          return state->reducer->Add(t);
        },
        nullptr}));

@@ -1,6 +1,5 @@
 #include "common/data/idx.h"
 
-#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -9,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/io/file_system.h"
 #include "common/status.h"
 
 namespace tessera {
@@ -51,16 +51,12 @@ uint32_t BigEndian32(const std::string& s, size_t at) {
          static_cast<uint32_t>(static_cast<uint8_t>(s[at + 3]));
 }
 
-bool Exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
-
 // <prefix>-<kind>-idx<d>-ubyte, or the same with ".gz".
 absl::StatusOr<std::string> FindIdx(const std::string& prefix, const std::string& kind, int dims) {
   const std::string plain = absl::StrCat(prefix, "-", kind, "-idx", dims, "-ubyte");
-  if (Exists(plain)) return plain;
-  if (Exists(plain + ".gz")) return plain + ".gz";
+  io::FileSystem* fs = io::PosixFileSystem::Default();
+  if (fs->Exists(plain)) return plain;
+  if (fs->Exists(plain + ".gz")) return plain + ".gz";
   return absl::NotFoundError(
       absl::StrCat("IDX data '", prefix, "': neither ", plain, " nor ", plain, ".gz exists"));
 }

@@ -43,8 +43,8 @@ trap 'exit 130' INT TERM
 # Library sources each target needs (repo-relative), beside the generated protobuf code.
 declare -A SRCS
 SRCS[codec]="common/rpc/grpc/codec.cc common/rpc/request_checks.cc common/tensor.cc common/device/place.cc"
-SRCS[criteo]="common/data/criteo.cc common/data/formats.cc common/data/idx.cc"
-SRCS[formats]="common/data/criteo.cc common/data/formats.cc common/data/idx.cc"
+SRCS[criteo]="common/data/criteo.cc common/data/formats.cc common/data/idx.cc common/io/file_system.cc"
+SRCS[formats]="${SRCS[criteo]}"
 SRCS[program]="common/tensor.cc common/device/place.cc common/program_io.cc common/executor.cc common/op_registry.cc
   common/op_desc.cc common/scope.cc common/ops/ops.cc common/ops/basic_ops.cc common/ops/math_ops.cc
   common/ops/activation_ops.cc common/ops/loss_ops.cc common/ops/tensor_ops.cc
