@@ -20,10 +20,14 @@ namespace {
 // one c_allreduce_mean right before the first optimize op. With `overlap`, a c_allreduce_start
 // right after the op that last writes each gradient instead (its bucket is reduced while the
 // rest of backward runs) and one c_allreduce_wait before the first optimize op; a gradient no
-// op writes keeps the single c_allreduce_mean.
+// op writes keeps the single c_allreduce_mean. The gradients become dense variables (the
+// all-reduce makes sparse ones dense).
 void InsertGradientAllReduce(BlockDesc* tb, const std::vector<std::string>& grads,
                              bool overlap) {
   if (grads.empty()) return;
+  for (const auto& g : grads) {
+    if (VarDesc* gv = FindMutableVarDesc(tb, g)) gv->set_type(DENSE_TENSOR);
+  }
   auto is_optimize = [](const OpDesc& op) {
     return (OpRoleOf(op) & kRoleOptimize) != 0 && (OpRoleOf(op) & kRoleLRSched) == 0;
   };
@@ -68,6 +72,18 @@ void InsertGradientAllReduce(BlockDesc* tb, const std::vector<std::string>& grad
     for (const std::string& g : it->second) *ops.Add() = op("c_allreduce_start", {g});
   }
   tb->mutable_ops()->Swap(&ops);
+}
+
+// Appends to a trainer startup block the trainers' rendezvous (c_comm_init) and the broadcast of
+// trainer 0's values of `params` (c_broadcast; none when there are none).
+void JoinTrainers(BlockDesc* startup, const std::vector<std::string>& params) {
+  OpDesc comm = MakeOp("c_comm_init", {}, {});
+  SetAttr(&comm, kOpRoleAttr, int64_t{kRoleDist});
+  *startup->add_ops() = comm;
+  if (params.empty()) return;
+  OpDesc bcast = MakeOp("c_broadcast", {{"X", params}}, {{"Out", params}});
+  SetAttr(&bcast, kOpRoleAttr, int64_t{kRoleDist});
+  *startup->add_ops() = bcast;
 }
 
 // An optimize-role op that is no parameter's update: gradient clipping by global norm, which each
@@ -337,9 +353,6 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
     // The mean of the trainers' dense gradients, before the first optimize op that stays
     // (clipping, when there is one, then sees the same gradients as on one machine).
     InsertGradientAllReduce(tb, local_grads, config.overlap_allreduce);
-    for (const auto& g : local_grads) {
-      if (VarDesc* gv = FindMutableVarDesc(tb, g)) gv->set_type(DENSE_TENSOR);
-    }
   }
   // Distributed tables: prefetch instead of lookup, a table-free sparse gradient.
   auto table_of = [&](const OpDesc& op) -> const TableItem* {
@@ -529,15 +542,7 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
   }
   for (const auto& c : concats) *tsb->add_ops() = c;
   if (config.hybrid) {
-    OpDesc comm = MakeOp("c_comm_init", {}, {});
-    SetAttr(&comm, kOpRoleAttr, int64_t{kRoleDist});
-    *tsb->add_ops() = comm;
-    const std::vector<std::string> dense(local_params.begin(), local_params.end());
-    if (!dense.empty()) {
-      OpDesc bcast = MakeOp("c_broadcast", {{"X", dense}}, {{"Out", dense}});
-      SetAttr(&bcast, kOpRoleAttr, int64_t{kRoleDist});
-      *tsb->add_ops() = bcast;
-    }
+    JoinTrainers(tsb, std::vector<std::string>(local_params.begin(), local_params.end()));
   }
 
   // ---- Pserver programs.
@@ -697,11 +702,10 @@ absl::StatusOr<CollectivePrograms> TranspileCollective(const ProgramDesc& main,
   CollectivePrograms out{main, startup};
   BlockDesc* tb = out.trainer.mutable_blocks(0);
   std::vector<std::string> grads, params;
-  int first_optimize = -1;
-  for (int i = 0; i < tb->ops_size(); ++i) {
-    const OpDesc& op = tb->ops(i);
+  bool has_optimize = false;
+  for (const OpDesc& op : tb->ops()) {
     if ((OpRoleOf(op) & kRoleOptimize) == 0) continue;
-    if (first_optimize < 0) first_optimize = i;
+    has_optimize = true;
     auto rv = GetStringsAttr(op, kOpRoleVarAttr);
     if (rv.size() < 2) continue;
     const VarDesc* pv = FindVarDesc(*tb, rv[0]);
@@ -711,20 +715,13 @@ absl::StatusOr<CollectivePrograms> TranspileCollective(const ProgramDesc& main,
     }
     params.push_back(rv[0]);
     grads.push_back(rv[1]);
-    if (VarDesc* gv = FindMutableVarDesc(tb, rv[1])) gv->set_type(DENSE_TENSOR);
   }
-  if (first_optimize < 0) {
+  if (!has_optimize) {
     return absl::InvalidArgumentError(
         "the program has no optimize ops (build it with an optimizer's Minimize)");
   }
   InsertGradientAllReduce(tb, grads, overlap_allreduce);
-  BlockDesc* sb = out.trainer_startup.mutable_blocks(0);
-  OpDesc init = MakeOp("c_comm_init", {}, {});
-  SetAttr(&init, kOpRoleAttr, int64_t{kRoleDist});
-  *sb->add_ops() = init;
-  OpDesc bcast = MakeOp("c_broadcast", {{"X", params}}, {{"Out", params}});
-  SetAttr(&bcast, kOpRoleAttr, int64_t{kRoleDist});
-  *sb->add_ops() = bcast;
+  JoinTrainers(out.trainer_startup.mutable_blocks(0), params);
   return out;
 }
 
