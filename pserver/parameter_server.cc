@@ -39,7 +39,7 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Create(
 
 ParameterServer::ParameterServer(const ProgramDesc& program, Scope* scope,
                                  const OpRegistry* registry, ParameterServerOptions options)
-    : program_(program), scope_(scope), executor_(registry), options_(std::move(options)) {}
+    : program_(program), scope_(scope), registry_(registry), options_(std::move(options)) {}
 
 absl::Status ParameterServer::Init() {
   const OpDesc* ls = FindListenAndServ(program_);
@@ -51,46 +51,23 @@ absl::Status ParameterServer::Init() {
   if (num_trainers_ < 1) {
     return absl::InvalidArgumentError(absl::StrCat("listen_and_serv Fanin=", num_trainers_));
   }
-  for (const auto& entry : GetStringsAttr(*ls, "grad_to_block_id")) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(entry, absl::MaxSplits(':', 1));
-    int block_id;
-    if (!absl::SimpleAtoi(kv.second, &block_id) || block_id <= 0 ||
-        block_id >= program_.blocks_size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("listen_and_serv grad_to_block_id entry '", entry, "' is malformed"));
-    }
-    OptimizeBlock b;
-    b.block_id = block_id;
-    b.grad = kv.first;
-    for (const auto& op : program_.blocks(block_id).ops()) {
-      if ((OpRoleOf(op) & kRoleOptimize) == 0) continue;
-      auto rv = GetStringsAttr(op, kOpRoleVarAttr);
-      if (rv.size() >= 2) b.param = rv[0];
-    }
-    TS_ASSIGN_OR_RETURN(b.prepared, executor_.Prepare(program_, block_id));
-    grad_to_block_[b.grad] = static_cast<int>(blocks_.size());
-    param_to_block_[b.param] = static_cast<int>(blocks_.size());
-    blocks_.push_back(std::move(b));
-  }
-  TS_RETURN_IF_ERROR(InitTables());
-  int64_t lr_block = GetIntAttr(*ls, "lr_decay_block_id", -1);
-  if (lr_block > 0) {
-    if (lr_block >= program_.blocks_size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("listen_and_serv lr_decay_block_id ", lr_block, " does not exist"));
-    }
-    TS_ASSIGN_OR_RETURN(lr_block_, executor_.Prepare(program_, static_cast<int>(lr_block)));
-    has_lr_block_ = true;
-    lr_clock_grad_ = !blocks_.empty() ? blocks_[0].grad : (tables_.empty() ? "" : tables_[0].grad);
-  }
+  ApplierOptions ao;
+  ao.endpoint = options_.endpoint;
+  ao.optimize_threads = options_.optimize_threads;
+  ao.table_admission_threshold = options_.table_admission_threshold;
+  ao.table_evict_after_steps = options_.table_evict_after_steps;
+  ao.table_max_rows = options_.table_max_rows;
+  ao.table_shards = options_.table_shards;
+  TS_ASSIGN_OR_RETURN(applier_,
+                      Applier::Create(program_, *ls, num_trainers_, sync_, scope_, registry_, ao));
   CreateBlockVariables(program_.blocks(0), scope_);
-  for (const auto& b : blocks_) CreateBlockVariables(program_.blocks(b.block_id), scope_);
-  for (int k = 0; k < num_trainers_; ++k) trainer_scopes_.push_back(scope_->NewScope());
+  inbox_ = std::make_unique<GradientInbox>(&program_, scope_, num_trainers_, sync_,
+                                           options_.endpoint, applier_->dense_gradients(),
+                                           applier_->table_gradients());
   {
     absl::MutexLock lock(&mu_);
     barrier_ = SyncBarrier(num_trainers_);
   }
-  pool_ = std::make_unique<ThreadPool>(std::max(1, options_.optimize_threads));
   checkpoint_pool_ = std::make_unique<ThreadPool>(1);
   watchdog_ = std::thread([this] { Watchdog(); });
   return absl::OkStatus();
@@ -103,115 +80,7 @@ ParameterServer::~ParameterServer() {
   }
   if (watchdog_.joinable()) watchdog_.join();
   checkpoint_pool_.reset();
-  pool_.reset();
-}
-
-namespace {
-int TableShards(int requested) {
-  if (requested > 0) return requested;
-  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  int shards = 4;
-  while (shards < 2 * threads && shards < 64) shards *= 2;
-  return shards;
-}
-}  // namespace
-
-absl::Status ParameterServer::InitTables() {
-  for (const auto& op : program_.blocks(0).ops()) {
-    if (op.type() != "sparse_table") continue;
-    Table t;
-    t.name = GetStringAttr(op, "table", "");
-    t.grad = GetStringAttr(op, "grad", "");
-    t.lr = GetStringAttr(op, "learning_rate", "");
-    t.dim = GetIntAttr(op, "dim", 0);
-    t.shard = static_cast<int>(GetIntAttr(op, "shard", 0));
-    SparseTableOptions o;
-    o.dim = t.dim;
-    std::string init = GetStringAttr(op, "init", "uniform_random");
-    if (init == "uniform_random") {
-      o.initializer.kind = SparseTableInitializer::kUniform;
-      o.initializer.min = GetFloatAttr(op, "init_min", -1.0);
-      o.initializer.max = GetFloatAttr(op, "init_max", 1.0);
-    } else if (init == "gaussian_random") {
-      o.initializer.kind = SparseTableInitializer::kGaussian;
-      o.initializer.mean = GetFloatAttr(op, "init_mean", 0.0);
-      o.initializer.std = GetFloatAttr(op, "init_std", 1.0);
-    } else if (init == "fill_constant") {
-      o.initializer.kind = SparseTableInitializer::kConstant;
-      o.initializer.value = GetFloatAttr(op, "init_value", 0.0);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("table ", t.name, ": initializer '", init,
-                                                     "' is not supported for distributed tables"));
-    }
-    o.initializer.seed = static_cast<uint64_t>(GetIntAttr(op, "init_seed", 0));
-    o.optimizer = GetStringAttr(op, "optimizer", "sgd");
-    o.l2 = GetFloatAttr(op, "regularization_coeff", 0.0);
-    o.adagrad_epsilon = GetFloatAttr(op, "epsilon", 1e-6);
-    o.adam_beta1 = GetFloatAttr(op, "beta1", 0.9);
-    o.adam_beta2 = GetFloatAttr(op, "beta2", 0.999);
-    o.adam_epsilon = GetFloatAttr(op, "epsilon", 1e-8);
-    o.admission_threshold = options_.table_admission_threshold;
-    o.evict_after_steps = options_.table_evict_after_steps;
-    o.max_rows = options_.table_max_rows;
-    o.num_shards = TableShards(options_.table_shards);
-    auto table = SparseTable::Create(o);
-    if (!table.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("distributed table ", t.name, ": ", table.status().message()));
-    }
-    t.table = std::move(*table);
-    table_by_grad_[t.grad] = static_cast<int>(tables_.size());
-    table_by_name_[t.name] = static_cast<int>(tables_.size());
-    tables_.push_back(std::move(t));
-  }
-  return absl::OkStatus();
-}
-
-float ParameterServer::LearningRate(const std::string& var) const {
-  const Variable* v = scope_->FindVar(var);
-  if (v == nullptr || !v->Is<Tensor>() || v->Get<Tensor>().numel() < 1) return 0.0f;
-  const Tensor& t = v->Get<Tensor>();
-  return t.dtype() == FLOAT64 ? static_cast<float>(t.data<double>()[0]) : t.data<float>()[0];
-}
-
-absl::Status ParameterServer::ApplyTable(Table& t, const std::vector<const SelectedRows*>& grads,
-                                         int64_t step) {
-  const float scale = 1.0f / static_cast<float>(num_trainers_);
-  // One gradient (async) is applied where it was received; several (sync: one per trainer)
-  // are concatenated first, so that duplicates across trainers are summed in trainer order.
-  absl::Span<const int64_t> ids;
-  const float* values = nullptr;
-  std::vector<int64_t> all_ids;
-  std::vector<float> all_values;
-  if (grads.size() == 1) {
-    ids = grads[0]->rows;
-    values = grads[0]->value.numel() > 0 ? grads[0]->value.data<float>() : nullptr;
-  } else {
-    size_t num_ids = 0, num_values = 0;
-    for (const SelectedRows* g : grads) {
-      num_ids += g->rows.size();
-      num_values += static_cast<size_t>(g->value.numel());
-    }
-    all_ids.reserve(num_ids);
-    all_values.resize(num_values);
-    float* out = all_values.data();
-    for (const SelectedRows* g : grads) {
-      all_ids.insert(all_ids.end(), g->rows.begin(), g->rows.end());
-      if (g->value.numel() > 0) {
-        std::memcpy(out, g->value.data<float>(), g->value.nbytes());
-        out += g->value.numel();
-      }
-    }
-    ids = all_ids;
-    values = all_values.data();
-  }
-  absl::Status s = t.table->ApplyGradients(ids, values, LearningRate(t.lr), step, scale);
-  if (s.ok() && options_.table_evict_after_steps > 0) t.table->EvictStale();
-  if (!s.ok()) {
-    return absl::InternalError(
-        absl::StrCat("pserver ", options_.endpoint, " table ", t.name, ": ", s.message()));
-  }
-  return absl::OkStatus();
+  applier_.reset();  // joins the optimizer pool, whose tasks call back into this server
 }
 
 absl::Status ParameterServer::AdmitHeartbeat(const RequestMeta& meta) {
@@ -246,113 +115,24 @@ absl::Status ParameterServer::CheckJobAndTrainer(const RequestMeta& meta) const 
 
 absl::StatusOr<Variable*> ParameterServer::PrepareReceive(const RequestMeta& meta,
                                                           const VariableHeader& h) {
-  auto table = table_by_grad_.find(h.name);
-  if (table != table_by_grad_.end()) {
-    const Table& t = tables_[table->second];
-    if (h.type != SELECTED_ROWS || h.dtype != FLOAT32 || h.dims.size() != 2 || h.dims[1] != t.dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gradient '", h.name, "' of table ", t.name, " must be float32 sparse rows of width ",
-          t.dim, ", got ", DataTypeName(h.dtype), ShapeString(h.dims)));
-    }
+  int64_t step;
+  {
     absl::MutexLock lock(&mu_);
-    if (sync_ && meta.step != barrier_.step()) {
-      return absl::FailedPreconditionError(absl::StrCat("trainer ", meta.trainer_id, " sent '",
-                                                        h.name, "' for step ", meta.step,
-                                                        " but pserver is at step ",
-                                                        barrier_.step()));
-    }
-    Scope* scope = sync_ ? scope_ : trainer_scopes_[meta.trainer_id];
-    Variable* var = scope->Var(sync_ ? TrainerGradName(h.name, meta.trainer_id) : h.name);
-    SelectedRows* sr = var->GetMutable<SelectedRows>();
-    sr->rows.resize(h.num_rows);
-    sr->height = h.height;
-    sr->value.Resize(h.dtype, h.dims);
-    if (sync_) table_grad_step_[{meta.trainer_id, h.name}] = meta.step;
-    return var;
+    step = barrier_.step();
   }
-  auto it = grad_to_block_.find(h.name);
-  if (it == grad_to_block_.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("pserver ", options_.endpoint, " has no gradient variable '", h.name, "'"));
-  }
-  const VarDesc* desc = FindVarDesc(program_.blocks(0), h.name);
-  std::string target = sync_ ? TrainerGradName(h.name, meta.trainer_id) : h.name;
-  Scope* scope = sync_ ? scope_ : trainer_scopes_[meta.trainer_id];
-  if (desc != nullptr) {
-    Shape want(desc->shape().begin(), desc->shape().end());
-    bool sparse = h.type == SELECTED_ROWS;
-    if ((desc->type() == SELECTED_ROWS) != sparse) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("gradient '", h.name, "' must be ", sparse ? "dense" : "sparse"));
-    }
-    if (h.dtype != desc->dtype()) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient '", h.name, "' is ",
-                                                     DataTypeName(h.dtype), ", expected ",
-                                                     DataTypeName(desc->dtype())));
-    }
-    bool shape_ok = sparse ? (h.dims.size() == want.size() &&
-                              std::equal(h.dims.begin() + 1, h.dims.end(), want.begin() + 1))
-                           : h.dims == want;
-    if (!shape_ok) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient '", h.name, "' has shape ",
-                                                     ShapeString(h.dims), ", expected ",
-                                                     ShapeString(want)));
-    }
-  }
-  absl::MutexLock lock(&mu_);
-  if (sync_ && meta.step != barrier_.step()) {
-    return absl::FailedPreconditionError(absl::StrCat("trainer ", meta.trainer_id, " sent '",
-                                                      h.name, "' for step ", meta.step,
-                                                      " but pserver is at step ", barrier_.step()));
-  }
-  Variable* var = scope->Var(target);
-  if (h.type == SELECTED_ROWS) {
-    SelectedRows* sr = var->GetMutable<SelectedRows>();
-    sr->rows.resize(h.num_rows);
-    sr->height = h.height;
-    sr->value.Resize(h.dtype, h.dims);
-  } else {
-    Tensor* t = var->GetMutable<Tensor>();
-    if (!t->initialized() || t->dtype() != h.dtype || t->shape() != h.dims) {
-      t->Resize(h.dtype, h.dims);
-    }
-  }
-  return var;
+  return inbox_->Prepare(meta, h, step);
 }
 
 void ParameterServer::HandleSend(const RequestMeta& meta, const VariableHeader& h, Variable* var,
                                  DoneCallback done) {
-  // Row ids of a sparse gradient of a local (sliced) table must name rows of its block: refuse
-  // bad ones here, as bad input and before anything counts them, rather than as an optimizer
-  // failure (sync: one that fails the whole step). The received copy is emptied.
-  if (SelectedRows* sr = var->GetIf<SelectedRows>();
-      sr != nullptr && table_by_grad_.count(h.name) == 0) {
-    const VarDesc* desc = FindVarDesc(program_.blocks(0), h.name);
-    const int64_t height = desc != nullptr && desc->shape_size() > 0 ? desc->shape(0) : -1;
-    for (size_t i = 0; height > 0 && i < sr->rows.size(); ++i) {
-      if (sr->rows[i] >= 0 && sr->rows[i] < height) continue;
-      absl::Status bad = absl::InvalidArgumentError(
-          absl::StrCat("gradient '", h.name, "' has row ", sr->rows[i], " (entry ", i,
-                       ") outside [0, ", height, ") on pserver ", options_.endpoint));
-      Shape empty = h.dims;
-      empty[0] = 0;
-      sr->rows.clear();
-      sr->value.Resize(h.dtype, empty);
-      done(bad);
-      return;
-    }
-  }
-  bool complete;
+  // Bad rows are refused as bad input before anything counts them, rather than as an optimizer
+  // failure (sync: one that fails the whole step).
+  if (absl::Status rows = inbox_->CheckRows(h, var); !rows.ok()) return done(rows);
+  const bool complete = inbox_->Arrived(meta.trainer_id, h);
   {
     absl::MutexLock lock(&mu_);
     ++stats_.sends;
-    auto& got = bytes_[{meta.trainer_id, h.name}];
-    got += h.chunk_bytes;
-    complete = got >= h.total_bytes;
-    if (complete) {
-      got = 0;
-      ++stats_.grads_received[meta.trainer_id];
-    }
+    if (complete) ++stats_.grads_received[meta.trainer_id];
   }
   if (sync_ || !complete) {
     done(absl::OkStatus());
@@ -360,60 +140,21 @@ void ParameterServer::HandleSend(const RequestMeta& meta, const VariableHeader& 
   }
   std::string grad = h.name;
   int trainer = meta.trainer_id;
-  pool_->Schedule(
+  applier_->Schedule(
       [this, trainer, grad, done = std::move(done)] { AsyncApply(trainer, grad, done); });
 }
 
 void ParameterServer::AsyncApply(int trainer, const std::string& grad, DoneCallback done) {
-  absl::Status s;
-  if (has_lr_block_ && grad == lr_clock_grad_) {
-    absl::MutexLock lock(&lr_mu_);
-    s = executor_.Run(lr_block_, scope_);
-  }
-  auto table = table_by_grad_.find(grad);
-  if (!s.ok()) {
-    // the schedule failed: reported below
-  } else if (table != table_by_grad_.end()) {
-    Table& t = tables_[table->second];
-    const SelectedRows& g = trainer_scopes_[trainer]->FindLocalVar(grad)->Get<SelectedRows>();
-    absl::MutexLock lock(t.mu.get());  // orders Adam's steps; lookups run concurrently
-    s = ApplyTable(t, {&g}, ++t.applies);
-  } else {
-    OptimizeBlock& b = blocks_[grad_to_block_.at(grad)];
-    absl::MutexLock lock(b.mu.get());
-    s = executor_.Run(b.prepared, trainer_scopes_[trainer]);
-  }
-  {
+  absl::Status s = applier_->ApplyPush(grad, inbox_->trainer_scope(trainer));
+  if (s.ok()) {
     absl::MutexLock lock(&mu_);
-    if (s.ok()) ++stats_.grads_applied;
-  }
-  if (!s.ok()) {
-    s = absl::InternalError(
-        absl::StrCat("pserver ", options_.endpoint, " optimizing ", grad, ": ", s.message()));
+    ++stats_.grads_applied;
   }
   done(s);
 }
 
 void ParameterServer::ServeGet(const std::string& name, const GetDone& done) {
-  Variable* v = scope_->FindVar(name);
-  if (v == nullptr || !v->Is<Tensor>() || !v->Get<Tensor>().initialized()) {
-    done(absl::NotFoundError(
-        absl::StrCat("pserver ", options_.endpoint, " has no parameter '", name, "'")));
-    return;
-  }
-  if (sync_) {
-    done(*v);  // shares the buffer: nothing writes it until every trainer fetched
-    return;
-  }
-  Variable copy;
-  auto it = param_to_block_.find(name);
-  if (it != param_to_block_.end()) {
-    absl::MutexLock lock(blocks_[it->second].mu.get());
-    copy.GetMutable<Tensor>()->CopyFrom(v->Get<Tensor>());
-  } else {
-    copy.GetMutable<Tensor>()->CopyFrom(v->Get<Tensor>());
-  }
-  done(std::move(copy));
+  done(applier_->Read(name));
 }
 
 void ParameterServer::HandleGet(const RequestMeta& meta, const std::string& name, GetDone done) {
@@ -430,25 +171,11 @@ void ParameterServer::HandleGet(const RequestMeta& meta, const std::string& name
 
 void ParameterServer::HandlePrefetch(const RequestMeta& meta, const std::string& table,
                                      std::vector<int64_t> ids, PrefetchDone done) {
-  auto it = table_by_name_.find(table);
-  if (it == table_by_name_.end()) {
-    done(absl::InvalidArgumentError(
-        absl::StrCat("pserver ", options_.endpoint, " serves no distributed table '", table, "'")));
-    return;
-  }
   {
     absl::MutexLock lock(&mu_);
     ++stats_.prefetches;
   }
-  Table& t = tables_[it->second];
-  Tensor rows(FLOAT32, {static_cast<int64_t>(ids.size()), t.dim});
-  absl::Status s = t.table->Lookup(ids, rows.data<float>());
-  if (!s.ok()) {
-    done(absl::Status(s.code(), absl::StrCat("pserver ", options_.endpoint, " table ", table, ": ",
-                                             s.message())));
-    return;
-  }
-  done(std::move(rows));
+  done(applier_->Lookup(table, ids));
 }
 
 void ParameterServer::HandleCheckpoint(const RequestMeta& meta, const std::string& name,
@@ -495,22 +222,8 @@ absl::Status ParameterServer::SaveCheckpoint(const std::string& dir) {
     barrier_.Pause();
     shard.step = barrier_.step();
   }
-  {
-    // Async pushes update a block (parameter and optimizer state) under its mutex: hold them
-    // all (in index order; updaters hold one at a time) while copying.
-    absl::MutexLock lr_lock(&lr_mu_);
-    std::vector<std::unique_ptr<absl::MutexLock>> locks;
-    for (auto& b : blocks_) locks.push_back(std::make_unique<absl::MutexLock>(b.mu.get()));
-    for (const auto& [name, slice] : shard.slices) {
-      const Variable* v = scope_->FindVar(name);
-      if (v == nullptr || !v->Is<Tensor>() || !v->Get<Tensor>().initialized()) continue;
-      shard.dense[name].CopyFrom(v->Get<Tensor>());
-    }
-  }
-  for (auto& t : tables_) {
-    absl::MutexLock lock(t.mu.get());
-    shard.tables.push_back({t.name, t.shard, t.table.get(), t.applies});
-  }
+  applier_->CopyDense(shard.slices, &shard.dense);
+  shard.tables = applier_->TableRefs();
   absl::Status s = SavePserverShard(fs, dir, shard);
   std::vector<SyncBarrier::Reply> replies;
   {
@@ -531,12 +244,9 @@ absl::Status ParameterServer::RestoreCheckpoint(const std::string& dir) {
   target.scope = scope_;
   target.slices = DenseSlices(program_, options_.param_blocks);
   target.table_shard_method = options_.table_shard_method;
-  for (auto& t : tables_) target.tables.push_back({t.name, t.shard, t.table.get(), 0});
+  target.tables = applier_->TableRefs();
   TS_ASSIGN_OR_RETURN(PserverRestored restored, RestorePserverShard(fs, dir, target));
-  for (auto& t : tables_) {
-    t.applies = restored.table_applies[t.name];
-    t.table->AdvanceStep(restored.step);
-  }
+  applier_->RestoreTables(restored.table_applies, restored.step);
   absl::MutexLock lock(&mu_);
   barrier_.SetStep(restored.step);
   return absl::OkStatus();
@@ -657,55 +367,24 @@ void ParameterServer::HandleRegister(const RequestMeta& meta, const JobFields& f
 }
 
 std::vector<SyncBarrier::Reply> ParameterServer::Act(SyncBarrier::Actions actions) {
-  if (actions.start_optimize) pool_->Schedule([this] { RunSyncOptimize(); });
+  if (actions.start_optimize) applier_->Schedule([this] { RunSyncOptimize(); });
   if (actions.step_advanced) ++stats_.steps;
   return std::move(actions.replies);
 }
 
 void ParameterServer::RunSyncOptimize() {
-  absl::Status lr_status = has_lr_block_ ? executor_.Run(lr_block_, scope_) : absl::OkStatus();
-  std::vector<absl::Status> results(blocks_.size());
-  pool_->ParallelFor(static_cast<int>(blocks_.size()),
-                     [&](int i) { results[i] = executor_.Run(blocks_[i].prepared, scope_); });
   int64_t step;
-  std::vector<std::vector<const SelectedRows*>> table_grads(tables_.size());
   {
     absl::MutexLock lock(&mu_);
     step = barrier_.step();
-    for (size_t ti = 0; ti < tables_.size(); ++ti) {
-      for (int k = 0; k < num_trainers_; ++k) {
-        auto at = table_grad_step_.find({k, tables_[ti].grad});
-        if (at == table_grad_step_.end() || at->second != step) continue;
-        const Variable* v = scope_->FindVar(TrainerGradName(tables_[ti].grad, k));
-        if (v != nullptr && v->Is<SelectedRows>())
-          table_grads[ti].push_back(&v->Get<SelectedRows>());
-      }
-    }
   }
-  std::vector<absl::Status> table_results(tables_.size());
-  pool_->ParallelFor(static_cast<int>(tables_.size()), [&](int i) {
-    // Every table takes an optimizer step each sync step (Adam's t), touched rows or not.
-    table_results[i] = ApplyTable(tables_[i], table_grads[i], step + 1);
-  });
-  absl::Status s;
-  if (!lr_status.ok()) {
-    s = absl::InternalError(absl::StrCat("pserver ", options_.endpoint,
-                                         " learning-rate schedule: ", lr_status.message()));
-  }
-  for (const auto& r : table_results) {
-    if (!r.ok() && s.ok()) s = r;
-  }
-  for (size_t i = 0; i < results.size() && s.ok(); ++i) {
-    if (!results[i].ok()) {
-      s = absl::InternalError(absl::StrCat("pserver ", options_.endpoint, " optimizing ",
-                                           blocks_[i].grad, ": ", results[i].message()));
-    }
-  }
+  absl::Status s = applier_->ApplyStep(
+      step, [&](const std::string& grad) { return inbox_->TableGradients(grad, step); });
   std::vector<SyncBarrier::Reply> replies;
   std::vector<PendingGet> gets;
   {
     absl::MutexLock lock(&mu_);
-    if (s.ok()) stats_.grads_applied += static_cast<int64_t>(blocks_.size() + tables_.size());
+    if (s.ok()) stats_.grads_applied += applier_->applies_per_step();
     gets.swap(pending_gets_);
     if (!s.ok() && failure_.ok()) failure_ = s;
     // The send barrier's waiters get `s`; a fetch barrier may complete now too (its other
@@ -837,21 +516,10 @@ absl::Status ParameterServer::Wait() {
 
 absl::StatusOr<int64_t> ParameterServer::ExportTables(const std::string& dir,
                                                       const TableExportOptions& options) {
-  int64_t rows = 0;
-  for (auto& t : tables_) {
-    SparseTableExportOptions eo;
-    eo.only_changed = options.only_changed;
-    eo.with_optimizer_state = options.with_optimizer_state;
-    std::string path = absl::StrCat(dir, "/", t.name, ".shard", t.shard, ".tbl");
-    auto n = t.table->Export(path, eo);
-    if (!n.ok()) {
-      return absl::Status(n.status().code(),
-                          absl::StrCat("pserver ", options_.endpoint, " exporting ", path, ": ",
-                                       n.status().message()));
-    }
-    rows += *n;
-  }
-  return rows;
+  SparseTableExportOptions eo;
+  eo.only_changed = options.only_changed;
+  eo.with_optimizer_state = options.with_optimizer_state;
+  return applier_->ExportTables(dir, eo);
 }
 
 ParameterServerStats ParameterServer::stats() const {
@@ -860,13 +528,8 @@ ParameterServerStats ParameterServer::stats() const {
     absl::MutexLock lock(&mu_);
     out = stats_;
   }
-  for (const auto& t : tables_) {
-    SparseTableStats st = t.table->Stats();
-    const int64_t rows = st.rows;
-    out.table_rows += rows;
-    out.table_refused_rows += st.refused_rows;
-    out.table_shard_rows[{t.name, t.shard}] = rows;
-  }
+  out.table_shard_rows = applier_->TableRows(&out.table_refused_rows);
+  for (const auto& [shard, rows] : out.table_shard_rows) out.table_rows += rows;
   return out;
 }
 

@@ -17,6 +17,12 @@
 // applied once per step (sync, scaled 1/N like dense gradients) or per push (async, 1/N). COMPLETE
 // from a trainer removes it from the barriers; when every trainer has completed, Wait() returns OK.
 // Thread-safe; RPC threads only record and dispatch, optimization runs on an internal pool.
+//
+// In parts: this class is the request handler and the job's state (admission, the step protocol
+// in SyncBarrier, failure, the watchdog, the job handshake, checkpoint coordination, stats). A
+// GradientInbox (pserver/gradient_inbox.h) checks gradient messages and gives them receive
+// buffers; an Applier (pserver/applier.h) holds the optimize blocks and tables, applies
+// gradients and serves reads. Each has its own unit tests.
 #ifndef TESSERA_PSERVER_PARAMETER_SERVER_H_
 #define TESSERA_PSERVER_PARAMETER_SERVER_H_
 
@@ -35,6 +41,8 @@
 #include "common/io/file_system.h"
 #include "common/rpc/server.h"
 #include "common/thread_pool.h"
+#include "pserver/applier.h"
+#include "pserver/gradient_inbox.h"
 #include "pserver/sparse_table.h"
 #include "pserver/sync_barrier.h"
 #include "transpiler/distribute_transpiler.h"
@@ -159,23 +167,6 @@ class ParameterServer : public RequestHandler {
                         DoneCallback done) override;
 
  private:
-  struct OptimizeBlock {
-    int block_id;
-    std::string grad;   // received gradient block name
-    std::string param;  // parameter block it updates
-    PreparedBlock prepared;
-    std::unique_ptr<absl::Mutex> mu = std::make_unique<absl::Mutex>();  // async updates
-  };
-  struct Table {
-    std::string name;  // the table variable
-    int shard = 0;     // which shard of the table this pserver holds
-    std::string grad;  // its gradient shard name, as trainers send it
-    std::string lr;    // learning-rate variable
-    int64_t dim = 0;
-    std::unique_ptr<SparseTable> table;
-    std::unique_ptr<absl::Mutex> mu = std::make_unique<absl::Mutex>();
-    int64_t applies = 0;  // async: optimizer steps taken (Adam's t)
-  };
   struct PendingGet {
     std::string name;
     GetDone done;
@@ -187,10 +178,6 @@ class ParameterServer : public RequestHandler {
   void RunSyncOptimize();
   void ServeGet(const std::string& name, const GetDone& done);
   void AsyncApply(int trainer, const std::string& grad, DoneCallback done);
-  absl::Status InitTables();
-  float LearningRate(const std::string& var) const;
-  // Applies `grads` (rows of one table's gradient) scaled by 1/N at optimizer step `step`.
-  absl::Status ApplyTable(Table& t, const std::vector<const SelectedRows*>& grads, int64_t step);
   // Acts on what a barrier event asks (starts the optimize, counts a step) and returns the
   // replies, which the caller answers after unlocking mu_.
   std::vector<SyncBarrier::Reply> Act(SyncBarrier::Actions actions)
@@ -204,22 +191,13 @@ class ParameterServer : public RequestHandler {
 
   const ProgramDesc program_;
   Scope* scope_;
-  Executor executor_;
+  const OpRegistry* registry_;
   ParameterServerOptions options_;
   int num_trainers_ = 1;
   bool sync_ = true;
-  std::vector<OptimizeBlock> blocks_;
-  std::map<std::string, int> grad_to_block_;   // gradient block name -> index into blocks_
-  std::map<std::string, int> param_to_block_;  // parameter block name -> index into blocks_
-  std::vector<Table> tables_;
-  // Learning-rate schedule block (listen_and_serv lr_decay_block_id), run before optimizing:
-  // sync once per step; async on each push of `lr_clock_grad_` (each push advances it 1/N).
-  bool has_lr_block_ = false;
-  PreparedBlock lr_block_;
-  std::string lr_clock_grad_;
-  absl::Mutex lr_mu_;
-  std::map<std::string, int> table_by_grad_, table_by_name_;
-  std::vector<Scope*> trainer_scopes_;  // async: per-trainer receive scopes
+  // The request path's two halves: where gradients land, and what applies them.
+  std::unique_ptr<GradientInbox> inbox_;
+  std::unique_ptr<Applier> applier_;
 
   mutable absl::Mutex mu_;
   // The step protocol: the step, the active trainers, both barriers, the optimize in progress
@@ -230,9 +208,6 @@ class ParameterServer : public RequestHandler {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool checkpointing_ ABSL_GUARDED_BY(mu_) = false;  // SaveCheckpoint running: no optimize
-  std::map<std::pair<int, std::string>, int64_t> bytes_ ABSL_GUARDED_BY(mu_);  // chunk bytes
-  // Sync: the step at which (trainer, table gradient) last arrived.
-  std::map<std::pair<int, std::string>, int64_t> table_grad_step_ ABSL_GUARDED_BY(mu_);
   ParameterServerStats stats_ ABSL_GUARDED_BY(mu_);
   // Job handshake: each registered trainer's process nonce, and the first trainer's value of
   // each field this pserver does not know itself (with that trainer's id).
@@ -249,7 +224,6 @@ class ParameterServer : public RequestHandler {
   absl::Time first_request_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   const absl::Time created_ = absl::Now();  // for options_.startup_timeout
 
-  std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ThreadPool> checkpoint_pool_;  // runs SaveCheckpoint off the RPC threads
   std::thread watchdog_;
 };

@@ -1,0 +1,88 @@
+// GradientInbox: where the trainers' gradient blocks land on a pserver, before the Applier
+// (pserver/applier.h) uses them.
+//
+// For each arriving gradient message it checks the gradient against the pserver program (a
+// gradient this pserver optimizes; dense or sparse, dtype and shape as declared; a table
+// gradient's rows as wide as the table; in sync mode, the server's current step), gives it a
+// receive buffer, refuses sparse rows outside a sliced parameter's block, and counts the
+// message's bytes until the gradient is complete (a large tensor comes in several chunks).
+// Receive buffers: sync mode keeps one per trainer in the server's scope
+// (TrainerGradName(grad, trainer), which the optimize blocks sum); async mode one per trainer
+// scope (each push is optimized alone, in its trainer's scope). In sync mode it remembers the
+// step at which each trainer's table gradient arrived, so a step applies only the table
+// gradients sent for it.
+//
+// Thread-safe: RPC threads call Prepare, CheckRows and Arrived concurrently; the Applier reads
+// TableGradients between a step's send barrier and its release (no trainer sends meanwhile).
+#ifndef TESSERA_PSERVER_GRADIENT_INBOX_H_
+#define TESSERA_PSERVER_GRADIENT_INBOX_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/rpc/server.h"
+#include "common/scope.h"
+#include "proto/program.pb.h"
+
+namespace tessera {
+
+class GradientInbox {
+ public:
+  // `program`: the pserver program, whose block 0 declares the gradients; `dense_grads` the
+  // gradients of its optimize blocks; `table_grads` each distributed table's gradient name ->
+  // (table name, row width). `program` and `scope` must outlive the inbox. Creates one child
+  // scope of `scope` per trainer (async receive buffers).
+  GradientInbox(const ProgramDesc* program, Scope* scope, int num_trainers, bool sync,
+                std::string endpoint, std::vector<std::string> dense_grads,
+                std::map<std::string, std::pair<std::string, int64_t>> table_grads);
+
+  // The receive buffer for a message of gradient `h.name` from `meta.trainer_id`, resized to
+  // the header's dtype and shape. InvalidArgument naming the gradient for an unknown one or a
+  // kind, dtype or shape the program does not declare; FailedPrecondition naming both steps
+  // when a sync message is for a step other than `server_step`.
+  absl::StatusOr<Variable*> Prepare(const RequestMeta& meta, const VariableHeader& h,
+                                    int64_t server_step);
+  // A sparse gradient of a sliced (not distributed-table) parameter must name rows of its
+  // block: InvalidArgument naming the gradient, the row and the pserver otherwise, with the
+  // received rows emptied so that nothing applies them.
+  absl::Status CheckRows(const VariableHeader& h, Variable* var) const;
+  // Counts one message of `h`; true when the trainer's gradient is complete (and the count
+  // restarts for its next one).
+  bool Arrived(int trainer, const VariableHeader& h);
+
+  bool IsTableGradient(const std::string& grad) const { return table_grads_.count(grad) > 0; }
+  // Sync: the trainers' gradients of table gradient `grad` that arrived for `step`, in trainer
+  // order (a trainer whose batch had no id of the table sent none).
+  std::vector<const SelectedRows*> TableGradients(const std::string& grad, int64_t step) const;
+  // Async: trainer `k`'s receive scope.
+  Scope* trainer_scope(int k) const { return trainer_scopes_[static_cast<size_t>(k)]; }
+
+ private:
+  absl::Status CheckDeclared(const VariableHeader& h) const;
+
+  const ProgramDesc* program_;
+  Scope* scope_;
+  const int num_trainers_;
+  const bool sync_;
+  const std::string endpoint_;
+  std::set<std::string> dense_grads_;
+  std::map<std::string, std::pair<std::string, int64_t>> table_grads_;
+  std::vector<Scope*> trainer_scopes_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::pair<int, std::string>, int64_t> bytes_ ABSL_GUARDED_BY(mu_);  // chunk bytes
+  // Sync: the step at which (trainer, table gradient) last arrived.
+  std::map<std::pair<int, std::string>, int64_t> table_grad_step_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_PSERVER_GRADIENT_INBOX_H_
