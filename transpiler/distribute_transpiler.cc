@@ -205,20 +205,99 @@ std::vector<VarBlock> SliceVariable(const std::string& var, const std::vector<in
   return blocks;
 }
 
-absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
-    const ProgramDesc& main, const ProgramDesc& startup, const TranspilerConfig& config) {
+namespace {
+
+// ---- The passes of DistributeTranspiler::Transpile, in the order it runs them. Each reads the
+// fields of TranspileState that earlier passes wrote and writes the ones under its own name.
+
+// What the passes share: the inputs, then each pass's results.
+struct TranspileState {
+  TranspileState(const ProgramDesc& main, const ProgramDesc& startup,
+                 const TranspilerConfig& config)
+      : main(main),
+        startup(startup),
+        config(config),
+        block(main.blocks(0)),
+        num_ps(static_cast<int>(config.pservers.size())) {}
+
+  const ProgramDesc& main;
+  const ProgramDesc& startup;
+  const TranspilerConfig& config;
+  const BlockDesc& block;  // main's block 0
+  const int num_ps;
+
+  // CollectOptimizeOps (SliceParameters and PlaceBlocks fill in the items' blocks).
+  std::vector<OptimizeItem> items;  // the dense parameters the pservers update
+  std::vector<TableItem> tables;
+  // Hybrid: the dense parameters whose optimize ops stay on the trainers, and their gradients.
+  std::set<std::string> local_params;
+  std::vector<std::string> local_grads;
+  // Learning-rate schedule ops (run on the pservers, once per step, before the optimizers).
+  std::vector<OpDesc> lr_ops;
+
+  // PlaceBlocks: the parameter blocks in dispatch order, with their endpoints.
+  std::vector<VarBlock> param_blocks;
+
+  // RewriteTrainerProgram.
+  ProgramDesc trainer;
+  std::vector<std::string> recv_vars, recv_eps;  // the parameter blocks pulled, and from where
+  std::vector<OpDesc> concats;                   // the sliced parameters put back together
+  std::set<std::string> pserver_only;            // variables only the pservers hold
+
+  // BuildTrainerStartup.
+  ProgramDesc trainer_startup;
+
+  // BuildPserverPrograms: endpoint -> program, endpoint -> startup program.
+  std::map<std::string, ProgramDesc> pserver, pserver_startup;
+};
+
+// The optimizer-state inputs of an optimize op (every input but Param, Grad and LearningRate),
+// in slot order.
+std::vector<std::string> OptimizerStateVars(const OpDesc& opt) {
+  std::vector<std::string> vars;
+  for (const auto& slot : opt.inputs()) {
+    if (slot.parameter() == "Param" || slot.parameter() == "Grad" ||
+        slot.parameter() == "LearningRate") {
+      continue;
+    }
+    for (const auto& var : slot.arguments()) vars.push_back(var);
+  }
+  return vars;
+}
+
+// Removes the variables named in `names` from `b`, keeping the order of the others.
+void DropVars(BlockDesc* b, const std::set<std::string>& names) {
+  google::protobuf::RepeatedPtrField<VarDesc> kept;
+  for (const auto& v : b->vars()) {
+    if (names.count(v.name()) == 0) *kept.Add() = v;
+  }
+  b->mutable_vars()->Swap(&kept);
+}
+
+// Appends a block to `prog` (its index is its position) with parent `parent_idx`.
+BlockDesc* AddBlock(ProgramDesc* prog, int parent_idx) {
+  BlockDesc* b = prog->add_blocks();
+  b->set_idx(prog->blocks_size() - 1);
+  b->set_parent_idx(parent_idx);
+  return b;
+}
+
+// Pass 0. Reads the config and the programs' block counts. Fails (InvalidArgument) on a bad
+// config value or a program without a block 0; writes nothing.
+absl::Status ValidateConfig(const ProgramDesc& main, const ProgramDesc& startup,
+                            const TranspilerConfig& config) {
   if (config.pservers.empty()) return absl::InvalidArgumentError("no pserver endpoints given");
   std::set<std::string> unique(config.pservers.begin(), config.pservers.end());
   if (unique.size() != config.pservers.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("pserver endpoints repeat: ",
-                                                   absl::StrJoin(config.pservers, ",")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pserver endpoints repeat: ", absl::StrJoin(config.pservers, ",")));
   }
   if (config.trainers < 1) {
     return absl::InvalidArgumentError(absl::StrCat("trainers=", config.trainers, " must be >= 1"));
   }
   if (config.trainer_id < 0 || config.trainer_id >= config.trainers) {
-    return absl::InvalidArgumentError(absl::StrCat("trainer_id=", config.trainer_id,
-                                                   " is outside [0, ", config.trainers, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer_id=", config.trainer_id, " is outside [0, ", config.trainers, ")"));
   }
   if (config.min_block_size < 1) {
     return absl::InvalidArgumentError(
@@ -231,26 +310,26 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
     return absl::InvalidArgumentError(
         "hybrid mode trains in sync mode (its dense gradients are all-reduced every step)");
   }
-  const BlockDesc& block = main.blocks(0);
-  const int num_ps = static_cast<int>(config.pservers.size());
-
-  // Optimize ops and their (param, grad) pairs.
-  std::vector<OptimizeItem> items;
-  std::vector<TableItem> tables;
-  // Hybrid: the dense parameters' optimize ops stay on the trainer (their params and grads).
-  std::set<std::string> local_params;
-  std::vector<std::string> local_grads;
   ShardMethod shard_method;
   if (!ParseShardMethod(config.table_shard_method, &shard_method)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table_shard_method '", config.table_shard_method, "' is not hash or mod"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table_shard_method '", config.table_shard_method, "' is not hash or mod"));
   }
+  return absl::OkStatus();
+}
+
+// Pass 1. Reads the main block's ops and variables. Writes items (op, param, grad, lr,
+// sparse_grad; no blocks yet), tables, local_params and local_grads (hybrid) and lr_ops. Fails
+// on an optimize op without op_role_var, an undeclared parameter, a table that is not 2-D, or
+// when no optimize op is left for the pservers.
+absl::Status CollectOptimizeOps(TranspileState* s) {
+  const BlockDesc& block = s->block;
   for (const auto& op : block.ops()) {
     if ((OpRoleOf(op) & kRoleOptimize) == 0 || StaysOnTrainer(op)) continue;
     auto rv = GetStringsAttr(op, kOpRoleVarAttr);
     if (rv.size() < 2) {
-      return absl::InvalidArgumentError(absl::StrCat("optimize op ", OpSignature(op),
-                                                     " has no op_role_var [param, grad]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimize op ", OpSignature(op), " has no op_role_var [param, grad]"));
     }
     OptimizeItem item;
     item.op = op;
@@ -265,56 +344,67 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
     }
     if (pv->is_distributed()) {
       if (pv->shape_size() != 2) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "distributed table ", item.param, " must be 2-D [dict_size, dim], is ",
-            ShapeString(VarShape(block, item.param))));
+        return absl::InvalidArgumentError(absl::StrCat("distributed table ", item.param,
+                                                       " must be 2-D [dict_size, dim], is ",
+                                                       ShapeString(VarShape(block, item.param))));
       }
-      tables.push_back({item.param, item.grad, item.lr, op, pv->shape(1)});
+      s->tables.push_back({item.param, item.grad, item.lr, op, pv->shape(1)});
       continue;
     }
-    if (config.hybrid) {
-      local_params.insert(item.param);
-      local_grads.push_back(item.grad);
+    if (s->config.hybrid) {
+      s->local_params.insert(item.param);
+      s->local_grads.push_back(item.grad);
       continue;
     }
-    items.push_back(std::move(item));
+    s->items.push_back(std::move(item));
   }
-  if (items.empty() && tables.empty()) {
+  if (s->items.empty() && s->tables.empty()) {
     return absl::InvalidArgumentError(
-        config.hybrid ? "hybrid mode needs a distributed table (embedding is_distributed) for "
-                        "the pservers; without one use --mode=collective"
-                      : "the program has no optimize ops (build it with an optimizer's Minimize)");
+        s->config.hybrid
+            ? "hybrid mode needs a distributed table (embedding is_distributed) for "
+              "the pservers; without one use --mode=collective"
+            : "the program has no optimize ops (build it with an optimizer's Minimize)");
   }
-  // An optimize op the trainer runs itself: clipping, and in hybrid mode a dense parameter's.
-  auto stays_on_trainer = [&](const OpDesc& op) {
-    if (StaysOnTrainer(op)) return true;
-    if (!config.hybrid) return false;
-    if ((OpRoleOf(op) & kRoleLRSched) != 0) return true;  // dense optimizers read it
-    auto rv = GetStringsAttr(op, kOpRoleVarAttr);
-    return !rv.empty() && local_params.count(rv[0]) > 0;
-  };
-
-  // Learning-rate schedule ops (run on the pservers, once per step, before the optimizers).
-  std::vector<OpDesc> lr_ops;
   for (const auto& op : block.ops()) {
-    if ((OpRoleOf(op) & kRoleLRSched) != 0) lr_ops.push_back(op);
+    if ((OpRoleOf(op) & kRoleLRSched) != 0) s->lr_ops.push_back(op);
   }
+  return absl::OkStatus();
+}
 
-  // Slice and place.
-  DistributeTranspiler t;
-  t.config_ = config;
-  int counter = 0;
-  for (auto& item : items) {
-    Shape pshape = VarShape(block, item.param);
+// Pass 2. Reads items and the main block's shapes. Writes each item's param_blocks (rows of the
+// parameter), grad_blocks (the same rows of the gradient) and state_blocks (the same rows, or
+// whole copies for state shaped unlike the parameter); the endpoints are left empty.
+void SliceParameters(TranspileState* s) {
+  const TranspilerConfig& config = s->config;
+  for (auto& item : s->items) {
+    Shape pshape = VarShape(s->block, item.param);
     item.param_blocks =
-        SliceVariable(item.param, pshape, num_ps, config.slice_var_up, config.min_block_size);
-    for (auto& b : item.param_blocks) {
+        SliceVariable(item.param, pshape, s->num_ps, config.slice_var_up, config.min_block_size);
+    item.grad_blocks = BlocksFor(item.grad, pshape, pshape, item.param_blocks);
+    for (const auto& var : OptimizerStateVars(item.op)) {
+      item.state_blocks[var] = BlocksFor(var, VarShape(s->block, var), pshape, item.param_blocks);
+    }
+  }
+}
+
+// Pass 3. Reads the items' blocks and the config's dispatcher or split method. Writes the
+// endpoint of every parameter block (round robin: one counter across all blocks in parameter
+// order; or a stable hash of the block name; or the dispatcher), the same endpoint on the
+// gradient and state blocks of the same rows, and param_blocks. Fails when the dispatcher
+// names no pserver.
+absl::Status PlaceBlocks(TranspileState* s) {
+  const TranspilerConfig& config = s->config;
+  const int num_ps = s->num_ps;
+  int counter = 0;
+  for (auto& item : s->items) {
+    for (size_t i = 0; i < item.param_blocks.size(); ++i) {
+      VarBlock& b = item.param_blocks[i];
       int ps;
       if (config.dispatcher) {
         ps = config.dispatcher(b.name, counter, num_ps);
         if (ps < 0 || ps >= num_ps) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "dispatcher placed ", b.name, " on pserver ", ps, " of ", num_ps));
+          return absl::InvalidArgumentError(
+              absl::StrCat("dispatcher placed ", b.name, " on pserver ", ps, " of ", num_ps));
         }
       } else if (config.split_method == SplitMethod::kHashName) {
         ps = static_cast<int>(StableHash(b.name) % static_cast<uint64_t>(num_ps));
@@ -323,41 +413,48 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
       }
       ++counter;
       b.endpoint = config.pservers[ps];
-      t.param_blocks_.push_back(b);
-    }
-    item.grad_blocks = BlocksFor(item.grad, pshape, pshape, item.param_blocks);
-    for (const auto& slot : item.op.inputs()) {
-      if (slot.parameter() == "Param" || slot.parameter() == "Grad" ||
-          slot.parameter() == "LearningRate") {
-        continue;
-      }
-      for (const auto& var : slot.arguments()) {
-        item.state_blocks[var] = BlocksFor(var, VarShape(block, var), pshape, item.param_blocks);
-      }
+      item.grad_blocks[i].endpoint = b.endpoint;
+      for (auto& [var, blocks] : item.state_blocks) blocks[i].endpoint = b.endpoint;
+      s->param_blocks.push_back(b);
     }
   }
+  return absl::OkStatus();
+}
 
-  // ---- Trainer program.
-  t.trainer_ = main;
-  BlockDesc* tb = t.trainer_.mutable_blocks(0);
-  {
-    google::protobuf::RepeatedPtrField<OpDesc> kept;
-    for (const auto& op : tb->ops()) {
-      if ((OpRoleOf(op) & (kRoleOptimize | kRoleLRSched)) == 0 || stays_on_trainer(op)) {
-        *kept.Add() = op;
-      }
+// An optimize-role op the trainer runs itself: clipping, and in hybrid mode a dense parameter's
+// optimize op and the learning-rate schedule (which those read).
+bool RunsOnTrainer(const TranspileState& s, const OpDesc& op) {
+  if (StaysOnTrainer(op)) return true;
+  if (!s.config.hybrid) return false;
+  if ((OpRoleOf(op) & kRoleLRSched) != 0) return true;  // dense optimizers read it
+  auto rv = GetStringsAttr(op, kOpRoleVarAttr);
+  return !rv.empty() && s.local_params.count(rv[0]) > 0;
+}
+
+// Trainer step 1. Reads local_params and local_grads (hybrid). Removes from `tb` the optimize
+// and learning-rate ops the pservers run; in hybrid mode inserts the all-reduce of the dense
+// gradients.
+void RemovePserverOps(const TranspileState& s, BlockDesc* tb) {
+  google::protobuf::RepeatedPtrField<OpDesc> kept;
+  for (const auto& op : tb->ops()) {
+    if ((OpRoleOf(op) & (kRoleOptimize | kRoleLRSched)) == 0 || RunsOnTrainer(s, op)) {
+      *kept.Add() = op;
     }
-    tb->mutable_ops()->Swap(&kept);
   }
-  if (config.hybrid) {
+  tb->mutable_ops()->Swap(&kept);
+  if (s.config.hybrid) {
     // The mean of the trainers' dense gradients, before the first optimize op that stays
     // (clipping, when there is one, then sees the same gradients as on one machine).
-    InsertGradientAllReduce(tb, local_grads, config.overlap_allreduce);
+    InsertGradientAllReduce(tb, s.local_grads, s.config.overlap_allreduce);
   }
-  // Distributed tables: prefetch instead of lookup, a table-free sparse gradient.
+}
+
+// Trainer step 2. Reads tables. Replaces in `tb` each lookup_table of a distributed table by a
+// prefetch and each lookup_table_grad by a table-free lookup_sparse_grad.
+void ReplaceTableLookups(const TranspileState& s, BlockDesc* tb) {
   auto table_of = [&](const OpDesc& op) -> const TableItem* {
     std::string w = OpInput(op, "W");
-    for (const auto& t : tables) {
+    for (const auto& t : s.tables) {
       if (t.table == w) return &t;
     }
     return nullptr;
@@ -366,10 +463,11 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
     const TableItem* t = table_of(op);
     if (t == nullptr) continue;
     if (op.type() == "lookup_table") {
-      OpDesc pf = MakeOp("prefetch", {{"Ids", OpInputs(op, "Ids")}}, {{"Out", OpOutputs(op, "Out")}});
+      OpDesc pf =
+          MakeOp("prefetch", {{"Ids", OpInputs(op, "Ids")}}, {{"Out", OpOutputs(op, "Out")}});
       SetAttr(&pf, "table", t->table);
-      SetAttr(&pf, "epmap", config.pservers);
-      SetAttr(&pf, "shard_method", config.table_shard_method);
+      SetAttr(&pf, "epmap", s.config.pservers);
+      SetAttr(&pf, "shard_method", s.config.table_shard_method);
       SetAttr(&pf, "dim", t->dim);
       SetAttr(&pf, kOpRoleAttr, OpRoleOf(op));  // a forward op (evaluation keeps it)
       op = pf;
@@ -381,63 +479,71 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
       op = g;
     }
   }
-  // One prefetch op for all tables (their requests then travel together), at the first
-  // prefetch's place — when every Ids it reads is already available there.
-  {
-    std::vector<int> at;
-    for (int i = 0; i < tb->ops_size(); ++i) {
-      if (tb->ops(i).type() == "prefetch") at.push_back(i);
-    }
-    bool fusable = at.size() > 1;
-    for (size_t j = 1; fusable && j < at.size(); ++j) {
-      std::string ids = OpInput(tb->ops(at[j]), "Ids");
-      for (int i = at[0]; i < at[j] && fusable; ++i) {
-        for (const auto& out : AllOutputArgs(tb->ops(i))) fusable &= out != ids;
-      }
-    }
-    if (fusable) {
-      std::vector<std::string> ids, outs, names;
-      std::vector<int64_t> dims;
-      for (int i : at) {
-        const OpDesc& op = tb->ops(i);
-        ids.push_back(OpInput(op, "Ids"));
-        outs.push_back(OpOutput(op, "Out"));
-        names.push_back(GetStringAttr(op, "table", ""));
-        dims.push_back(GetIntAttr(op, "dim", 0));
-      }
-      OpDesc fused = MakeOp("prefetch", {{"Ids", ids}}, {{"Out", outs}});
-      SetAttr(&fused, "tables", names);
-      SetAttr(&fused, "dims", dims);
-      SetAttr(&fused, "epmap", config.pservers);
-      SetAttr(&fused, "shard_method", config.table_shard_method);
-      SetAttr(&fused, kOpRoleAttr, OpRoleOf(tb->ops(at[0])));
-      google::protobuf::RepeatedPtrField<OpDesc> kept;
-      for (int i = 0; i < tb->ops_size(); ++i) {
-        if (i == at[0]) {
-          *kept.Add() = fused;
-        } else if (tb->ops(i).type() != "prefetch") {
-          *kept.Add() = tb->ops(i);
-        }
-      }
-      tb->mutable_ops()->Swap(&kept);
+}
+
+// Trainer step 3. Reads the config. Fuses the prefetch ops of `tb` into one for all tables (their
+// requests then travel together), at the first prefetch's place — when every Ids it reads is
+// already available there.
+void FusePrefetches(const TranspilerConfig& config, BlockDesc* tb) {
+  std::vector<int> at;
+  for (int i = 0; i < tb->ops_size(); ++i) {
+    if (tb->ops(i).type() == "prefetch") at.push_back(i);
+  }
+  bool fusable = at.size() > 1;
+  for (size_t j = 1; fusable && j < at.size(); ++j) {
+    std::string ids = OpInput(tb->ops(at[j]), "Ids");
+    for (int i = at[0]; i < at[j] && fusable; ++i) {
+      for (const auto& out : AllOutputArgs(tb->ops(i))) fusable &= out != ids;
     }
   }
-  std::vector<std::string> send_vars, send_eps, recv_vars, recv_eps;
-  for (const auto& t : tables) {
+  if (!fusable) return;
+  std::vector<std::string> ids, outs, names;
+  std::vector<int64_t> dims;
+  for (int i : at) {
+    const OpDesc& op = tb->ops(i);
+    ids.push_back(OpInput(op, "Ids"));
+    outs.push_back(OpOutput(op, "Out"));
+    names.push_back(GetStringAttr(op, "table", ""));
+    dims.push_back(GetIntAttr(op, "dim", 0));
+  }
+  OpDesc fused = MakeOp("prefetch", {{"Ids", ids}}, {{"Out", outs}});
+  SetAttr(&fused, "tables", names);
+  SetAttr(&fused, "dims", dims);
+  SetAttr(&fused, "epmap", config.pservers);
+  SetAttr(&fused, "shard_method", config.table_shard_method);
+  SetAttr(&fused, kOpRoleAttr, OpRoleOf(tb->ops(at[0])));
+  google::protobuf::RepeatedPtrField<OpDesc> kept;
+  for (int i = 0; i < tb->ops_size(); ++i) {
+    if (i == at[0]) {
+      *kept.Add() = fused;
+    } else if (tb->ops(i).type() != "prefetch") {
+      *kept.Add() = tb->ops(i);
+    }
+  }
+  tb->mutable_ops()->Swap(&kept);
+}
+
+// Trainer step 4. Reads tables and the items' blocks. Appends to `tb` the split of each table
+// gradient by shard and of each sliced gradient by rows (declaring the pieces and the
+// parameter blocks); writes what the send carries (`send_vars` to `send_eps`) and recv_vars,
+// recv_eps.
+void AppendGradientSplits(TranspileState* s, BlockDesc* tb, std::vector<std::string>* send_vars,
+                          std::vector<std::string>* send_eps) {
+  for (const auto& t : s->tables) {
     std::vector<std::string> shards;
-    for (int k = 0; k < num_ps; ++k) {
+    for (int k = 0; k < s->num_ps; ++k) {
       std::string name = absl::StrCat(t.grad, ".shard", k);
       VarDesc* v = DeclareVar(tb, name, {-1, t.dim}, FLOAT32);
       v->set_type(SELECTED_ROWS);
       shards.push_back(name);
-      send_vars.push_back(name);
-      send_eps.push_back(config.pservers[k]);
+      send_vars->push_back(name);
+      send_eps->push_back(s->config.pservers[k]);
     }
     OpDesc split = MakeOp("split_by_shard", {{"X", {t.grad}}}, {{"Out", shards}});
-    SetAttr(&split, "shard_method", config.table_shard_method);
+    SetAttr(&split, "shard_method", s->config.table_shard_method);
     *tb->add_ops() = RoleOp(split, kRoleRPC | kRoleBackward);
   }
-  for (const auto& item : items) {
+  for (const auto& item : s->items) {
     int n = static_cast<int>(item.grad_blocks.size());
     if (n > 1) {
       std::vector<std::string> outs;
@@ -445,7 +551,7 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
       for (const auto& b : item.grad_blocks) {
         outs.push_back(b.name);
         sections.push_back(b.num_rows);
-        DeclareLike(tb, block, b, false);
+        DeclareLike(tb, s->block, b, false);
       }
       OpDesc split = MakeOp(item.sparse_grad ? "split_selected_rows" : "split",
                             {{"X", {item.grad}}}, {{"Out", outs}});
@@ -454,13 +560,21 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
       *tb->add_ops() = RoleOp(split, kRoleRPC | kRoleBackward);
     }
     for (int i = 0; i < n; ++i) {
-      send_vars.push_back(item.grad_blocks[i].name);
-      send_eps.push_back(item.param_blocks[i].endpoint);
-      recv_vars.push_back(item.param_blocks[i].name);
-      recv_eps.push_back(item.param_blocks[i].endpoint);
-      if (n > 1) DeclareLike(tb, block, item.param_blocks[i], false);
+      send_vars->push_back(item.grad_blocks[i].name);
+      send_eps->push_back(item.param_blocks[i].endpoint);
+      s->recv_vars.push_back(item.param_blocks[i].name);
+      s->recv_eps.push_back(item.param_blocks[i].endpoint);
+      if (n > 1) DeclareLike(tb, s->block, item.param_blocks[i], false);
     }
   }
+}
+
+// Trainer step 5. Reads recv_vars, recv_eps and the items' blocks. Appends to `tb` the send of
+// `send_vars` (with the send barrier in sync mode), the recv (with the fetch barrier) and the
+// concats of the sliced parameters; writes concats.
+void AppendSendRecv(TranspileState* s, BlockDesc* tb, const std::vector<std::string>& send_vars,
+                    const std::vector<std::string>& send_eps) {
+  const TranspilerConfig& config = s->config;
   OpDesc send = MakeOp("send", {{"X", send_vars}}, {});
   SetAttr(&send, "epmap", send_eps);
   SetAttr(&send, "sync_mode", config.sync_mode);
@@ -468,228 +582,294 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
   // every pserver gets them, with or without variables).
   if (config.sync_mode) SetAttr(&send, "barrier_endpoints", config.pservers);
   *tb->add_ops() = RoleOp(send, kRoleRPC);
-  OpDesc recv = MakeOp("recv", {}, {{"Out", recv_vars}});
-  SetAttr(&recv, "epmap", recv_eps);
+  OpDesc recv = MakeOp("recv", {}, {{"Out", s->recv_vars}});
+  SetAttr(&recv, "epmap", s->recv_eps);
   if (config.sync_mode) SetAttr(&recv, "fetch_barrier_endpoints", config.pservers);
   *tb->add_ops() = RoleOp(recv, kRoleRPC);
-  std::vector<OpDesc> concats;
-  for (const auto& item : items) {
+  for (const auto& item : s->items) {
     if (item.param_blocks.size() < 2) continue;
     std::vector<std::string> ins;
     for (const auto& b : item.param_blocks) ins.push_back(b.name);
     OpDesc concat = MakeOp("concat", {{"X", ins}}, {{"Out", {item.param}}});
     SetAttr(&concat, "axis", int64_t{0});
-    concats.push_back(RoleOp(concat, kRoleRPC));
+    s->concats.push_back(RoleOp(concat, kRoleRPC));
   }
-  for (const auto& c : concats) *tb->add_ops() = c;
-  // Optimizer state and the learning rate live only on pservers.
-  std::set<std::string> pserver_only;
-  for (const auto& item : items) {
+  for (const auto& c : s->concats) *tb->add_ops() = c;
+}
+
+// Trainer step 6. Reads items, lr_ops and tables. Writes pserver_only (optimizer state, the
+// learning rate and its schedule unless hybrid, the tables) and drops those variables from `tb`.
+void DropPserverOnlyVars(TranspileState* s, BlockDesc* tb) {
+  std::set<std::string>& pserver_only = s->pserver_only;
+  for (const auto& item : s->items) {
     for (const auto& [var, blocks] : item.state_blocks) pserver_only.insert(var);
     if (!item.lr.empty()) pserver_only.insert(item.lr);
   }
-  for (const auto& op : lr_ops) {
-    if (config.hybrid) break;  // the trainer's dense optimizers read the schedule too
+  for (const auto& op : s->lr_ops) {
+    if (s->config.hybrid) break;  // the trainer's dense optimizers read the schedule too
     for (const auto& a : AllInputArgs(op)) pserver_only.insert(a);
     for (const auto& a : AllOutputArgs(op)) pserver_only.insert(a);
   }
-  for (const auto& t : tables) {
+  for (const auto& t : s->tables) {
     pserver_only.insert(t.table);
-    if (!t.lr.empty() && !config.hybrid) pserver_only.insert(t.lr);
-    for (const auto& slot : t.opt.inputs()) {  // the table's optimizer state
-      if (slot.parameter() == "Param" || slot.parameter() == "Grad" ||
-          slot.parameter() == "LearningRate") {
-        continue;
-      }
-      for (const auto& var : slot.arguments()) pserver_only.insert(var);
-    }
+    if (!t.lr.empty() && !s->config.hybrid) pserver_only.insert(t.lr);
+    for (const auto& var : OptimizerStateVars(t.opt)) pserver_only.insert(var);  // its state
   }
-  {
-    google::protobuf::RepeatedPtrField<VarDesc> kept;
-    for (const auto& v : tb->vars()) {
-      if (pserver_only.count(v.name()) == 0) *kept.Add() = v;
-    }
-    tb->mutable_vars()->Swap(&kept);
-  }
+  DropVars(tb, pserver_only);
+}
 
-  // ---- Trainer startup: local init of what the trainer keeps, then pull every parameter so
-  // all trainers start from the pservers' values.
-  t.trainer_startup_ = startup;
-  BlockDesc* tsb = t.trainer_startup_.mutable_blocks(0);
-  {
-    google::protobuf::RepeatedPtrField<OpDesc> kept;
-    for (const auto& op : tsb->ops()) {
-      bool needed = true;
-      for (const auto& a : AllOutputArgs(op)) needed &= pserver_only.count(a) == 0;
-      if (needed) *kept.Add() = op;
-    }
-    tsb->mutable_ops()->Swap(&kept);
-    google::protobuf::RepeatedPtrField<VarDesc> kept_vars;
-    for (const auto& v : tsb->vars()) {
-      if (pserver_only.count(v.name()) == 0) *kept_vars.Add() = v;
-    }
-    tsb->mutable_vars()->Swap(&kept_vars);
+// Pass 4. Reads main and everything passes 1-3 wrote. Writes trainer (main with the optimize
+// ops moved to the pservers, lookups of distributed tables made prefetches, gradients split and
+// sent, parameters received and put back together), recv_vars, recv_eps, concats, pserver_only.
+void RewriteTrainerProgram(TranspileState* s) {
+  s->trainer = s->main;
+  BlockDesc* tb = s->trainer.mutable_blocks(0);
+  RemovePserverOps(*s, tb);
+  ReplaceTableLookups(*s, tb);
+  FusePrefetches(s->config, tb);
+  std::vector<std::string> send_vars, send_eps;
+  AppendGradientSplits(s, tb, &send_vars, &send_eps);
+  AppendSendRecv(s, tb, send_vars, send_eps);
+  DropPserverOnlyVars(s, tb);
+}
+
+// Pass 5. Reads startup, pserver_only, the items' blocks, recv_vars, recv_eps, concats and
+// local_params (hybrid). Writes trainer_startup: local init of what the trainer keeps, then pull
+// every parameter so all trainers start from the pservers' values (hybrid: and join the
+// trainers).
+void BuildTrainerStartup(TranspileState* s) {
+  s->trainer_startup = s->startup;
+  BlockDesc* tsb = s->trainer_startup.mutable_blocks(0);
+  google::protobuf::RepeatedPtrField<OpDesc> kept;
+  for (const auto& op : tsb->ops()) {
+    bool needed = true;
+    for (const auto& a : AllOutputArgs(op)) needed &= s->pserver_only.count(a) == 0;
+    if (needed) *kept.Add() = op;
   }
-  for (const auto& item : items) {
+  tsb->mutable_ops()->Swap(&kept);
+  DropVars(tsb, s->pserver_only);
+  for (const auto& item : s->items) {
     if (item.param_blocks.size() < 2) continue;
-    for (const auto& b : item.param_blocks) DeclareLike(tsb, block, b, false);
+    for (const auto& b : item.param_blocks) DeclareLike(tsb, s->block, b, false);
   }
   // The initial pull precedes step 0: no barrier. (Hybrid: there is nothing to pull.)
-  if (!config.hybrid || !recv_vars.empty()) {
-    OpDesc srecv = MakeOp("recv", {}, {{"Out", recv_vars}});
-    SetAttr(&srecv, "epmap", recv_eps);
+  if (!s->config.hybrid || !s->recv_vars.empty()) {
+    OpDesc srecv = MakeOp("recv", {}, {{"Out", s->recv_vars}});
+    SetAttr(&srecv, "epmap", s->recv_eps);
     *tsb->add_ops() = RoleOp(srecv, kRoleRPC);
   }
-  for (const auto& c : concats) *tsb->add_ops() = c;
-  if (config.hybrid) {
-    JoinTrainers(tsb, std::vector<std::string>(local_params.begin(), local_params.end()));
+  for (const auto& c : s->concats) *tsb->add_ops() = c;
+  if (s->config.hybrid) {
+    JoinTrainers(tsb, std::vector<std::string>(s->local_params.begin(), s->local_params.end()));
   }
+}
 
-  // ---- Pserver programs.
-  for (int ps = 0; ps < num_ps; ++ps) {
-    const std::string& ep = config.pservers[ps];
-    ProgramDesc prog;
-    prog.set_random_seed(main.random_seed());
-    BlockDesc* b0 = prog.add_blocks();
-    b0->set_idx(0);
-    b0->set_parent_idx(-1);
-    ProgramDesc sprog;
-    sprog.set_random_seed(startup.random_seed());
-    BlockDesc* s0 = sprog.add_blocks();
-    s0->set_idx(0);
-    s0->set_parent_idx(-1);
+// One pserver's program and startup program while BuildPserverPrograms builds them.
+struct PserverBuild {
+  int ps = 0;
+  std::string ep;
+  ProgramDesc prog, sprog;
+  BlockDesc* b0 = nullptr;  // prog's block 0
+  BlockDesc* s0 = nullptr;  // sprog's block 0
+  std::vector<int64_t> optimize_blocks;
+  std::vector<std::string> grad_to_block;  // "<grad block>:<optimize block id>"
+  int lr_block_id = -1;
+  std::set<std::string> declared_lr;
+};
 
-    std::vector<int64_t> optimize_blocks;
-    std::vector<std::string> grad_to_block;
-    int lr_block_id = -1;
-    std::set<std::string> declared_lr;
-    auto init = [&](const VarBlock& vb) -> absl::Status {
-      OpDesc op;
-      if (!InitOpFor(startup, vb, &op)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("startup program does not initialize ", vb.var));
+// Declares `vb` persistable in the pserver's block 0, and in its startup with the op that
+// initializes it. Fails when the startup program does not initialize vb.var.
+absl::Status DeclareOnPserver(const TranspileState& s, PserverBuild* p, const VarBlock& vb) {
+  DeclareLike(p->b0, s.block, vb, true);
+  OpDesc op;
+  if (!InitOpFor(s.startup, vb, &op)) {
+    return absl::InvalidArgumentError(absl::StrCat("startup program does not initialize ", vb.var));
+  }
+  DeclareLike(p->s0, s.block, vb, true);
+  *p->s0->add_ops() = op;
+  return absl::OkStatus();
+}
+
+// The whole (unsliced) variable `var` on the pserver.
+VarBlock WholeVar(const TranspileState& s, const PserverBuild& p, const std::string& var) {
+  return VarBlock{var, var, 0, 0, 1, 0, VarShape(s.block, var), p.ep};
+}
+
+// Declares the learning-rate variable `lr` on the pserver, unless it is empty or declared.
+absl::Status DeclareLearningRate(const TranspileState& s, PserverBuild* p, const std::string& lr) {
+  if (lr.empty() || !p->declared_lr.insert(lr).second) return absl::OkStatus();
+  return DeclareOnPserver(s, p, WholeVar(s, *p, lr));
+}
+
+// Adds to the pserver the optimize block of row block `i` of `item`: the parameter block, the
+// gradient block (one copy per trainer in sync mode, summed), the 1/N scale, and the optimize
+// op on the block with its state.
+absl::Status AddOptimizeBlock(const TranspileState& s, const OptimizeItem& item, size_t i,
+                              PserverBuild* p) {
+  const TranspilerConfig& config = s.config;
+  const VarBlock& pb = item.param_blocks[i];
+  const VarBlock& gb = item.grad_blocks[i];
+  TS_RETURN_IF_ERROR(DeclareOnPserver(s, p, pb));
+  DeclareLike(p->b0, s.block, gb, false);
+  TS_RETURN_IF_ERROR(DeclareLearningRate(s, p, item.lr));
+
+  BlockDesc* ob = AddBlock(&p->prog, 0);
+  p->optimize_blocks.push_back(ob->idx());
+  if (config.sync_mode) {
+    std::vector<std::string> per_trainer;
+    for (int k = 0; k < config.trainers; ++k) {
+      VarBlock tgb = gb;
+      tgb.name = TrainerGradName(gb.name, k);
+      DeclareLike(p->b0, s.block, tgb, false);
+      per_trainer.push_back(tgb.name);
+    }
+    *ob->add_ops() =
+        RoleOp(MakeOp("sum", {{"X", per_trainer}}, {{"Out", {gb.name}}}), kRoleOptimize);
+  }
+  // Sync: the mean of the trainers' gradients. Async: each push counts 1/N, so one push
+  // from every trainer moves the parameters as far as one sync step.
+  OpDesc scale = MakeOp("scale", {{"X", {gb.name}}}, {{"Out", {gb.name}}});
+  SetAttr(&scale, "scale", 1.0f / static_cast<float>(config.trainers));
+  *ob->add_ops() = RoleOp(scale, kRoleOptimize);
+  OpDesc opt = item.op;
+  RenameOpInput(&opt, item.param, pb.name);
+  RenameOpOutput(&opt, item.param, pb.name);
+  RenameOpInput(&opt, item.grad, gb.name);
+  for (const auto& [var, blocks] : item.state_blocks) {
+    const VarBlock& sb = blocks[i];
+    RenameOpInput(&opt, var, sb.name);
+    RenameOpOutput(&opt, var, sb.name);
+    TS_RETURN_IF_ERROR(DeclareOnPserver(s, p, sb));
+  }
+  SetAttr(&opt, kOpRoleVarAttr, std::vector<std::string>{pb.name, gb.name});
+  *ob->add_ops() = opt;
+  p->grad_to_block.push_back(absl::StrCat(gb.name, ":", ob->idx()));
+  return absl::OkStatus();
+}
+
+// Adds to the pserver's block 0 one sparse_table op per distributed table describing its shard
+// (initializer, optimizer and its attributes, learning rate), and declares the learning rate.
+// Fails when the startup program does not initialize a table.
+absl::Status AddSparseTables(const TranspileState& s, PserverBuild* p) {
+  for (const auto& t : s.tables) {
+    OpDesc st = MakeOp("sparse_table", {}, {});
+    SetAttr(&st, "table", t.table);
+    SetAttr(&st, "grad", absl::StrCat(t.grad, ".shard", p->ps));
+    SetAttr(&st, "dim", t.dim);
+    SetAttr(&st, "shard", static_cast<int64_t>(p->ps));
+    SetAttr(&st, "num_shards", static_cast<int64_t>(s.num_ps));
+    SetAttr(&st, "shard_method", s.config.table_shard_method);
+    SetAttr(&st, "optimizer", t.opt.type());
+    for (const auto& a : t.opt.attrs()) {
+      if (a.name() != kOpRoleAttr && a.name() != kOpRoleVarAttr) *st.add_attrs() = a;
+    }
+    SetAttr(&st, "learning_rate", t.lr);
+    VarBlock whole{t.table, t.table, 0, 0, 1, t.dim, VarShape(s.block, t.table), p->ep};
+    OpDesc init_op;
+    if (!InitOpFor(s.startup, whole, &init_op)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("startup program does not initialize table ", t.table));
+    }
+    SetAttr(&st, "init", init_op.type());
+    for (const auto& a : init_op.attrs()) {
+      if (a.name() == "min" || a.name() == "max" || a.name() == "mean" || a.name() == "std" ||
+          a.name() == "value" || a.name() == "seed") {
+        OpDesc::Attr* copy = st.add_attrs();
+        *copy = a;
+        copy->set_name("init_" + a.name());
       }
-      DeclareLike(s0, block, vb, true);
-      *s0->add_ops() = op;
-      return absl::OkStatus();
-    };
-    for (const auto& item : items) {
+    }
+    TS_RETURN_IF_ERROR(DeclareLearningRate(s, p, t.lr));
+    *p->b0->add_ops() = RoleOp(st, kRoleRPC);
+  }
+  return absl::OkStatus();
+}
+
+// Adds to the pserver the learning-rate decay block (the schedule ops, stepped once per sync
+// step or 1/N per async push) and declares the variables they use; only when there are
+// schedule ops and the pserver has something to optimize. Writes lr_block_id.
+absl::Status AddLrDecayBlock(const TranspileState& s, PserverBuild* p) {
+  if (s.lr_ops.empty() || (p->optimize_blocks.empty() && s.tables.empty())) {
+    return absl::OkStatus();
+  }
+  BlockDesc* lb = AddBlock(&p->prog, 0);
+  std::set<std::string> vars;
+  for (OpDesc op : s.lr_ops) {
+    // Sync: one step per step. Async: every trainer's push advances it by 1/N.
+    SetAttr(&op, "step_increment",
+            s.config.sync_mode ? 1.0f : 1.0f / static_cast<float>(s.config.trainers));
+    *lb->add_ops() = op;
+    for (const auto& a : AllInputArgs(op)) vars.insert(a);
+    for (const auto& a : AllOutputArgs(op)) vars.insert(a);
+  }
+  for (const auto& v : vars) {
+    if (FindVarDesc(*p->b0, v) != nullptr) continue;
+    TS_RETURN_IF_ERROR(DeclareOnPserver(s, p, WholeVar(s, *p, v)));
+  }
+  p->lr_block_id = lb->idx();
+  return absl::OkStatus();
+}
+
+// Adds to the pserver's block 0 the listen_and_serv op that describes the service.
+void AddListenAndServ(const TranspileState& s, PserverBuild* p) {
+  OpDesc ls = MakeOp("listen_and_serv", {}, {});
+  if (p->lr_block_id >= 0) SetAttr(&ls, "lr_decay_block_id", static_cast<int64_t>(p->lr_block_id));
+  SetAttr(&ls, "endpoint", p->ep);
+  SetAttr(&ls, "Fanin", static_cast<int64_t>(s.config.trainers));
+  SetAttr(&ls, "sync_mode", s.config.sync_mode);
+  SetAttr(&ls, "optimize_blocks", p->optimize_blocks);
+  SetAttr(&ls, "grad_to_block_id", p->grad_to_block);
+  *p->b0->add_ops() = RoleOp(ls, kRoleRPC);
+}
+
+// Pass 6. Reads startup, the items' blocks, tables and lr_ops. Writes pserver and
+// pserver_startup for every endpoint: block 0 holds the sparse_table ops and listen_and_serv,
+// then one optimize block per parameter block placed there, then the lr decay block; the startup
+// initializes each persistable variable as block 0 declares it (so both are built in one walk).
+// Fails when the startup program does not initialize one of them.
+absl::Status BuildPserverPrograms(TranspileState* s) {
+  for (int ps = 0; ps < s->num_ps; ++ps) {
+    PserverBuild p;
+    p.ps = ps;
+    p.ep = s->config.pservers[ps];
+    p.prog.set_random_seed(s->main.random_seed());
+    p.b0 = AddBlock(&p.prog, -1);
+    p.sprog.set_random_seed(s->startup.random_seed());
+    p.s0 = AddBlock(&p.sprog, -1);
+    for (const auto& item : s->items) {
       for (size_t i = 0; i < item.param_blocks.size(); ++i) {
-        const VarBlock& pb = item.param_blocks[i];
-        if (pb.endpoint != ep) continue;
-        const VarBlock& gb = item.grad_blocks[i];
-        DeclareLike(b0, block, pb, true);
-        TS_RETURN_IF_ERROR(init(pb));
-        DeclareLike(b0, block, gb, false);
-        if (!item.lr.empty() && declared_lr.insert(item.lr).second) {
-          VarBlock lr{item.lr, item.lr, 0, 0, 1, 0, VarShape(block, item.lr), ep};
-          DeclareLike(b0, block, lr, true);
-          TS_RETURN_IF_ERROR(init(lr));
-        }
-
-        BlockDesc* ob = prog.add_blocks();
-        ob->set_idx(prog.blocks_size() - 1);
-        ob->set_parent_idx(0);
-        optimize_blocks.push_back(ob->idx());
-        if (config.sync_mode) {
-          std::vector<std::string> per_trainer;
-          for (int k = 0; k < config.trainers; ++k) {
-            VarBlock tgb = gb;
-            tgb.name = TrainerGradName(gb.name, k);
-            DeclareLike(b0, block, tgb, false);
-            per_trainer.push_back(tgb.name);
-          }
-          *ob->add_ops() = RoleOp(MakeOp("sum", {{"X", per_trainer}}, {{"Out", {gb.name}}}),
-                                  kRoleOptimize);
-        }
-        // Sync: the mean of the trainers' gradients. Async: each push counts 1/N, so one push
-        // from every trainer moves the parameters as far as one sync step.
-        OpDesc scale = MakeOp("scale", {{"X", {gb.name}}}, {{"Out", {gb.name}}});
-        SetAttr(&scale, "scale", 1.0f / static_cast<float>(config.trainers));
-        *ob->add_ops() = RoleOp(scale, kRoleOptimize);
-        OpDesc opt = item.op;
-        RenameOpInput(&opt, item.param, pb.name);
-        RenameOpOutput(&opt, item.param, pb.name);
-        RenameOpInput(&opt, item.grad, gb.name);
-        for (const auto& [var, blocks] : item.state_blocks) {
-          const VarBlock& sb = blocks[i];
-          RenameOpInput(&opt, var, sb.name);
-          RenameOpOutput(&opt, var, sb.name);
-          DeclareLike(b0, block, sb, true);
-          TS_RETURN_IF_ERROR(init(sb));
-        }
-        SetAttr(&opt, kOpRoleVarAttr, std::vector<std::string>{pb.name, gb.name});
-        *ob->add_ops() = opt;
-        grad_to_block.push_back(absl::StrCat(gb.name, ":", ob->idx()));
+        if (item.param_blocks[i].endpoint != p.ep) continue;
+        TS_RETURN_IF_ERROR(AddOptimizeBlock(*s, item, i, &p));
       }
     }
-    for (const auto& t : tables) {
-      OpDesc st = MakeOp("sparse_table", {}, {});
-      SetAttr(&st, "table", t.table);
-      SetAttr(&st, "grad", absl::StrCat(t.grad, ".shard", ps));
-      SetAttr(&st, "dim", t.dim);
-      SetAttr(&st, "shard", static_cast<int64_t>(ps));
-      SetAttr(&st, "num_shards", static_cast<int64_t>(num_ps));
-      SetAttr(&st, "shard_method", config.table_shard_method);
-      SetAttr(&st, "optimizer", t.opt.type());
-      for (const auto& a : t.opt.attrs()) {
-        if (a.name() != kOpRoleAttr && a.name() != kOpRoleVarAttr) *st.add_attrs() = a;
-      }
-      SetAttr(&st, "learning_rate", t.lr);
-      VarBlock whole{t.table, t.table, 0, 0, 1, t.dim, VarShape(block, t.table), ep};
-      OpDesc init_op;
-      if (!InitOpFor(startup, whole, &init_op)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("startup program does not initialize table ", t.table));
-      }
-      SetAttr(&st, "init", init_op.type());
-      for (const auto& a : init_op.attrs()) {
-        if (a.name() == "min" || a.name() == "max" || a.name() == "mean" || a.name() == "std" ||
-            a.name() == "value" || a.name() == "seed") {
-          OpDesc::Attr* copy = st.add_attrs();
-          *copy = a;
-          copy->set_name("init_" + a.name());
-        }
-      }
-      if (!t.lr.empty() && declared_lr.insert(t.lr).second) {
-        VarBlock lr{t.lr, t.lr, 0, 0, 1, 0, VarShape(block, t.lr), ep};
-        DeclareLike(b0, block, lr, true);
-        TS_RETURN_IF_ERROR(init(lr));
-      }
-      *b0->add_ops() = RoleOp(st, kRoleRPC);
-    }
-    if (!lr_ops.empty() && (!optimize_blocks.empty() || !tables.empty())) {
-      BlockDesc* lb = prog.add_blocks();
-      lb->set_idx(prog.blocks_size() - 1);
-      lb->set_parent_idx(0);
-      std::set<std::string> vars;
-      for (OpDesc op : lr_ops) {
-        // Sync: one step per step. Async: every trainer's push advances it by 1/N.
-        SetAttr(&op, "step_increment",
-                config.sync_mode ? 1.0f : 1.0f / static_cast<float>(config.trainers));
-        *lb->add_ops() = op;
-        for (const auto& a : AllInputArgs(op)) vars.insert(a);
-        for (const auto& a : AllOutputArgs(op)) vars.insert(a);
-      }
-      for (const auto& v : vars) {
-        if (FindVarDesc(*b0, v) != nullptr) continue;
-        VarBlock vb{v, v, 0, 0, 1, 0, VarShape(block, v), ep};
-        DeclareLike(b0, block, vb, true);
-        TS_RETURN_IF_ERROR(init(vb));
-      }
-      lr_block_id = lb->idx();
-    }
-    OpDesc ls = MakeOp("listen_and_serv", {}, {});
-    if (lr_block_id >= 0) SetAttr(&ls, "lr_decay_block_id", static_cast<int64_t>(lr_block_id));
-    SetAttr(&ls, "endpoint", ep);
-    SetAttr(&ls, "Fanin", static_cast<int64_t>(config.trainers));
-    SetAttr(&ls, "sync_mode", config.sync_mode);
-    SetAttr(&ls, "optimize_blocks", optimize_blocks);
-    SetAttr(&ls, "grad_to_block_id", grad_to_block);
-    *b0->add_ops() = RoleOp(ls, kRoleRPC);
-    t.pserver_[ep] = std::move(prog);
-    t.pserver_startup_[ep] = std::move(sprog);
+    TS_RETURN_IF_ERROR(AddSparseTables(*s, &p));
+    TS_RETURN_IF_ERROR(AddLrDecayBlock(*s, &p));
+    AddListenAndServ(*s, &p);
+    s->pserver[p.ep] = std::move(p.prog);
+    s->pserver_startup[p.ep] = std::move(p.sprog);
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
+    const ProgramDesc& main, const ProgramDesc& startup, const TranspilerConfig& config) {
+  TS_RETURN_IF_ERROR(ValidateConfig(main, startup, config));
+  TranspileState s(main, startup, config);
+  TS_RETURN_IF_ERROR(CollectOptimizeOps(&s));
+  DistributeTranspiler t;
+  t.config_ = config;  // copied before PlaceBlocks calls the dispatcher, as it was given
+  SliceParameters(&s);
+  TS_RETURN_IF_ERROR(PlaceBlocks(&s));
+  RewriteTrainerProgram(&s);
+  BuildTrainerStartup(&s);
+  TS_RETURN_IF_ERROR(BuildPserverPrograms(&s));
+  t.trainer_ = std::move(s.trainer);
+  t.trainer_startup_ = std::move(s.trainer_startup);
+  t.pserver_ = std::move(s.pserver);
+  t.pserver_startup_ = std::move(s.pserver_startup);
+  t.param_blocks_ = std::move(s.param_blocks);
   return t;
 }
 
