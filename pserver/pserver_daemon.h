@@ -1,16 +1,74 @@
-// RunPserver: the whole life of a pserver process, given its configuration: build the model's
-// single-machine program, transpile it, take this endpoint's pserver program, initialize its
-// blocks, serve until every trainer completed (or a barrier fails), then shut down.
+// PserverProcess: the whole life of a pserver process, given its configuration.
+//   Create  builds the model's single-machine program, transpiles it, takes this endpoint's
+//           pserver program, runs its startup, creates the ParameterServer (restored from
+//           --init_from) and its metrics: everything local, so its errors are configuration
+//           errors;
+//   Start   serves: gRPC on the endpoint, /metrics with --metrics_port, the --stats_interval_s
+//           line;
+//   Wait    blocks until every trainer completed (OK) or the job failed (the failure, after
+//           answering requests with it a moment), shuts the servers down, exports the tables
+//           (--table_export_dir) and logs the totals.
+// RunPserver is the daemon's body (DaemonMain): Create, Start, Wait.
 #ifndef TESSERA_PSERVER_PSERVER_DAEMON_H_
 #define TESSERA_PSERVER_PSERVER_DAEMON_H_
 
+#include <memory>
 #include <ostream>
+#include <thread>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "common/config/cluster_config.h"
 #include "common/config/daemon_flags.h"
+#include "common/executor.h"
+#include "common/metrics/metrics.h"
+#include "common/metrics/metrics_server.h"
+#include "common/rpc/grpc/grpc_server.h"
+#include "common/rpc/rpc_metrics.h"
+#include "pserver/parameter_server.h"
 
 namespace tessera {
+
+class PserverProcess {
+ public:
+  // `config` must outlive the process; progress goes to `log`.
+  static absl::StatusOr<std::unique_ptr<PserverProcess>> Create(const ClusterConfig& config,
+                                                                std::ostream& log);
+  // Stops whatever Start started if Wait was not called (e.g. after a failed Start).
+  ~PserverProcess();
+
+  // A port in use, unreadable TLS files or a bad token fail here.
+  absl::Status Start();
+  // Returns OK when training completed; the job's failure otherwise.
+  absl::Status Wait();
+
+  ParameterServer* server() { return ps_.get(); }
+
+ private:
+  PserverProcess(const ClusterConfig& config, std::ostream& log) : config_(config), log_(log) {}
+  absl::Status Init();
+  // Counters and gauges of ParameterServerStats, updated at every read of /metrics.
+  void AddMetricsCollector();
+  void StartStatsLine();
+  void Stop();
+
+  const ClusterConfig& config_;
+  std::ostream& log_;
+  std::unique_ptr<OpRegistry> registry_;
+  Scope scope_;
+  MetricsRegistry metrics_;
+  std::unique_ptr<RpcMetrics> rpc_metrics_;
+  Histogram* send_barrier_wait_ = nullptr;
+  Histogram* fetch_barrier_wait_ = nullptr;
+  int blocks_ = 0;  // parameter blocks served
+  std::unique_ptr<ParameterServer> ps_;
+  std::unique_ptr<GrpcServer> server_;
+  std::unique_ptr<MetricsServer> metrics_server_;
+  absl::Notification stop_stats_;
+  std::thread stats_logger_;
+  bool stopped_ = false;
+};
 
 // Progress goes to `log`. Returns OK when training completed; the error otherwise.
 absl::Status RunPserver(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase);
