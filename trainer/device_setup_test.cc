@@ -45,6 +45,18 @@ absl::StatusOr<bool> FakeRelu(OpContext& ctx, const Place& place) {
   return true;
 }
 
+// The fake device's kernel table: its relu only (in a --config=cuda build too, where the plan
+// would otherwise register the CUDA kernels), and the gradients of several fake GPUs combined
+// on the host (NCCL needs real ones).
+DeviceSetupOptions FakeGpuSetup() {
+  DeviceSetupOptions setup;
+  setup.register_kernels = [](DeviceKernelTable* table) {
+    return table->Register("relu", FakeRelu);
+  };
+  setup.reduce_on_devices = false;
+  return setup;
+}
+
 TEST(DeviceSetupTest, CpuKeepsTheRegistry) {
   auto cpu = NewStandardOpRegistry();
   ModelSpec model;
@@ -78,7 +90,6 @@ TEST(DeviceSetupTest, BadSettingsAndMissingRuntimeAreNamed) {
 TEST(DeviceSetupTest, TrainsOnTheFakeGpuLikeOnTheCpu) {
   static FakeGpuBackend* fake = new FakeGpuBackend();
   SetDeviceBackend(fake);
-  ASSERT_TRUE(GpuKernelTable()->Register("relu", FakeRelu).ok());
   auto cpu = NewStandardOpRegistry();
   auto data = data::MakeRegressionData(512, 3);
   ASSERT_TRUE(data.ok());
@@ -106,9 +117,10 @@ TEST(DeviceSetupTest, TrainsOnTheFakeGpuLikeOnTheCpu) {
       }
       return absl::OkStatus();
     };
-    auto plan = PlanTrainerDevices(gpu ? "gpu" : "cpu", "", *cpu, *model, &lo);
+    auto plan = PlanTrainerDevices(gpu ? "gpu" : "cpu", "", *cpu, *model, &lo, FakeGpuSetup());
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->on_gpu(), gpu == 1);
+    if (gpu) EXPECT_EQ(plan->kernels->Types(), std::vector<std::string>{"relu"});
     auto trainer = LocalTrainer::Create(plan->executor_registry(cpu.get()), *model, lo);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     const PlacementCounters before = GetPlacementCounters();
@@ -132,12 +144,12 @@ TEST(DeviceSetupTest, TrainsOnTheFakeGpuLikeOnTheCpu) {
 }
 
 // Two fake GPUs in one trainer: each runs forward and backward on its half of the local batch
-// with its own copy of the parameters, their gradients meet on the host, and the trainer
+// with its own copy of the parameters, their gradients meet on the host (the host reducer: the
+// NCCL one needs real GPUs, nccl_place_reducer_test), and the trainer
 // trains as with two CPU places (the same arithmetic: bit for bit) and as one place (1e-5).
 TEST(DeviceSetupTest, TwoFakeGpusTrainLikeTwoCpuPlacesAndLikeOnePlace) {
   static FakeGpuBackend* fake = new FakeGpuBackend();
   SetDeviceBackend(fake);
-  (void)GpuKernelTable()->Register("relu", FakeRelu);  // AlreadyExists after the test above
   auto cpu = NewStandardOpRegistry();
   auto data = data::MakeRegressionData(512, 5);
   ASSERT_TRUE(data.ok());
@@ -157,9 +169,11 @@ TEST(DeviceSetupTest, TwoFakeGpusTrainLikeTwoCpuPlacesAndLikeOnePlace) {
     lo.log = &log;
     lo.cpu_places = cpu_places;
     lo.after_step = [&run](int64_t, double loss, int64_t) { run.losses.push_back(loss); };
-    auto plan = PlanTrainerDevices(device, devices, *cpu, *model, &lo);
+    auto plan = PlanTrainerDevices(device, devices, *cpu, *model, &lo, FakeGpuSetup());
     EXPECT_TRUE(plan.ok()) << plan.status();
     if (!plan.ok()) return run;
+    EXPECT_EQ(plan->place_reducer, nullptr);  // the host reducer
+    EXPECT_EQ(lo.place_reducer, nullptr);
     auto trainer = LocalTrainer::Create(plan->executor_registry(cpu.get()), *model, lo);
     EXPECT_TRUE(trainer.ok()) << trainer.status();
     if (!trainer.ok()) return run;

@@ -87,8 +87,9 @@ TEST(GpuTrainTest, MlpRegressionMatchesTheCpu) {
   EXPECT_EQ(gpu.host_ops, 0) << "every MLP op has a GPU kernel";
 }
 
-// Two GPUs in one trainer (--devices=0,1: one place per GPU, gradients combined on the host)
-// against one CPU place: the same per-step losses within the float32 drift above.
+// Two GPUs in one trainer (--devices=0,1: one place per GPU, dense gradients summed on the
+// GPUs by the NcclPlaceReducer) against one CPU place: the same per-step losses within the
+// float32 drift above. (nccl_place_reducer_test compares it with the host reducer as well.)
 TEST(GpuTrainTest, TwoGpusInOneTrainerMatchTheCpu) {
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   auto registry = NewStandardOpRegistry();

@@ -178,6 +178,7 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
       po.place_executors.push_back(t->place_executors_.back().get());
     }
     po.after_place = t->options_.place_after_run;
+    po.reducer = t->options_.place_reducer;
     auto runner = PlaceRunner::Create(&t->executor_, t->model_.main, std::move(po), &t->scope_);
     if (!runner.ok()) {
       return absl::Status(runner.status().code(),

@@ -70,6 +70,10 @@ struct LocalTrainerOptions {
   // parameters; place_after_run runs in each place's thread after its part of the step.
   std::vector<const OpRegistry*> place_registries;
   std::function<absl::Status(int place, Scope* place_scope)> place_after_run;
+  // Combines the places' gradients, loss and fetches (cpu_places > 1 or place_registries);
+  // nullptr: a CpuPlaceReducer. Device placement sets an NcclPlaceReducer for several GPUs in
+  // a --config=cuda build (trainer/device_setup.h). Shared: the trainer keeps it alive.
+  std::shared_ptr<PlaceReducer> place_reducer;
   // Called before each step with the 0-based global step (e.g. to stamp RPC requests).
   std::function<void(int64_t)> before_step;
   // Called after each step with the 0-based global step, its loss and its (local) samples.

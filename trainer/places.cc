@@ -290,7 +290,7 @@ absl::StatusOr<std::unique_ptr<PlaceRunner>> PlaceRunner::Create(const Executor*
         absl::StrCat("cpu_places must be >= 1, got ", options.num_places));
   }
   std::unique_ptr<PlaceRunner> r(new PlaceRunner(executor, std::move(options), scope));
-  if (r->options_.reducer == nullptr) r->options_.reducer = std::make_unique<CpuPlaceReducer>();
+  if (r->options_.reducer == nullptr) r->options_.reducer = std::make_shared<CpuPlaceReducer>();
   TS_ASSIGN_OR_RETURN(r->programs_, SplitForPlaces(main));
   TS_ASSIGN_OR_RETURN(r->place_block_, executor->Prepare(r->programs_.place, 0));
   TS_ASSIGN_OR_RETURN(r->rest_block_, executor->Prepare(r->programs_.rest, 0));

@@ -1,4 +1,5 @@
-// Multi-device trainers: one trainer's step split across K places (CPU threads today; GPUs later).
+// Multi-device trainers: one trainer's step split across K places (CPU threads, or GPUs of one
+// process: trainer/device_setup.h).
 //
 // SplitForPlaces cuts block 0 of a trainer program (single-machine, pserver-mode or
 // collective-mode) in two at the first op after the backward pass whose role is not forward,
@@ -19,8 +20,9 @@
 // The loss becomes the weighted mean of the places' losses; `concat` variables (prediction,
 // label) the places' rows in order, so the trainer's scope looks as after a single-place step.
 //
-// The reducer is an interface so that GPU places can slot in later (an NCCL intra-node reduce
-// into the trainer's buffers); CpuPlaceReducer combines host memory.
+// The reducer is an interface: CpuPlaceReducer combines host memory; NcclPlaceReducer
+// (trainer/nccl_place_reducer.h, --config=cuda only) sums the dense gradients of GPU places on
+// the devices with NCCL, bringing only the sum to the host, and combines the rest on the host.
 #ifndef TESSERA_TRAINER_PLACES_H_
 #define TESSERA_TRAINER_PLACES_H_
 
@@ -64,7 +66,8 @@ absl::StatusOr<PlacePrograms> SplitForPlaces(const ProgramDesc& main);
 int LeadingLookupOps(const BlockDesc& block);
 
 // Combines one variable's values on the places into the trainer's variable. Implementations:
-// CpuPlaceReducer (host memory); later an NCCL one for GPU places. Called from one thread.
+// CpuPlaceReducer (host memory); NcclPlaceReducer (GPU places, trainer/nccl_place_reducer.h).
+// Called from one thread. `out` is a variable of the trainer's scope: it ends up on the host.
 class PlaceReducer {
  public:
   virtual ~PlaceReducer() = default;
@@ -96,14 +99,15 @@ struct PlaceRunnerOptions {
   // Variables whose rows are concatenated across places into the trainer's scope after a step
   // (e.g. the prediction and the label, for the training AUC). Absent ones are skipped.
   std::vector<std::string> concat;
-  // nullptr: a CpuPlaceReducer owned by the runner.
-  std::unique_ptr<PlaceReducer> reducer;
+  // nullptr: a CpuPlaceReducer owned by the runner. Shared so that its creator (e.g. a
+  // trainer's DevicePlan, which owns the NCCL communicators of its GPUs) may keep it too.
+  std::shared_ptr<PlaceReducer> reducer;
   // Device places (GPUs): place p runs the place program with place_executors[p] (a placed
   // registry's executor; empty: every place uses the runner's executor, on the CPU). Such a
   // place gets its own copy of every parameter the place program reads, refreshed from the
   // trainer's scope at each step, since a device kernel moves the variables it reads to its
   // device (the trainer's are shared by all places). after_place (if set) runs in the place's
-  // thread after its program, e.g. to bring the gradients the reducer reads to the host.
+  // thread after its program, e.g. to bring the gradients a host reducer reads to the host.
   std::vector<const Executor*> place_executors;
   std::function<absl::Status(int place, Scope* place_scope)> after_place;
 };

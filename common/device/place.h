@@ -4,6 +4,13 @@
 // The CPU build has no device code: nothing registers a DeviceBackend, no tensor is ever placed
 // on a GPU, and Tensor behaves exactly as before. The CUDA runtime (common/device/cuda, built
 // only with --config=cuda) registers its backend when it is linked in.
+//
+// The backend is the one process-wide piece of device state, on purpose: a Tensor (which has
+// no context argument) must reach device memory from anywhere, and what it wraps is
+// process-wide anyway — a CUDA context, its streams and its allocators belong to the process
+// and the device. Everything above it is a value its owner passes on: the GPU kernels are a
+// DeviceKernelTable a trainer's DevicePlan owns (placement.h), the NCCL communicators of
+// several GPUs belong to that plan's place reducer (trainer/nccl_place_reducer.h).
 #ifndef TESSERA_COMMON_DEVICE_PLACE_H_
 #define TESSERA_COMMON_DEVICE_PLACE_H_
 

@@ -29,11 +29,6 @@ std::vector<std::string> DeviceKernelTable::Types() const {
   return out;
 }
 
-DeviceKernelTable* GpuKernelTable() {
-  static auto* table = new DeviceKernelTable();
-  return table;
-}
-
 namespace {
 
 struct AtomicCounters {

@@ -1,6 +1,10 @@
 // Placement: running a program's ops on a device, with the CPU kernels as the fallback.
 //
-// Device kernels live in a DeviceKernelTable keyed by op type, beside the CPU OpRegistry.
+// Device kernels live in a DeviceKernelTable keyed by op type, beside the CPU OpRegistry. A
+// table is a value its user owns — a trainer's DevicePlan (trainer/device_setup.h) fills its own
+// with RegisterGpuKernels (common/device/cuda/gpu_ops.h) in a --config=cuda build; tests fill
+// theirs with fakes — so there is no process-wide kernel table. (The device backend of place.h,
+// memory and copies, is process-wide: CUDA contexts are.)
 // MakePlacedRegistry(cpu, place, table) returns a registry with the same op types, gradient
 // makers and order as `cpu`, whose kernels are:
 //   - the device kernel, when the table has one for the type and it accepts the op (a device
@@ -38,6 +42,7 @@ namespace tessera {
 // results to let the CPU kernel run it.
 using DeviceKernelFn = std::function<absl::StatusOr<bool>(OpContext& ctx, const Place& place)>;
 
+// Device kernels by op type. Thread-compatible: filled once, then only read.
 class DeviceKernelTable {
  public:
   // AlreadyExists when `type` has a kernel.
@@ -48,10 +53,6 @@ class DeviceKernelTable {
  private:
   std::map<std::string, DeviceKernelFn, std::less<>> kernels_;
 };
-
-// The process-wide table of GPU kernels: empty in the CPU build; the CUDA runtime library
-// (common/device/cuda) fills it when linked in.
-DeviceKernelTable* GpuKernelTable();
 
 // Bytes moved by placement (process-wide, all devices), for tests and benchmarks.
 struct PlacementCounters {

@@ -15,6 +15,18 @@
 // S / time in GB/s (10^9 bytes/s), the median of --repeats timed runs of at least
 // --min_seconds each, the methods of one size taking turns run after run; for the all-reduce
 // this is the usual "algorithm bandwidth" (bus bandwidth is the same for 2 ranks).
+//
+// --backend=nccl (a --config=cuda build only; the CPU build refuses it):
+//
+//   bazel run --config=cuda //tests/bench:allreduce -- --backend=nccl [--ranks=1] [--sizes=...]
+//
+// times the NCCL backend instead, with no fork: --ranks ranks are threads of this process, rank
+// r on GPU r (0: one rank per GPU), joined through an in-memory store by collective::Context.
+// Each rank all-reduces (sum, out of place) S bytes of float32 between two buffers in its GPU's
+// memory with the blocking Communicator::AllReduce a trainer's collective ops use (it waits for
+// the GPU each time). Figures as above (rank 0's clock): algorithm bandwidth S / time, and bus
+// bandwidth = algorithm bandwidth * 2 (N - 1) / N, what each GPU's links carry in a ring of N
+// (0 for one rank, whose all-reduce is a copy within its GPU).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -39,7 +51,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/collective/context.h"
+#include "common/collective/store.h"
 #include "common/collective/tcp_store.h"
+
+#ifdef TESSERA_WITH_NCCL
+#include <cuda_runtime.h>
+#endif
 
 ABSL_FLAG(double, min_seconds, 1.0, "Minimum duration of one timed run.");
 ABSL_FLAG(int, repeats, 5, "Timed runs per figure (the median is reported).");
@@ -49,6 +66,10 @@ ABSL_FLAG(std::string, algorithms, "ring,ring:1048576,halving_doubling,bcube",
           "size), halving_doubling, bcube.");
 ABSL_FLAG(int64_t, ring_segment_bytes, 0,
           "Ring segment bytes for every algorithm spec without one (0: GlooOptions' default).");
+ABSL_FLAG(std::string, backend, "gloo",
+          "gloo: 2 processes over loopback TCP; nccl (--config=cuda builds): GPUs, --ranks "
+          "threads of this process.");
+ABSL_FLAG(int, ranks, 1, "nccl: ranks (threads of this process, rank r on GPU r); 0: one per GPU.");
 
 namespace tessera {
 namespace {
@@ -100,6 +121,17 @@ T RecvValue(int fd) {
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// --sizes, in float32 elements.
+std::vector<size_t> ParseSizes() {
+  std::vector<size_t> sizes;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',')) {
+    size_t n = 0;
+    if (!absl::SimpleAtoi(s, &n) || n == 0) Die(absl::StrFormat("bad size '%s'", s));
+    sizes.push_back(n);
+  }
+  return sizes;
 }
 
 // Both ranks send `bytes` to each other at once over the data socket.
@@ -167,12 +199,7 @@ collective::InitParams GlooParams(const std::string& spec) {
 }
 
 int Run(int rank, int data_fd, int control_fd) {
-  std::vector<size_t> sizes;
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',')) {
-    size_t n = 0;
-    if (!absl::SimpleAtoi(s, &n) || n == 0) Die(absl::StrFormat("bad size '%s'", s));
-    sizes.push_back(n);
-  }
+  const std::vector<size_t> sizes = ParseSizes();
   const std::vector<std::string> algorithms = absl::StrSplit(absl::GetFlag(FLAGS_algorithms), ',');
 
   // One Gloo context per algorithm, all joined through a store rank 0 serves.
@@ -259,7 +286,119 @@ int Run(int rank, int data_fd, int control_fd) {
   return 0;
 }
 
+#ifdef TESSERA_WITH_NCCL
+void CheckCuda(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) Die(absl::StrFormat("%s: %s", what, cudaGetErrorString(e)));
+}
+
+// One rank of the NCCL run (a thread): joins, then times every size; rank 0 fills `rates`
+// (per size, --repeats algorithm bandwidths in GB/s).
+void NcclRank(int rank, int world, const std::vector<size_t>& sizes,
+              std::shared_ptr<collective::Store> store, std::vector<std::vector<double>>* rates) {
+  collective::InitParams params;
+  params.backend = collective::BackendType::kNccl;
+  params.timeout = absl::Seconds(120);
+  params.local_rank = 0;  // every rank on this machine: the GPU is device_id, not the local rank
+  params.device_id = rank;
+  collective::Context ctx;
+  absl::Status s = ctx.InitWithStore(store, rank, world, params);
+  if (!s.ok()) Die(std::string(s.message()));
+  collective::Communicator* comm = ctx.world();
+  CheckCuda(cudaSetDevice(rank), "cudaSetDevice");
+  auto all_reduce = [&](const float* send, float* recv, size_t n) {
+    absl::Status st = comm->AllReduce(send, recv, n, collective::ElementType::kFloat32,
+                                      collective::ReduceOp::kSum);
+    if (!st.ok()) Die(std::string(st.message()));
+  };
+  for (size_t n : sizes) {
+    const size_t bytes = n * sizeof(float);
+    float* send = nullptr;
+    float* recv = nullptr;
+    CheckCuda(cudaMalloc(&send, bytes), "cudaMalloc");
+    CheckCuda(cudaMalloc(&recv, bytes), "cudaMalloc");
+    const std::vector<float> ones(n, 1.0f);
+    CheckCuda(cudaMemcpy(send, ones.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    // Warm-up, then rank 0's iteration count for about --min_seconds, the same on every rank.
+    all_reduce(send, recv, n);
+    const Clock::time_point t0 = Clock::now();
+    all_reduce(send, recv, n);
+    const double one = std::max(1e-6, Seconds(t0, Clock::now()));
+    int64_t iters =
+        std::max<int64_t>(2, static_cast<int64_t>(absl::GetFlag(FLAGS_min_seconds) / one));
+    s = comm->Broadcast(absl::MakeSpan(&iters, 1), 0);
+    if (!s.ok()) Die(std::string(s.message()));
+    std::vector<double> r;
+    for (int rep = 0; rep < absl::GetFlag(FLAGS_repeats); ++rep) {
+      const Clock::time_point start = Clock::now();
+      for (int64_t i = 0; i < iters; ++i) all_reduce(send, recv, n);
+      r.push_back(static_cast<double>(bytes) * iters / Seconds(start, Clock::now()) / 1e9);
+    }
+    float first = 0, last = 0;
+    CheckCuda(cudaMemcpy(&first, recv, sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    CheckCuda(cudaMemcpy(&last, recv + n - 1, sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    if (first != static_cast<float>(world) || last != static_cast<float>(world)) {
+      Die(absl::StrFormat("nccl all-reduce result is wrong: %g and %g, want %d", first, last,
+                          world));
+    }
+    CheckCuda(cudaFree(send), "cudaFree");
+    CheckCuda(cudaFree(recv), "cudaFree");
+    if (rank == 0) rates->push_back(std::move(r));
+  }
+  s = ctx.Shutdown();
+  if (!s.ok()) Die(std::string(s.message()));
+}
+
+int NcclMain() {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
+    Die("--backend=nccl: no CUDA device (cudaGetDeviceCount reports none)");
+  }
+  const int world = absl::GetFlag(FLAGS_ranks) == 0 ? gpus : absl::GetFlag(FLAGS_ranks);
+  if (world < 1 || world > gpus) {
+    Die(absl::StrFormat("--ranks=%d: need 1 to %d (one rank per GPU; 0 for all)",
+                        absl::GetFlag(FLAGS_ranks), gpus));
+  }
+  const std::vector<size_t> sizes = ParseSizes();
+  auto store = std::make_shared<collective::HashStore>();
+  std::vector<std::vector<double>> rates;
+  std::vector<std::thread> threads;
+  for (int r = 1; r < world; ++r) {
+    threads.emplace_back([&, r] { NcclRank(r, world, sizes, store, nullptr); });
+  }
+  NcclRank(0, world, sizes, store, &rates);
+  for (auto& t : threads) t.join();
+
+  cudaDeviceProp prop;
+  CheckCuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf(
+      "NCCL, %d rank(s) as threads of one process (rank r on GPU r; GPU 0: %s), float32 sum out "
+      "of place, blocking AllReduce; GB/s = bytes / time, median of %d runs (min-max)\n\n",
+      world, prop.name, absl::GetFlag(FLAGS_repeats));
+  std::printf("| floats | MB | algorithm GB/s | bus GB/s |\n| ---: | ---: | ---: | ---: |\n");
+  const double bus = 2.0 * (world - 1) / world;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const std::vector<double>& r = rates[i];
+    const double lo = *std::min_element(r.begin(), r.end());
+    const double hi = *std::max_element(r.begin(), r.end());
+    std::printf("%s\n", absl::StrFormat("| %d | %.1f | %.2f (%.2f-%.2f) | %.2f |", sizes[i],
+                                        sizes[i] * 4 / 1e6, Median(r), lo, hi, Median(r) * bus)
+                            .c_str());
+  }
+  return 0;
+}
+#endif  // TESSERA_WITH_NCCL
+
 int Main() {
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend == "nccl") {
+#ifdef TESSERA_WITH_NCCL
+    return NcclMain();
+#else
+    Die("--backend=nccl: this build has no NCCL; run it with bazel run --config=cuda "
+        "//tests/bench:allreduce -- --backend=nccl");
+#endif
+  }
+  if (backend != "gloo") Die("--backend='" + backend + "' must be gloo or nccl");
   // Two loopback connections (data and control), set up before fork: the listener exists
   // before the child connects.
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
-#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -1657,14 +1655,10 @@ absl::Status RegisterGpuKernels(DeviceKernelTable* t) {
 }
 
 namespace {
-// Linking this library makes GPU placement available: backend and kernels, before main().
+// Linking this library makes GPU memory available to Tensor before main(): the process-wide
+// backend. The kernels go into their user's table (RegisterGpuKernels).
 const bool kRegistered = [] {
   RegisterCudaBackend();
-  absl::Status s = RegisterGpuKernels(GpuKernelTable());
-  if (!s.ok()) {
-    std::fprintf(stderr, "tessera: GPU kernel registration failed: %s\n", s.ToString().c_str());
-    std::abort();
-  }
   return true;
 }();
 }  // namespace

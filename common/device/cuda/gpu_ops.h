@@ -1,6 +1,8 @@
-// GPU kernels for the standard ops (float32), as DeviceKernelFns for placement. Linking the
-// gpu_ops library (built only with --config=cuda) registers them in GpuKernelTable() and
-// registers the CUDA DeviceBackend, at static initialization.
+// GPU kernels for the standard ops (float32), as DeviceKernelFns for placement. The gpu_ops
+// library is built only with --config=cuda; RegisterGpuKernels puts the kernels into a table the
+// caller owns (a trainer's DevicePlan: trainer/device_setup.cc), and linking the library
+// registers the CUDA DeviceBackend (process-wide, see common/device/place.h) at static
+// initialization.
 //
 // Covered, forward and gradient: mul, matmul (2-D), elementwise_add/sub/mul (Fluid broadcast),
 // relu/sigmoid/tanh, mean, sum (dense), scale, assign, fill_constant, fill_zeros_like,
@@ -18,6 +20,8 @@
 
 namespace tessera {
 
+// Adds every kernel below to `table`. AlreadyExists (naming the op type) when `table` has a
+// kernel for one of them already.
 absl::Status RegisterGpuKernels(DeviceKernelTable* table);
 
 }  // namespace tessera

@@ -102,7 +102,8 @@ class GpuOpsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(RegisterStandardOps(&cpu_).ok());
-    auto placed = MakePlacedRegistry(cpu_, Place::Gpu(0), *GpuKernelTable());
+    ASSERT_TRUE(RegisterGpuKernels(&kernels_).ok());
+    auto placed = MakePlacedRegistry(cpu_, Place::Gpu(0), kernels_);
     ASSERT_TRUE(placed.ok()) << placed.status();
     gpu_ = std::move(*placed);
   }
@@ -155,6 +156,7 @@ class GpuOpsTest : public ::testing::Test {
   }
 
   OpRegistry cpu_;
+  DeviceKernelTable kernels_;  // the GPU kernels, for gpu_ (which must not outlive it)
   std::unique_ptr<OpRegistry> gpu_;
   std::mt19937 rng_{20261123};
 };
