@@ -9,11 +9,13 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "Eigen/Core"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -21,6 +23,7 @@
 #include "common/op_desc.h"
 #include "common/ops/counter_rng.h"
 #include "common/ops/ops.h"
+#include "common/ops/optimizer_rules.h"
 #include "common/scope.h"
 #include "gtest/gtest.h"
 
@@ -901,6 +904,74 @@ TEST(SparseTableTest, MemoryBytesTracksRows) {
   EXPECT_GE(per_row, 144);  // the slot: 16 header + 16 values + 16 moments
   EXPECT_LE(per_row, 240);  // + map and partly filled chunks
 }
+
+// Every touched row (values and state) equals the rules of common/ops/optimizer_rules.h applied
+// to the row's summed gradient (duplicate ids summed in their order of appearance), with Adam's
+// lr_t from the beta powers of `step`, bit for bit: random batches, non-dyadic hyper-parameters.
+class RulesMatchTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RulesMatchTest, RowsEqualTheRulesOnTheSummedGradients) {
+  using ArrayMap = Eigen::Map<Eigen::Array<float, Eigen::Dynamic, 1>>;
+  using ConstArrayMap = Eigen::Map<const Eigen::Array<float, Eigen::Dynamic, 1>>;
+  const std::string opt = GetParam();
+  const int64_t dim = 13;
+  const float lr = 0.05f;
+  SparseTableOptions o = Opts(dim, opt);
+  o.l2 = 0.01;
+  o.adagrad_epsilon = 1e-3;
+  o.adam_epsilon = 1e-3;
+  o.num_shards = 4;
+  auto table = MakeTable(o);
+  const int64_t k = table->state_width() / dim;
+  const float c = static_cast<float>(o.l2);
+  std::map<int64_t, std::vector<float>> want;  // id -> values, then k * dim state
+  std::mt19937_64 rng(17);
+  for (int64_t step = 1; step <= 4; ++step) {
+    std::vector<int64_t> ids(20);
+    for (int64_t& id : ids) id = static_cast<int64_t>(rng() % 12) - 6;
+    const std::vector<float> grads = RandomFloats(ids.size() * dim, 300 + step);
+    std::map<int64_t, std::vector<float>> sums;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const float* g = grads.data() + i * dim;
+      auto [it, fresh] = sums.try_emplace(ids[i], g, g + dim);
+      if (!fresh) {
+        for (int64_t j = 0; j < dim; ++j) it->second[j] += g[j];
+      }
+    }
+    const float lr_t = static_cast<float>(
+        optimizer_rules::AdamBiasCorrectedLr(lr, std::pow(o.adam_beta1, static_cast<double>(step)),
+                                             std::pow(o.adam_beta2, static_cast<double>(step))));
+    for (const auto& [id, sum] : sums) {
+      std::vector<float>& row = want[id];
+      if (row.empty()) {
+        row = InitRow(o, id);
+        row.resize((1 + k) * dim, 0.0f);
+      }
+      ArrayMap P(row.data(), dim), S1(row.data() + dim, dim), S2(row.data() + 2 * dim, dim);
+      ConstArrayMap G(sum.data(), dim);
+      if (opt == "sgd") {
+        optimizer_rules::SgdUpdate(P, G, lr, c);
+      } else if (opt == "adagrad") {
+        optimizer_rules::AdagradUpdate(P, S1, G, lr, static_cast<float>(o.adagrad_epsilon), c);
+      } else {
+        optimizer_rules::AdamUpdate(P, S1, S2, G, lr_t, static_cast<float>(o.adam_beta1),
+                                    static_cast<float>(o.adam_beta2),
+                                    static_cast<float>(o.adam_epsilon), c);
+      }
+    }
+    ASSERT_TRUE(table->ApplyGradients(ids, grads.data(), lr, step).ok());
+    for (const auto& [id, row] : want) {
+      std::vector<float> got = Row(*table, id);
+      const std::vector<float> state = State(*table, id);
+      got.insert(got.end(), state.begin(), state.end());
+      ASSERT_EQ(got.size(), row.size());
+      EXPECT_EQ(std::memcmp(got.data(), row.data(), sizeof(float) * row.size()), 0)
+          << opt << " step " << step << " id " << id;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, RulesMatchTest, ::testing::Values("sgd", "adagrad", "adam"));
 
 // Row chunks come from the table's growing arena regions (2 MiB, then 4, 8, 16 ... MiB with
 // huge pages): 200k rows of 144 bytes span several regions. Every row keeps the initial values

@@ -7,12 +7,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/ops/kernel_util.h"
+#include "common/ops/optimizer_rules.h"
 #include "common/ops/selected_rows_util.h"
 
 namespace tessera {
 
 namespace {
 
+namespace rules = optimizer_rules;
+
+// The kernels apply the rules of optimizer_rules.h to whole spans of Eigen arrays (vectorized;
+// the same bits as the scalar rules, pinned by optimizer_rules_test).
 template <typename T>
 using Span = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <typename T>
@@ -122,7 +127,7 @@ void ForEachSpan(const GradView<T>& g, int64_t numel, Fn&& fn) {
   }
 }
 
-// sgd: ParamOut = Param - lr * (Grad + coeff * Param).
+// sgd: ParamOut = Param - lr * (Grad + coeff * Param) (rules::SgdUpdate).
 absl::Status Sgd(OpContext& ctx) {
   TS_ASSIGN_OR_RETURN(const Tensor* param_in, ctx.Input("Param"));
   TS_ASSIGN_OR_RETURN(double lr_d, ReadScalar(ctx, "LearningRate"));
@@ -137,13 +142,14 @@ absl::Status Sgd(OpContext& ctx) {
     ForEachSpan(grad, param->numel(), [&](int64_t off, const T* g, int64_t n) {
       Span<T> P(p + off, n);
       ConstSpan<T> G(g, n);
-      P -= lr * (G + c * P);
+      rules::SgdUpdate(P, G, lr, c);
     });
     return absl::OkStatus();
   });
 }
 
-// momentum: v = mu * v + g; p -= lr * v, or with use_nesterov p -= lr * (g + mu * v).
+// momentum: v = mu * v + g; p -= lr * v, or with use_nesterov p -= lr * (g + mu * v)
+// (rules::MomentumUpdate; g includes the L2 term).
 absl::Status Momentum(OpContext& ctx) {
   TS_ASSIGN_OR_RETURN(const Tensor* param_in, ctx.Input("Param"));
   TS_ASSIGN_OR_RETURN(const Tensor* velocity_in, StateInput(ctx, "Velocity", *param_in));
@@ -163,19 +169,15 @@ absl::Status Momentum(OpContext& ctx) {
     ForEachSpan(grad, param->numel(), [&](int64_t off, const T* g, int64_t n) {
       Span<T> P(p + off, n), V(v + off, n);
       ConstSpan<T> G(g, n);
-      V = mu * V + (G + c * P);
-      if (nesterov) {
-        P -= lr * ((G + c * P) + mu * V);
-      } else {
-        P -= lr * V;
-      }
+      rules::MomentumUpdate(P, V, G, lr, mu, c, nesterov);
     });
     return absl::OkStatus();
   });
 }
 
 // adam: lr_t = lr * sqrt(1 - b2pow) / (1 - b1pow); m1 = b1 m1 + (1 - b1) g;
-// m2 = b2 m2 + (1 - b2) g^2; p -= lr_t m1 / (sqrt(m2) + eps); then the pows advance.
+// m2 = b2 m2 + (1 - b2) g^2; p -= lr_t m1 / (sqrt(m2) + eps); then the pows advance
+// (rules::AdamBiasCorrectedLr, rules::AdamUpdate).
 absl::Status Adam(OpContext& ctx) {
   TS_ASSIGN_OR_RETURN(const Tensor* param_in, ctx.Input("Param"));
   TS_ASSIGN_OR_RETURN(const Tensor* m1_in, StateInput(ctx, "Moment1", *param_in));
@@ -195,7 +197,7 @@ absl::Status Adam(OpContext& ctx) {
     return ctx.Error(absl::StrCat("Beta1Pow '", ctx.InputName("Beta1Pow"),
                                   "' is 1; it must start at beta1 (< 1)"));
   }
-  const double lr_t_d = lr_d * std::sqrt(1.0 - b2pow) / (1.0 - b1pow);
+  const double lr_t_d = rules::AdamBiasCorrectedLr(lr_d, b1pow, b2pow);
   TS_RETURN_IF_ERROR(DispatchFloat(ctx, "Param", param_in->dtype(), [&](auto tag) -> absl::Status {
     using T = typename decltype(tag)::type;
     GradView<T> grad;
@@ -211,9 +213,7 @@ absl::Status Adam(OpContext& ctx) {
     ForEachSpan(grad, param->numel(), [&](int64_t off, const T* g, int64_t n) {
       Span<T> P(p + off, n), M1(m1p + off, n), M2(m2p + off, n);
       ConstSpan<T> G(g, n);
-      M1 = b1 * M1 + (T(1) - b1) * (G + c * P);
-      M2 = b2 * M2 + (T(1) - b2) * (G + c * P).square();
-      P -= lr_t * M1 / (M2.sqrt() + eps);
+      rules::AdamUpdate(P, M1, M2, G, lr_t, b1, b2, eps, c);
     });
     return absl::OkStatus();
   }));
@@ -221,7 +221,7 @@ absl::Status Adam(OpContext& ctx) {
   return WriteScalar(ctx, "Beta2PowOut", b2pow_type, b2pow_shape, b2pow * beta2);
 }
 
-// adagrad: m += g^2; p -= lr * g / (sqrt(m) + eps).
+// adagrad: m += g^2; p -= lr * g / (sqrt(m) + eps) (rules::AdagradUpdate).
 absl::Status Adagrad(OpContext& ctx) {
   TS_ASSIGN_OR_RETURN(const Tensor* param_in, ctx.Input("Param"));
   TS_ASSIGN_OR_RETURN(const Tensor* moment_in, StateInput(ctx, "Moment", *param_in));
@@ -240,8 +240,7 @@ absl::Status Adagrad(OpContext& ctx) {
     ForEachSpan(grad, param->numel(), [&](int64_t off, const T* g, int64_t n) {
       Span<T> P(p + off, n), M(m + off, n);
       ConstSpan<T> G(g, n);
-      M += (G + c * P).square();
-      P -= lr * (G + c * P) / (M.sqrt() + eps);
+      rules::AdagradUpdate(P, M, G, lr, eps, c);
     });
     return absl::OkStatus();
   });

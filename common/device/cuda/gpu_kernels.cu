@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include "common/ops/optimizer_rules.h"
+
 namespace tessera {
 namespace gpu {
 
@@ -199,31 +201,28 @@ __global__ void ScatterAddRowsKernel(const float* src, const int64_t* index, int
   }
 }
 
+// The rules of common/ops/optimizer_rules.h, one element per iteration (nvcc fuses their
+// multiply-adds: results match the CPU kernels within rounding, not bit for bit).
 __global__ void OptimizerKernel(OptimizerArgs a, const int64_t* rows, int64_t n_rows,
                                 int64_t width, const float* g, float* p, float* m1, float* m2) {
+  namespace rules = optimizer_rules;
   TS_GRID_LOOP(i, n_rows * width) {
     const int64_t off = rows == nullptr ? i : rows[i / width] * width + i % width;
-    const float gr = g[i] + a.coeff * p[off];
     switch (a.kind) {
       case Optimizer::kSgd:
-        p[off] -= a.lr * gr;
+        rules::SgdUpdate(p[off], g[i], a.lr, a.coeff);
         break;
       case Optimizer::kMomentum:
-        m1[off] = a.mu * m1[off] + gr;
-        p[off] -= a.lr * m1[off];
+        rules::MomentumUpdate(p[off], m1[off], g[i], a.lr, a.mu, a.coeff, false);
         break;
       case Optimizer::kNesterov:
-        m1[off] = a.mu * m1[off] + gr;
-        p[off] -= a.lr * (gr + a.mu * m1[off]);
+        rules::MomentumUpdate(p[off], m1[off], g[i], a.lr, a.mu, a.coeff, true);
         break;
       case Optimizer::kAdam:
-        m1[off] = a.beta1 * m1[off] + (1.0f - a.beta1) * gr;
-        m2[off] = a.beta2 * m2[off] + (1.0f - a.beta2) * gr * gr;
-        p[off] -= a.lr * m1[off] / (sqrtf(m2[off]) + a.eps);
+        rules::AdamUpdate(p[off], m1[off], m2[off], g[i], a.lr, a.beta1, a.beta2, a.eps, a.coeff);
         break;
       case Optimizer::kAdagrad:
-        m1[off] += gr * gr;
-        p[off] -= a.lr * gr / (sqrtf(m1[off]) + a.eps);
+        rules::AdagradUpdate(p[off], m1[off], g[i], a.lr, a.eps, a.coeff);
         break;
     }
   }
