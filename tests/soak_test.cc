@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,7 @@ TEST(SoakTest, AsyncPserverMemoryStaysFlatAndEveryGradientIsAppliedOnce) {
 
   // Sample once a second while any trainer runs (bounded by kMaxRun).
   std::vector<Sample> samples;
+  std::map<int, int> reaped;  // pserver index -> wait status, for those that ended in the loop
   while (true) {
     bool any_trainer = false;
     for (pid_t t : trainers) any_trainer |= group.Running(t);
@@ -101,11 +103,16 @@ TEST(SoakTest, AsyncPserverMemoryStaysFlatAndEveryGradientIsAppliedOnce) {
              << ReadFileOrEmpty(dir + "/trainer.0.log");
     }
     Sample s{absl::ToDoubleSeconds(absl::Now() - start), {}};
-    bool ok = true;
+    bool ok = true, finished = false;
     for (int p = 0; p < kPservers; ++p) {
       auto kib = ResidentKiB(pservers[p]);
       if (!kib.ok()) {
-        ok = false;
+        // Gone: the end of the soak if it exited 0 (every trainer completed; a trainer may still
+        // be writing its parameters), a death otherwise.
+        auto status = group.Wait(pservers[p], absl::Seconds(5));
+        finished = status.ok() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+        if (status.ok()) reaped[p] = *status;
+        ok = finished;
         break;
       }
       s.kib[p] = *kib;
@@ -113,6 +120,7 @@ TEST(SoakTest, AsyncPserverMemoryStaysFlatAndEveryGradientIsAppliedOnce) {
     ASSERT_TRUE(ok) << "a pserver died during the soak:\n"
                     << ReadFileOrEmpty(dir + "/pserver.0.log")
                     << ReadFileOrEmpty(dir + "/pserver.1.log");
+    if (finished) break;
     samples.push_back(s);
     absl::SleepFor(absl::Seconds(1));
   }
@@ -130,7 +138,8 @@ TEST(SoakTest, AsyncPserverMemoryStaysFlatAndEveryGradientIsAppliedOnce) {
   }
   std::string pserver_logs;
   for (int p = 0; p < kPservers; ++p) {
-    auto status = group.Wait(pservers[p], absl::Seconds(60));
+    absl::StatusOr<int> status =
+        reaped.count(p) ? absl::StatusOr<int>(reaped[p]) : group.Wait(pservers[p], absl::Seconds(60));
     std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
     ASSERT_TRUE(status.ok() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
         << "pserver " << p << " failed:\n"
