@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -58,40 +60,73 @@ int64_t InnerElements(absl::Span<const int64_t> shape, int64_t axis) {
 namespace {
 constexpr size_t kAlignment = 64;
 
-// Aborts: a GPU place without a device runtime is a programming error (only the CUDA runtime
-// places tensors on GPUs, and it registers the backend first).
-DeviceBackend* BackendFor(const Place& place) {
+size_t Capacity(size_t bytes) {
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  return rounded == 0 ? kAlignment : rounded;
+}
+
+std::shared_ptr<char> HostAllocate(size_t bytes) {
+  void* p = std::aligned_alloc(kAlignment, Capacity(bytes));
+  if (p == nullptr) throw std::bad_alloc();
+  return std::shared_ptr<char>(static_cast<char*>(p), [](char* q) { std::free(q); });
+}
+
+// The device runtime for a tensor on `place` (a GPU). Only the CUDA runtime places tensors on
+// GPUs, and it registers its backend first, so an error here is a programming error; it is a
+// Status all the same, for the Try forms.
+absl::StatusOr<DeviceBackend*> BackendFor(const Place& place) {
   DeviceBackend* b = GetDeviceBackend();
   if (b == nullptr) {
-    std::fprintf(stderr, "tessera: tensor on %s but no device runtime is linked in\n",
-                 place.DebugString().c_str());
-    std::abort();
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor on ", place.DebugString(), " but no device runtime is linked in"));
   }
   return b;
 }
 
-std::shared_ptr<char> Allocate(size_t bytes) {
-  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  if (rounded == 0) rounded = kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded);
-  if (p == nullptr) throw std::bad_alloc();
-  return std::shared_ptr<char>(static_cast<char*>(p), [](char* q) { std::free(q); });
+// A buffer of at least `bytes` on `place`: host memory, or the device backend's.
+absl::StatusOr<std::shared_ptr<char>> AllocateOn(const Place& place, size_t bytes) {
+  if (place.is_cpu()) return HostAllocate(bytes);
+  absl::StatusOr<DeviceBackend*> b = BackendFor(place);
+  if (!b.ok()) return b.status();
+  return (*b)->Allocate(place, bytes);
+}
+
+// The only place where a device failure ends the process: under a Tensor method that has no
+// Status to return (Resize, ResetPlace, CopyFrom and Clone, SetZero, and TensorToProto of a
+// device tensor). A device kernel or placement reaches the device through the Try forms and
+// gets a Status instead, so this is reached only when code that could have returned an error
+// (see placement.h: PlacedOutput, PlacedInput, MoveToPlace) was bypassed, e.g. a kernel that
+// Resize()s a device output itself instead of having PlacedOutput allocate it. Host tensors
+// never get here: their operations cannot fail.
+void DieIfFailed(const absl::Status& s, const char* method) {
+  if (s.ok()) return;
+  std::fprintf(stderr,
+               "tessera: device failure under Tensor::%s, which has no error path (callers "
+               "with one use Tensor::Try%s): %s\n",
+               method, method, s.ToString().c_str());
+  std::abort();
 }
 }  // namespace
 
 Tensor::Tensor(DataType dtype, Shape shape) { Resize(dtype, std::move(shape)); }
 
 void Tensor::Resize(DataType dtype, Shape shape) {
+  DieIfFailed(TryResize(dtype, std::move(shape)), "Resize");
+}
+
+absl::Status Tensor::TryResize(DataType dtype, Shape shape) {
+  const size_t need = static_cast<size_t>(NumElements(shape)) * SizeOf(dtype);
+  if (buffer_ == nullptr || capacity_ < need) {
+    absl::StatusOr<std::shared_ptr<char>> buffer = AllocateOn(place_, need);
+    if (!buffer.ok()) return buffer.status();  // the tensor is left as it was
+    buffer_ = *std::move(buffer);
+    capacity_ = Capacity(need);
+  }
   dtype_ = dtype;
   shape_ = std::move(shape);
   numel_ = NumElements(shape_);
   initialized_ = true;
-  size_t need = nbytes();
-  if (buffer_ == nullptr || capacity_ < need) {
-    buffer_ = place_.is_cpu() ? Allocate(need) : BackendFor(place_)->Allocate(place_, need);
-    capacity_ = (need + kAlignment - 1) / kAlignment * kAlignment;
-    if (capacity_ == 0) capacity_ = kAlignment;
-  }
+  return absl::OkStatus();
 }
 
 absl::Status Tensor::Reshape(Shape shape) {
@@ -109,26 +144,40 @@ std::pair<int64_t, int64_t> Tensor::MatrixDims(int num_row_dims) const {
   return {rows, cols};
 }
 
-void Tensor::ResetPlace(const Place& place) {
-  if (place == place_) return;
+void Tensor::ResetPlace(const Place& place) { DieIfFailed(TryResetPlace(place), "ResetPlace"); }
+
+absl::Status Tensor::TryResetPlace(const Place& place) {
+  if (place == place_) return absl::OkStatus();
+  std::shared_ptr<char> buffer;
+  size_t capacity = 0;
+  if (initialized_) {
+    absl::StatusOr<std::shared_ptr<char>> b = AllocateOn(place, nbytes());
+    if (!b.ok()) return b.status();  // the tensor is left as it was
+    buffer = *std::move(b);
+    capacity = Capacity(nbytes());
+  }
   place_ = place;
-  buffer_.reset();
-  capacity_ = 0;
-  if (initialized_) Resize(dtype_, shape_);
+  buffer_ = std::move(buffer);
+  capacity_ = capacity;
+  return absl::OkStatus();
 }
 
-void Tensor::CopyFrom(const Tensor& other) {
-  if (this == &other) return;
-  Resize(other.dtype_, other.shape_);
+void Tensor::CopyFrom(const Tensor& other) { DieIfFailed(TryCopyFrom(other), "CopyFrom"); }
+
+absl::Status Tensor::TryCopyFrom(const Tensor& other) {
+  if (this == &other) return absl::OkStatus();
+  absl::Status s = TryResize(other.dtype_, other.shape_);
+  if (!s.ok()) return s;
   initialized_ = other.initialized_;
   lod_ = other.lod_;
-  if (nbytes() == 0) return;
+  if (nbytes() == 0) return absl::OkStatus();
   if (place_.is_cpu() && other.place_.is_cpu()) {
     std::memcpy(buffer_.get(), other.buffer_.get(), nbytes());
-  } else {
-    BackendFor(place_.is_cpu() ? other.place_ : place_)
-        ->Copy(buffer_.get(), place_, other.buffer_.get(), other.place_, nbytes());
+    return absl::OkStatus();
   }
+  absl::StatusOr<DeviceBackend*> b = BackendFor(place_.is_cpu() ? other.place_ : place_);
+  if (!b.ok()) return b.status();
+  return (*b)->Copy(buffer_.get(), place_, other.buffer_.get(), other.place_, nbytes());
 }
 
 Tensor Tensor::Clone() const {
@@ -138,13 +187,17 @@ Tensor Tensor::Clone() const {
   return t;
 }
 
-void Tensor::SetZero() {
-  if (nbytes() == 0) return;
+void Tensor::SetZero() { DieIfFailed(TrySetZero(), "SetZero"); }
+
+absl::Status Tensor::TrySetZero() {
+  if (nbytes() == 0) return absl::OkStatus();
   if (place_.is_cpu()) {
     std::memset(buffer_.get(), 0, nbytes());
-  } else {
-    BackendFor(place_)->SetZero(place_, buffer_.get(), nbytes());
+    return absl::OkStatus();
   }
+  absl::StatusOr<DeviceBackend*> b = BackendFor(place_);
+  if (!b.ok()) return b.status();
+  return (*b)->SetZero(place_, buffer_.get(), nbytes());
 }
 
 std::string Tensor::DebugString() const {

@@ -80,6 +80,22 @@ class Tensor {
   // unspecified and any sharing with other tensors ends); otherwise keeps buffer and contents,
   // so in-place kernels (Out and X the same tensor) may Resize their output safely.
   void Resize(DataType dtype, Shape shape);
+
+  // Device failures. On the host, Resize, ResetPlace, CopyFrom and SetZero cannot fail (out of
+  // host memory throws std::bad_alloc, as new does). On a GPU place they go through the
+  // DeviceBackend, which can run out of memory or fail a copy; having no Status, they then end
+  // the process with the backend's message. Code with an error path uses these forms instead:
+  // the same operations, returning the backend's error (ResourceExhausted naming the device and
+  // the size when out of memory; FailedPrecondition for a GPU place without a device runtime).
+  // On an error, TryResize and TryResetPlace leave the tensor as it was; TryCopyFrom leaves it
+  // typed and shaped like `other` with unspecified contents; TrySetZero, unspecified contents.
+  // Placement (common/device/placement.h) and device kernels use them, so that an op on a GPU
+  // that runs out of memory fails with a Status naming the device and the op.
+  absl::Status TryResize(DataType dtype, Shape shape);
+  absl::Status TryResetPlace(const Place& place);
+  absl::Status TryCopyFrom(const Tensor& other);
+  absl::Status TrySetZero();
+
   // Changes the shape keeping the data; fails if the element count differs.
   absl::Status Reshape(Shape shape);
 
@@ -161,7 +177,9 @@ struct SelectedRows {
 };
 
 // Tensor <-> TensorProto (copies the bytes; for checkpoints and small messages). A device
-// tensor is serialized from a host copy; TensorFromProto leaves `t` on the host.
+// tensor is serialized from a host copy (a device failure then ends the process, as for
+// CopyFrom: move device tensors to the host first, as placement does before every CPU kernel);
+// TensorFromProto leaves `t` on the host.
 void TensorToProto(const Tensor& t, TensorProto* proto);
 absl::Status TensorFromProto(const TensorProto& proto, Tensor* t);
 

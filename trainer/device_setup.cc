@@ -94,7 +94,8 @@ absl::StatusOr<DevicePlan> PlanTrainerDevices(absl::string_view device, absl::st
       std::vector<std::string> to_host = split.reduced;
       to_host.insert(to_host.end(), fetched.begin(), fetched.end());
       options->place_after_run = [to_host, feeds](int, Scope* scope) -> absl::Status {
-        MoveVarsToHost(scope, to_host);  // waits for the place's work on its device
+        // Waits for the place's work on its device.
+        TS_RETURN_IF_ERROR(MoveVarsToHost(scope, to_host));
         ReleaseVarsToHost(scope, feeds);
         return absl::OkStatus();
       };
@@ -104,10 +105,12 @@ absl::StatusOr<DevicePlan> PlanTrainerDevices(absl::string_view device, absl::st
       // come down here, in the place's thread, beside the fetches.
       const std::vector<std::string> reduced = split.reduced;
       options->place_after_run = [fetched, reduced, feeds](int, Scope* scope) -> absl::Status {
-        MoveVarsToHost(scope, fetched);
+        TS_RETURN_IF_ERROR(MoveVarsToHost(scope, fetched));
         for (const std::string& name : reduced) {
           Variable* v = scope->FindVar(name);
-          if (v != nullptr && v->Is<SelectedRows>()) MoveToPlace(v, Place::Cpu());
+          if (v != nullptr && v->Is<SelectedRows>()) {
+            TS_RETURN_IF_ERROR(MoveToPlace(v, Place::Cpu()));
+          }
         }
         ReleaseVarsToHost(scope, feeds);
         return absl::OkStatus();
@@ -123,7 +126,8 @@ absl::StatusOr<DevicePlan> PlanTrainerDevices(absl::string_view device, absl::st
   const std::vector<std::string> feeds = FeedNames(model);
   auto previous = std::move(options->after_run);
   options->after_run = [fetched, feeds, previous](Scope* scope) -> absl::Status {
-    MoveVarsToHost(scope, fetched);  // waits for the step's work on the device
+    // Waits for the step's work on the device.
+    TS_RETURN_IF_ERROR(MoveVarsToHost(scope, fetched));
     ReleaseVarsToHost(scope, feeds);
     return previous ? previous(scope) : absl::OkStatus();
   };

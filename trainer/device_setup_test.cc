@@ -22,13 +22,17 @@ class FakeGpuBackend : public DeviceBackend {
  public:
   FakeGpuBackend()
       : alloc_([](size_t n) { return std::malloc(n); }, [](void* p) { std::free(p); }) {}
-  std::shared_ptr<char> Allocate(const Place&, size_t bytes) override {
+  absl::StatusOr<std::shared_ptr<char>> Allocate(const Place&, size_t bytes) override {
     return alloc_.AllocateShared(bytes);
   }
-  void Copy(void* dst, const Place&, const void* src, const Place&, size_t bytes) override {
+  absl::Status Copy(void* dst, const Place&, const void* src, const Place&, size_t bytes) override {
     std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
   }
-  void SetZero(const Place&, void* p, size_t bytes) override { std::memset(p, 0, bytes); }
+  absl::Status SetZero(const Place&, void* p, size_t bytes) override {
+    std::memset(p, 0, bytes);
+    return absl::OkStatus();
+  }
   CachingAllocator alloc_;
 };
 

@@ -41,7 +41,8 @@ bool OnDevice(const Variable& v) {
 }
 
 // The values as the CPU reducer needs them: those on a device replaced by host copies (the
-// places' variables keep their device buffers), the others as they are.
+// places' variables keep their device buffers), the others as they are. status() is the first
+// device failure copying them (then values() must not be used).
 class HostValues {
  public:
   explicit HostValues(const std::vector<const Variable*>& values) {
@@ -54,14 +55,17 @@ class HostValues {
       // A handle copy shares the device buffers; MoveToPlace gives the copy host buffers of
       // its own (copying the bytes, after the device's work on them) and leaves `v` alone.
       auto copy = std::make_unique<Variable>(*v);
-      MoveToPlace(copy.get(), Place::Cpu());
+      status_ = MoveToPlace(copy.get(), Place::Cpu());
+      if (!status_.ok()) return;
       values_.push_back(copy.get());
       copies_.push_back(std::move(copy));
     }
   }
   const std::vector<const Variable*>& values() const { return values_; }
+  const absl::Status& status() const { return status_; }
 
  private:
+  absl::Status status_;
   std::vector<std::unique_ptr<Variable>> copies_;
   std::vector<const Variable*> values_;
 };
@@ -138,6 +142,7 @@ absl::Status NcclPlaceReducer::WeightedSum(const std::string& name,
   const std::vector<int> ranks = DeviceRanks(values, weights);
   if (ranks.empty()) {
     HostValues host(values);
+    TS_RETURN_IF_ERROR(host.status());
     return host_.WeightedSum(name, host.values(), weights, out);
   }
   const Tensor& first = values[0]->Get<Tensor>();
@@ -212,6 +217,7 @@ absl::Status NcclPlaceReducer::ConcatRows(const std::string& name,
                                           const std::vector<const Variable*>& values,
                                           Variable* out) {
   HostValues host(values);
+  TS_RETURN_IF_ERROR(host.status());
   return host_.ConcatRows(name, host.values(), out);
 }
 

@@ -77,7 +77,7 @@ std::vector<Variable> HostCopies(const std::vector<const Variable*>& values) {
   std::vector<Variable> out;
   for (const Variable* v : values) {
     Variable c = *v;
-    MoveToPlace(&c, Place::Cpu());
+    EXPECT_TRUE(MoveToPlace(&c, Place::Cpu()).ok());
     out.push_back(std::move(c));
   }
   return out;

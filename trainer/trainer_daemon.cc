@@ -428,7 +428,7 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
     }
     if (!collective_mode) TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
     if (!config.dump_params.empty()) {
-      if (devices.on_gpu()) MoveScopeToHost(trainer->scope());
+      if (devices.on_gpu()) TS_RETURN_IF_ERROR(MoveScopeToHost(trainer->scope()));
       TS_RETURN_IF_ERROR(SaveVariables(*trainer->scope(), trainable, config.dump_params));
     }
     return absl::OkStatus();

@@ -45,17 +45,23 @@ absl::StatusOr<Place> ParsePlace(absl::string_view text);
 // Device memory for Tensor. Implementations are thread-safe and live for the whole process.
 // All operations are ordered on the device's stream; Copy returns once the bytes are readable
 // at `dst` (a copy to the host waits for the stream).
+//
+// Every failure is a Status whose message names the device, so that it reaches whoever has an
+// error path (placement, device kernels: an op's Status) instead of ending the process; the
+// Tensor methods without a Status are the only callers left that abort on one (common/tensor.h).
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
   // A buffer of at least `bytes` on `place` (a GPU); the deleter returns it to the backend.
-  // A failure (out of memory) is fatal: Tensor has no error path.
-  virtual std::shared_ptr<char> Allocate(const Place& place, size_t bytes) = 0;
-  // Copies `bytes` from src (on src_place) to dst (on dst_place); at least one is a GPU.
-  virtual void Copy(void* dst, const Place& dst_place, const void* src, const Place& src_place,
-                    size_t bytes) = 0;
-  // Sets `bytes` bytes at `p` (on the GPU `place`) to zero.
-  virtual void SetZero(const Place& place, void* p, size_t bytes) = 0;
+  // ResourceExhausted naming the device and the size when it has no memory left; another code
+  // (FailedPrecondition, Internal) naming the device when it cannot be used at all.
+  virtual absl::StatusOr<std::shared_ptr<char>> Allocate(const Place& place, size_t bytes) = 0;
+  // Copies `bytes` from src (on src_place) to dst (on dst_place); at least one is a GPU. On
+  // failure (the device runtime's error, naming both places) the bytes at `dst` are unspecified.
+  virtual absl::Status Copy(void* dst, const Place& dst_place, const void* src,
+                            const Place& src_place, size_t bytes) = 0;
+  // Sets `bytes` bytes at `p` (on the GPU `place`) to zero; the error names the device.
+  virtual absl::Status SetZero(const Place& place, void* p, size_t bytes) = 0;
   // OK when `place` can be used; the error names the device and why it cannot.
   virtual absl::Status Available(const Place& place) { return absl::OkStatus(); }
   // Waits for the work enqueued on `place`.

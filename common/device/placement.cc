@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -40,15 +41,31 @@ AtomicCounters& Counters() {
   return *c;
 }
 
-void MoveTensor(Tensor* t, const Place& place) {
-  if (t->place() == place) return;
-  if (!t->initialized()) {
-    t->ResetPlace(place);
-    return;
-  }
+// `s` (its code and payloads) with what placement was doing when it failed: the cause first,
+// which names the device, then the variable ("..., moving 'x' float32[3, 4] to gpu:0").
+absl::Status WhileDoing(const absl::Status& s, absl::string_view doing) {
+  absl::Status out(s.code(), absl::StrCat(s.message(), ", ", doing));
+  s.ForEachPayload(
+      [&out](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
+}
+
+std::string Named(absl::string_view name) {
+  return name.empty() ? std::string() : absl::StrCat("'", name, "' ");
+}
+
+// Moves `t` (the tensor of variable `name`; "" when unknown) to `place` with its contents. On
+// an error `t` is left as it was.
+absl::Status MoveTensor(Tensor* t, const Place& place, absl::string_view name) {
+  if (t->place() == place) return absl::OkStatus();
+  if (!t->initialized()) return t->TryResetPlace(place);  // nothing to allocate or copy
   Tensor moved;
-  moved.ResetPlace(place);
-  moved.CopyFrom(*t);
+  absl::Status s = moved.TryResetPlace(place);
+  if (s.ok()) s = moved.TryCopyFrom(*t);
+  if (!s.ok()) {
+    return WhileDoing(
+        s, absl::StrCat("moving ", Named(name), t->DebugString(), " to ", place.DebugString()));
+  }
   AtomicCounters& c = Counters();
   if (place.is_cpu()) {
     c.copies_to_host.fetch_add(1, std::memory_order_relaxed);
@@ -58,6 +75,26 @@ void MoveTensor(Tensor* t, const Place& place) {
     c.bytes_to_device.fetch_add(static_cast<int64_t>(t->nbytes()), std::memory_order_relaxed);
   }
   *t = std::move(moved);
+  return absl::OkStatus();
+}
+
+// The tensor placement moves for `var`: its dense tensor or SelectedRows value (else null).
+Tensor* PlacedTensorOf(Variable* var) {
+  if (Tensor* t = var->GetIf<Tensor>()) return t;
+  if (SelectedRows* sr = var->GetIf<SelectedRows>()) return &sr->value;
+  return nullptr;
+}
+
+// MoveToPlace for a variable named `name` ("" when unknown).
+absl::Status MoveVar(Variable* var, const Place& place, absl::string_view name) {
+  Tensor* t = PlacedTensorOf(var);
+  return t == nullptr ? absl::OkStatus() : MoveTensor(t, place, name);
+}
+
+// ReleaseToPlace for the host, which cannot fail (ResetPlace to the host allocates host memory
+// only; no device is involved).
+void ReleaseToHost(Variable* var) {
+  if (Tensor* t = PlacedTensorOf(var)) t->ResetPlace(Place::Cpu());
 }
 
 Variable* MutableVar(const OpContext& ctx, const std::string& name) {
@@ -65,16 +102,17 @@ Variable* MutableVar(const OpContext& ctx, const std::string& name) {
   return ctx.scope()->FindVar(name);
 }
 
-// The CPU kernel, with what it reads on the host and what it writes released there.
+// The CPU kernel, with what it reads on the host and what it writes released there. A device
+// failure bringing an input to the host fails the op before the kernel runs.
 absl::Status RunOnHost(const KernelFn& kernel, OpContext& ctx) {
   const std::vector<std::string> in_args = AllInputArgs(ctx.op());
   const std::set<std::string> ins(in_args.begin(), in_args.end());
   for (const std::string& name : ins) {
-    if (Variable* v = MutableVar(ctx, name)) MoveToPlace(v, Place::Cpu());
+    if (Variable* v = MutableVar(ctx, name)) TS_RETURN_IF_ERROR(MoveVar(v, Place::Cpu(), name));
   }
   for (const std::string& name : AllOutputArgs(ctx.op())) {
     if (ins.count(name) > 0) continue;
-    if (Variable* v = MutableVar(ctx, name)) ReleaseToPlace(v, Place::Cpu());
+    if (Variable* v = MutableVar(ctx, name)) ReleaseToHost(v);
   }
   return kernel(ctx);
 }
@@ -93,40 +131,60 @@ PlacementCounters GetPlacementCounters() {
   return out;
 }
 
-void MoveToPlace(Variable* var, const Place& place) {
-  if (Tensor* t = var->GetIf<Tensor>()) {
-    MoveTensor(t, place);
-  } else if (SelectedRows* sr = var->GetIf<SelectedRows>()) {
-    MoveTensor(&sr->value, place);
-  }
-}
+absl::Status MoveToPlace(Variable* var, const Place& place) { return MoveVar(var, place, ""); }
 
-void ReleaseToPlace(Variable* var, const Place& place) {
-  if (Tensor* t = var->GetIf<Tensor>()) {
-    t->ResetPlace(place);
-  } else if (SelectedRows* sr = var->GetIf<SelectedRows>()) {
-    sr->value.ResetPlace(place);
-  }
+absl::Status ReleaseToPlace(Variable* var, const Place& place) {
+  Tensor* t = PlacedTensorOf(var);
+  return t == nullptr ? absl::OkStatus() : t->TryResetPlace(place);
 }
 
 absl::StatusOr<const Tensor*> PlacedInput(OpContext& ctx, absl::string_view slot,
                                           const Place& place, int i) {
   TS_ASSIGN_OR_RETURN(const Tensor* t, ctx.Input(slot, i));
-  if (t->place() != place) MoveTensor(const_cast<Tensor*>(t), place);
+  if (t->place() != place) {
+    TS_RETURN_IF_ERROR(MoveTensor(const_cast<Tensor*>(t), place, ctx.InputName(slot, i)));
+  }
   return t;
 }
 
 absl::StatusOr<const Variable*> PlacedInputVar(OpContext& ctx, absl::string_view slot,
                                                const Place& place, int i) {
   TS_ASSIGN_OR_RETURN(const Variable* v, ctx.InputVar(slot, i));
-  MoveToPlace(const_cast<Variable*>(v), place);
+  Tensor* t = PlacedTensorOf(const_cast<Variable*>(v));
+  if (t != nullptr && t->place() != place) {
+    TS_RETURN_IF_ERROR(MoveTensor(t, place, ctx.InputName(slot, i)));
+  }
   return v;
+}
+
+absl::StatusOr<Tensor*> PlacedOutput(OpContext& ctx, absl::string_view slot, const Place& place,
+                                     DataType dtype, Shape shape, int i) {
+  TS_ASSIGN_OR_RETURN(Tensor * t, ctx.Output(slot, i));
+  if (t->place() != place) {
+    // The contents are not moved: start from an empty tensor there rather than allocating the
+    // old shape on `place` first (TryResetPlace would).
+    Tensor fresh;
+    TS_RETURN_IF_ERROR(fresh.TryResetPlace(place));  // uninitialized: allocates nothing
+    fresh.set_lod(t->lod());
+    *t = std::move(fresh);
+  }
+  absl::Status s = t->TryResize(dtype, shape);  // `shape` is kept for the message
+  if (!s.ok()) {
+    return WhileDoing(
+        s, absl::StrCat("for output ", Named(ctx.OutputName(slot, i)), DataTypeName(dtype),
+                        ShapeString(shape), " on ", place.DebugString()));
+  }
+  return t;
 }
 
 absl::StatusOr<Tensor*> PlacedOutput(OpContext& ctx, absl::string_view slot, const Place& place,
                                      int i) {
   TS_ASSIGN_OR_RETURN(Tensor * t, ctx.Output(slot, i));
-  t->ResetPlace(place);
+  absl::Status s = t->TryResetPlace(place);
+  if (!s.ok()) {
+    return WhileDoing(s, absl::StrCat("for output ", Named(ctx.OutputName(slot, i)),
+                                      t->DebugString(), " on ", place.DebugString()));
+  }
   return t;
 }
 
@@ -162,19 +220,20 @@ absl::StatusOr<std::unique_ptr<OpRegistry>> MakePlacedRegistry(const OpRegistry&
   return placed;
 }
 
-void MoveVarsToHost(Scope* scope, const std::vector<std::string>& names) {
+absl::Status MoveVarsToHost(Scope* scope, const std::vector<std::string>& names) {
   for (const std::string& name : names) {
-    if (Variable* v = scope->FindVar(name)) MoveToPlace(v, Place::Cpu());
+    if (Variable* v = scope->FindVar(name)) TS_RETURN_IF_ERROR(MoveVar(v, Place::Cpu(), name));
   }
+  return absl::OkStatus();
 }
 
 void ReleaseVarsToHost(Scope* scope, const std::vector<std::string>& names) {
   for (const std::string& name : names) {
-    if (Variable* v = scope->FindVar(name)) ReleaseToPlace(v, Place::Cpu());
+    if (Variable* v = scope->FindVar(name)) ReleaseToHost(v);
   }
 }
 
-void MoveScopeToHost(Scope* scope) { MoveVarsToHost(scope, scope->LocalVarNames()); }
+absl::Status MoveScopeToHost(Scope* scope) { return MoveVarsToHost(scope, scope->LocalVarNames()); }
 
 absl::Status CheckPlaceAvailable(const Place& place) {
   if (place.is_cpu()) return absl::OkStatus();

@@ -19,6 +19,13 @@
 // the received parameters once, and copies each gradient to the host once, at its send op.
 // Host code outside the executor (feeding, reading the loss) must call MoveVarsToHost /
 // ReleaseVarsToHost on the variables it touches (see trainer/trainer_daemon.cc).
+//
+// Device failures are Statuses, never aborts: a device out of memory (ResourceExhausted) or a
+// failed copy (the device runtime's error) while moving an input, allocating an output or
+// bringing a CPU kernel's inputs to the host fails the op, with a message naming the device
+// and the variable, to which the executor adds the op. Device kernels therefore allocate their
+// outputs through PlacedOutput and use Tensor's Try forms (tensor.h), never the Tensor methods
+// that abort on a device failure.
 #ifndef TESSERA_COMMON_DEVICE_PLACEMENT_H_
 #define TESSERA_COMMON_DEVICE_PLACEMENT_H_
 
@@ -35,6 +42,7 @@
 #include "common/device/place.h"
 #include "common/op_registry.h"
 #include "common/scope.h"
+#include "common/tensor.h"
 
 namespace tessera {
 
@@ -66,10 +74,13 @@ struct PlacementCounters {
 PlacementCounters GetPlacementCounters();
 
 // Moves the dense tensor or SelectedRows value held by `var` to `place`, copying its contents
-// (no-op when already there or uninitialized).
-void MoveToPlace(Variable* var, const Place& place);
+// (no-op when already there or uninitialized). On a device failure (out of memory, a failed
+// copy) `var` is left where it was, and the error names the device.
+absl::Status MoveToPlace(Variable* var, const Place& place);
 // Points `var`'s tensor (or SelectedRows value) at `place` without copying: contents are lost.
-void ReleaseToPlace(Variable* var, const Place& place);
+// ResourceExhausted when `place` is a device without memory left (`var` is left as it was);
+// releasing to the host cannot fail.
+absl::Status ReleaseToPlace(Variable* var, const Place& place);
 
 // For device kernels: the dense input bound to `slot` (argument i), moved to `place`.
 absl::StatusOr<const Tensor*> PlacedInput(OpContext& ctx, absl::string_view slot,
@@ -77,8 +88,18 @@ absl::StatusOr<const Tensor*> PlacedInput(OpContext& ctx, absl::string_view slot
 // The input variable (dense or SelectedRows) bound to `slot`, moved to `place`.
 absl::StatusOr<const Variable*> PlacedInputVar(OpContext& ctx, absl::string_view slot,
                                                const Place& place, int i = 0);
-// The dense output bound to `slot`, on `place`. An output that is also an input of the op (in
-// place) was moved with its contents by PlacedInput; otherwise the caller Resize()s and fills it.
+// The dense output bound to `slot`, typed `dtype` and shaped `shape` on `place`, its buffer
+// allocated there: the way device kernels allocate outputs. The buffer is kept when large
+// enough, so an output that is also an input of the op (in place, moved by PlacedInput) keeps
+// its contents. ResourceExhausted naming the device, the size and the variable when the device
+// has no memory left; the output is then not sized, and the op must fail.
+absl::StatusOr<Tensor*> PlacedOutput(OpContext& ctx, absl::string_view slot, const Place& place,
+                                     DataType dtype, Shape shape, int i = 0);
+// The dense output bound to `slot`, on `place`, not sized: for an output that may be one of
+// the op's inputs and then keeps its type and shape (moved with its contents by PlacedInput).
+// The caller sizes any other with Tensor::TryResize (a Status where Resize would abort). An
+// output elsewhere gets an uninitialized buffer of its old size on `place`: ResourceExhausted
+// when that does not fit.
 absl::StatusOr<Tensor*> PlacedOutput(OpContext& ctx, absl::string_view slot, const Place& place,
                                      int i = 0);
 
@@ -88,13 +109,16 @@ absl::StatusOr<std::unique_ptr<OpRegistry>> MakePlacedRegistry(const OpRegistry&
                                                                const Place& place,
                                                                const DeviceKernelTable& table);
 
-// Copies the named variables of `scope` (missing ones skipped) to the host.
-void MoveVarsToHost(Scope* scope, const std::vector<std::string>& names);
+// Copies the named variables of `scope` (missing ones skipped) to the host. Stops at the first
+// device failure, whose error names the variable and the device (those not yet copied stay on
+// their device).
+absl::Status MoveVarsToHost(Scope* scope, const std::vector<std::string>& names);
 // Releases the named variables to the host without copying (for variables the host is about to
-// overwrite, such as feeds).
+// overwrite, such as feeds). Cannot fail: nothing is read from a device.
 void ReleaseVarsToHost(Scope* scope, const std::vector<std::string>& names);
-// Copies every variable of `scope` (its own, not its parents') to the host.
-void MoveScopeToHost(Scope* scope);
+// Copies every variable of `scope` (its own, not its parents') to the host; errors as
+// MoveVarsToHost.
+absl::Status MoveScopeToHost(Scope* scope);
 
 // OK for the CPU, and for a GPU the linked-in device runtime can use; FailedPrecondition
 // otherwise (a binary built without --config=cuda, no such GPU, no driver).

@@ -1,7 +1,5 @@
 #include "common/device/cuda/cuda_device.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -34,10 +32,17 @@ absl::Status CublasError(cublasStatus_t e, const std::string& what) {
 
 namespace {
 
+// The CUDA error of the calling thread's last failed raw device allocation: the caching
+// allocator only sees nullptr, TryAllocate tells out of memory from a broken device with it.
+thread_local cudaError_t t_last_alloc_error = cudaSuccess;
+
 void* RawDeviceAlloc(int ordinal, size_t bytes) {
   void* p = nullptr;
-  if (cudaSetDevice(ordinal) != cudaSuccess || cudaMalloc(&p, bytes) != cudaSuccess) {
-    cudaGetLastError();
+  cudaError_t e = cudaSetDevice(ordinal);
+  if (e == cudaSuccess) e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    t_last_alloc_error = e;
+    cudaGetLastError();  // out of memory is not sticky: clear it for the next call
     return nullptr;
   }
   return p;
@@ -52,48 +57,52 @@ void* RawPinnedAlloc(size_t bytes) {
   return p;
 }
 
-// Tensor has no error path: a failing CUDA call under it is fatal, with the reason.
-void Die(const absl::Status& s) {
-  std::fprintf(stderr, "tessera: CUDA failure under a tensor operation: %s\n",
-               s.ToString().c_str());
-  std::abort();
+// `s` (its code kept) prefixed with what the backend was doing: "gpu:0: copying 48 bytes to the
+// host: cudaMemcpyAsync(device to host): cudaErrorIllegalAddress: ...".
+absl::Status Doing(const absl::Status& s, const std::string& what) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
 }
 
+// Every failure is returned, never fatal: Tensor's Try forms and placement pass it on as the
+// failing op's Status (see DeviceBackend in common/device/place.h).
 class CudaBackend : public DeviceBackend {
  public:
-  std::shared_ptr<char> Allocate(const Place& place, size_t bytes) override {
-    CudaDevice* d = DeviceOrDie(place);
-    std::shared_ptr<char> p = d->Allocate(bytes);
-    if (p == nullptr) {
-      Die(absl::ResourceExhaustedError(absl::StrCat("out of memory on ", place.DebugString(),
-                                                    " allocating ", bytes, " bytes")));
-    }
-    return p;
+  absl::StatusOr<std::shared_ptr<char>> Allocate(const Place& place, size_t bytes) override {
+    TS_ASSIGN_OR_RETURN(CudaDevice * d, CudaDevice::Get(place.device));
+    return d->TryAllocate(bytes);
   }
-  void Copy(void* dst, const Place& dst_place, const void* src, const Place& src_place,
-            size_t bytes) override {
-    absl::Status s;
+  absl::Status Copy(void* dst, const Place& dst_place, const void* src, const Place& src_place,
+                    size_t bytes) override {
+    const std::string copying = absl::StrCat(": copying ", bytes, " bytes");
     if (dst_place.is_cpu()) {
-      s = DeviceOrDie(src_place)->CopyToHost(dst, src, bytes);
-    } else if (src_place.is_cpu()) {
-      s = DeviceOrDie(dst_place)->CopyToDevice(dst, src, bytes);
-    } else if (src_place == dst_place) {
-      s = DeviceOrDie(dst_place)->CopyOnDevice(dst, src, bytes);
-    } else {  // between GPUs: order after the source's work, then a peer copy
-      CudaDevice* from = DeviceOrDie(src_place);
-      CudaDevice* to = DeviceOrDie(dst_place);
-      s = from->Synchronize();
-      if (s.ok()) {
-        s = CudaError(cudaMemcpyPeerAsync(dst, to->ordinal(), src, from->ordinal(), bytes,
-                                          to->stream()),
-                      "cudaMemcpyPeerAsync");
-      }
+      TS_ASSIGN_OR_RETURN(CudaDevice * from, CudaDevice::Get(src_place.device));
+      return Doing(from->CopyToHost(dst, src, bytes),
+                   absl::StrCat(src_place.DebugString(), copying, " to the host"));
     }
-    if (!s.ok()) Die(s);
+    TS_ASSIGN_OR_RETURN(CudaDevice * to, CudaDevice::Get(dst_place.device));
+    if (src_place.is_cpu()) {
+      return Doing(to->CopyToDevice(dst, src, bytes),
+                   absl::StrCat(dst_place.DebugString(), copying, " from the host"));
+    }
+    if (src_place == dst_place) {
+      return Doing(to->CopyOnDevice(dst, src, bytes),
+                   absl::StrCat(dst_place.DebugString(), copying, " on the device"));
+    }
+    // Between GPUs: order after the source's work, then a peer copy.
+    const std::string what =
+        absl::StrCat(dst_place.DebugString(), copying, " from ", src_place.DebugString());
+    TS_ASSIGN_OR_RETURN(CudaDevice * from, CudaDevice::Get(src_place.device));
+    TS_RETURN_IF_ERROR(Doing(from->Synchronize(), what));
+    return Doing(CudaError(cudaMemcpyPeerAsync(dst, to->ordinal(), src, from->ordinal(), bytes,
+                                               to->stream()),
+                           "cudaMemcpyPeerAsync"),
+                 what);
   }
-  void SetZero(const Place& place, void* p, size_t bytes) override {
-    absl::Status s = DeviceOrDie(place)->SetZero(p, bytes);
-    if (!s.ok()) Die(s);
+  absl::Status SetZero(const Place& place, void* p, size_t bytes) override {
+    TS_ASSIGN_OR_RETURN(CudaDevice * d, CudaDevice::Get(place.device));
+    return Doing(d->SetZero(p, bytes),
+                 absl::StrCat(place.DebugString(), ": zeroing ", bytes, " bytes"));
   }
   absl::Status Available(const Place& place) override {
     return CudaDevice::Get(place.device).status();
@@ -112,13 +121,6 @@ class CudaBackend : public DeviceBackend {
   absl::Status Synchronize(const Place& place) override {
     TS_ASSIGN_OR_RETURN(CudaDevice * d, CudaDevice::Get(place.device));
     return d->Synchronize();
-  }
-
- private:
-  static CudaDevice* DeviceOrDie(const Place& place) {
-    auto d = CudaDevice::Get(place.device);
-    if (!d.ok()) Die(d.status());
-    return *d;
   }
 };
 
@@ -168,6 +170,29 @@ absl::Status CudaDevice::Activate() const {
 
 std::shared_ptr<char> CudaDevice::Allocate(size_t bytes) {
   return device_alloc_.AllocateShared(bytes);
+}
+
+absl::StatusOr<std::shared_ptr<char>> CudaDevice::TryAllocate(size_t bytes) {
+  t_last_alloc_error = cudaSuccess;
+  std::shared_ptr<char> p = Allocate(bytes);
+  if (p != nullptr) return p;
+  const cudaError_t e = t_last_alloc_error;
+  const std::string where = place().DebugString();
+  if (e != cudaErrorMemoryAllocation) {
+    return CudaError(e == cudaSuccess ? cudaErrorUnknown : e,
+                     absl::StrCat(where, ": cudaMalloc of ", bytes, " bytes"));
+  }
+  constexpr double kMiB = 1024.0 * 1024.0;
+  const AllocatorStats s = device_stats();
+  std::string device_free;
+  size_t free = 0, total = 0;
+  if (Activate().ok() && cudaMemGetInfo(&free, &total) == cudaSuccess) {
+    device_free = absl::StrCat("; the device has ", free / kMiB, " of ", total / kMiB, " MiB free");
+  }
+  cudaGetLastError();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "out of memory on ", where, " allocating ", bytes, " bytes (this process holds ",
+      s.bytes_in_use / kMiB, " MiB, peak ", s.peak_bytes_in_use / kMiB, " MiB", device_free, ")"));
 }
 
 void CudaDevice::RecycleStagingLocked() {
@@ -226,11 +251,7 @@ absl::Status CudaDevice::SetZero(void* p, size_t bytes) {
 }
 
 absl::StatusOr<std::shared_ptr<char>> CudaDevice::Upload(const void* src, size_t bytes) {
-  std::shared_ptr<char> p = Allocate(bytes);
-  if (p == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("out of memory on GPU ", ordinal_, " allocating ", bytes, " bytes"));
-  }
+  TS_ASSIGN_OR_RETURN(std::shared_ptr<char> p, TryAllocate(bytes));
   TS_RETURN_IF_ERROR(CopyToDevice(p.get(), src, bytes));
   return p;
 }

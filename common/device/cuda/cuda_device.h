@@ -47,6 +47,9 @@ class CudaDevice {
   absl::Status Activate() const;
   // Device memory from the caching allocator (nullptr when out of memory).
   std::shared_ptr<char> Allocate(size_t bytes);
+  // The same, with the reason on failure: ResourceExhausted naming the device, the size and
+  // the memory in use when the device has none left; Internal with the CUDA error otherwise.
+  absl::StatusOr<std::shared_ptr<char>> TryAllocate(size_t bytes);
   AllocatorStats device_stats() const { return device_alloc_.stats(); }
   AllocatorStats pinned_stats() const { return pinned_alloc_.stats(); }
 
@@ -78,7 +81,8 @@ class CudaDevice {
   std::deque<std::pair<cudaEvent_t, std::shared_ptr<char>>> staging_ ABSL_GUARDED_BY(mu_);
 };
 
-// Registers the CUDA DeviceBackend (idempotent); done when this library is linked in.
+// Registers the CUDA DeviceBackend (idempotent); done when this library is linked in. Its
+// failures are Statuses naming the device (see DeviceBackend); it never ends the process.
 void RegisterCudaBackend();
 
 }  // namespace tessera

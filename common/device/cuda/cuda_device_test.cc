@@ -1,13 +1,17 @@
 // CudaDevice on a real GPU: the caching allocator reuses blocks (no cudaMalloc after warm-up),
-// staged host<->device copies round-trip, pinned buffers are recycled, and Tensor moves
-// between places through the registered backend.
+// staged host<->device copies round-trip, pinned buffers are recycled, Tensor moves between
+// places through the registered backend, and running out of device memory is a Status.
 #include <cstring>
 #include <numeric>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/device/cuda/cuda_device.h"
 #include "common/device/cuda/gpu_ops.h"
 #include "common/device/cuda/gpu_test_main.h"
+#include "common/executor.h"
+#include "common/op_desc.h"
+#include "common/ops/ops.h"
 #include "common/tensor.h"
 
 namespace tessera {
@@ -75,6 +79,65 @@ TEST(CudaDeviceTest, TensorMovesThroughTheBackend) {
   EXPECT_NE(PlaceMemoryReport(Place::Gpu(0)).find("gpu:0 memory: in use"), std::string::npos)
       << PlaceMemoryReport(Place::Gpu(0));
   EXPECT_EQ(PlaceMemoryReport(Place::Cpu()), "");
+}
+
+// More bytes than the device has: ResourceExhausted naming gpu:0 and the size (never an
+// abort) from the backend, CudaDevice::TryAllocate, Tensor::TryResize and a placed op whose
+// output does not fit; the device stays usable afterwards.
+TEST(CudaDeviceTest, OutOfMemoryIsAStatusNamingTheDevice) {
+  auto dev = CudaDevice::Get(0);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  const size_t too_many = 2 * total;
+  const std::string oom = absl::StrCat("out of memory on gpu:0 allocating ", too_many, " bytes");
+  DeviceBackend* backend = GetDeviceBackend();
+  ASSERT_NE(backend, nullptr);
+  absl::StatusOr<std::shared_ptr<char>> p = backend->Allocate(Place::Gpu(0), too_many);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted) << p.status();
+  EXPECT_NE(p.status().message().find(oom), std::string::npos) << p.status();
+  p = (*dev)->TryAllocate(too_many);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted) << p.status();
+  EXPECT_NE(p.status().message().find(oom), std::string::npos) << p.status();
+
+  const int64_t floats = static_cast<int64_t>(too_many / sizeof(float));
+  Tensor t;
+  ASSERT_TRUE(t.TryResetPlace(Place::Gpu(0)).ok());
+  absl::Status s = t.TryResize(FLOAT32, {floats});
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("out of memory on gpu:0"), std::string::npos) << s;
+  EXPECT_FALSE(t.initialized());
+
+  // fill_constant's GPU kernel allocates its output through PlacedOutput.
+  OpRegistry cpu;
+  ASSERT_TRUE(RegisterStandardOps(&cpu).ok());
+  DeviceKernelTable kernels;
+  ASSERT_TRUE(RegisterGpuKernels(&kernels).ok());
+  auto placed = MakePlacedRegistry(cpu, Place::Gpu(0), kernels);
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  Executor exec(placed->get());
+  Scope scope;
+  OpDesc fill = MakeOp("fill_constant", {}, {{"Out", {"f"}}});
+  SetAttr(&fill, "shape", std::vector<int64_t>{floats});
+  SetAttr(&fill, "value", 1.5f);
+  s = exec.RunOp(fill, &scope);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("out of memory on gpu:0"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("for output 'f'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("fill_constant"), std::string::npos) << s;
+
+  // Still usable: the same op with a shape that fits, read back on the host.
+  OpDesc small = MakeOp("fill_constant", {}, {{"Out", {"f"}}});
+  SetAttr(&small, "shape", std::vector<int64_t>{2, 3});
+  SetAttr(&small, "value", 1.5f);
+  s = exec.RunOp(small, &scope);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_TRUE(MoveVarsToHost(&scope, {"f"}).ok());
+  const Tensor& f = scope.FindVar("f")->Get<Tensor>();
+  ASSERT_TRUE(f.place().is_cpu());
+  ASSERT_EQ(f.numel(), 6);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(f.data<float>()[i], 1.5f);
 }
 
 }  // namespace

@@ -90,8 +90,7 @@ absl::StatusOr<bool> FillConstant(OpContext& ctx, const Place& place) {
     if (d < 0) return false;
   }
   TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
-  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
-  out->Resize(FLOAT32, shape);
+  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place, FLOAT32, shape));
   TS_CUDA(gpu::Fill(Data(out), out->numel(), ctx.FloatAttr("value", 0.0f), dev->stream()),
           "fill_constant");
   return true;
@@ -102,9 +101,8 @@ absl::StatusOr<bool> FillZerosLike(OpContext& ctx, const Place& place) {
   if (x == nullptr) return false;
   const DataType dtype = x->dtype();
   const Shape shape = x->shape();
-  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
-  out->Resize(dtype, shape);
-  out->SetZero();
+  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place, dtype, shape));
+  TS_RETURN_IF_ERROR(out->TrySetZero());
   return true;
 }
 
@@ -113,7 +111,7 @@ absl::StatusOr<bool> Assign(OpContext& ctx, const Place& place) {
   if (x == nullptr) return false;  // SelectedRows: CPU
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
   TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
-  if (out != x) out->CopyFrom(*x);
+  if (out != x) TS_RETURN_IF_ERROR(out->TryCopyFrom(*x));
   return true;
 }
 
@@ -123,7 +121,7 @@ absl::StatusOr<bool> Scale(OpContext& ctx, const Place& place) {
   TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
   TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
-  if (out != x) out->Resize(FLOAT32, x->shape());
+  if (out != x) TS_RETURN_IF_ERROR(out->TryResize(FLOAT32, x->shape()));
   TS_CUDA(gpu::Scale(Data(x), Data(out), x->numel(), ctx.FloatAttr("scale", 1.0f),
                      ctx.FloatAttr("bias", 0.0f), ctx.BoolAttr("bias_after_scale", true),
                      dev->stream()),
@@ -143,11 +141,11 @@ absl::StatusOr<bool> Sum(OpContext& ctx, const Place& place) {
   }
   TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   Tensor acc;
-  acc.ResetPlace(place);
+  TS_RETURN_IF_ERROR(acc.TryResetPlace(place));  // uninitialized: allocates nothing
   for (int i = 0; i < n; ++i) {
     TS_ASSIGN_OR_RETURN(const Tensor* t, PlacedInput(ctx, "X", place, i));
     if (i == 0) {
-      acc.CopyFrom(*t);
+      TS_RETURN_IF_ERROR(acc.TryCopyFrom(*t));
     } else {
       TS_CUDA(gpu::AddTo(Data(t), Data(&acc), acc.numel(), dev->stream()), "sum");
     }
@@ -176,10 +174,9 @@ absl::StatusOr<bool> MulImpl(OpContext& ctx, const Place& place, bool grad) {
     if (out0 == x || out0 == y) return false;
     TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
     TS_ASSIGN_OR_RETURN(y, PlacedInput(ctx, "Y", place));
-    TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
     Shape shape(x->shape().begin(), x->shape().begin() + xn);
     shape.insert(shape.end(), y->shape().begin() + yn, y->shape().end());
-    out->Resize(FLOAT32, std::move(shape));
+    TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place, FLOAT32, std::move(shape)));
     TS_RETURN_IF_ERROR(Gemm(dev, false, false, m, n, k, 1.0f, Data(x), k, Data(y), n, 0.0f,
                             Data(out)));
     return true;
@@ -196,14 +193,12 @@ absl::StatusOr<bool> MulImpl(OpContext& ctx, const Place& place, bool grad) {
   TS_ASSIGN_OR_RETURN(y, PlacedInput(ctx, "Y", place));
   TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
   if (want_dx) {  // dX = dOut Y^T
-    TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
-    dx->Resize(FLOAT32, x->shape());
+    TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place, FLOAT32, x->shape()));
     TS_RETURN_IF_ERROR(Gemm(dev, false, true, m, k, n, 1.0f, Data(dout), n, Data(y), n, 0.0f,
                             Data(dx)));
   }
   if (want_dy) {  // dY = X^T dOut
-    TS_ASSIGN_OR_RETURN(Tensor * dy, PlacedOutput(ctx, "Y@GRAD", place));
-    dy->Resize(FLOAT32, y->shape());
+    TS_ASSIGN_OR_RETURN(Tensor * dy, PlacedOutput(ctx, "Y@GRAD", place, FLOAT32, y->shape()));
     TS_RETURN_IF_ERROR(Gemm(dev, true, false, k, n, m, 1.0f, Data(x), k, Data(dout), n, 0.0f,
                             Data(dy)));
   }
@@ -231,8 +226,7 @@ absl::StatusOr<bool> MatmulImpl(OpContext& ctx, const Place& place, bool grad) {
     if (out0 == x || out0 == y) return false;
     TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
     TS_ASSIGN_OR_RETURN(y, PlacedInput(ctx, "Y", place));
-    TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
-    out->Resize(FLOAT32, {m, n});
+    TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place, FLOAT32, {m, n}));
     TS_RETURN_IF_ERROR(Gemm(dev, tx, ty, m, n, k, alpha, Data(x), xc, Data(y), yc, 0.0f,
                             Data(out)));
     return true;
@@ -250,8 +244,7 @@ absl::StatusOr<bool> MatmulImpl(OpContext& ctx, const Place& place, bool grad) {
   const float* g = Data(dout);
   if (ctx.HasOutput("X@GRAD")) {
     // X Y: dX = G Y^T;  X^T Y: dX = Y G^T;  X Y^T: dX = G Y;  X^T Y^T: dX = Y^T G^T.
-    TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
-    dx->Resize(FLOAT32, x->shape());
+    TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place, FLOAT32, x->shape()));
     if (!tx) {
       TS_RETURN_IF_ERROR(Gemm(dev, false, !ty, xr, xc, n, alpha, g, n, Data(y), yc, 0, Data(dx)));
     } else {
@@ -260,8 +253,7 @@ absl::StatusOr<bool> MatmulImpl(OpContext& ctx, const Place& place, bool grad) {
   }
   if (ctx.HasOutput("Y@GRAD")) {
     // X Y: dY = X^T G;  X^T Y: dY = X G;  X Y^T: dY = G^T X;  X^T Y^T: dY = G^T X^T.
-    TS_ASSIGN_OR_RETURN(Tensor * dy, PlacedOutput(ctx, "Y@GRAD", place));
-    dy->Resize(FLOAT32, y->shape());
+    TS_ASSIGN_OR_RETURN(Tensor * dy, PlacedOutput(ctx, "Y@GRAD", place, FLOAT32, y->shape()));
     if (!ty) {
       TS_RETURN_IF_ERROR(Gemm(dev, !tx, false, yr, yc, m, alpha, Data(x), xc, g, n, 0, Data(dy)));
     } else {
@@ -316,7 +308,7 @@ DeviceKernelFn ElementwiseKernel(gpu::Binary f) {
     TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
     TS_ASSIGN_OR_RETURN(y, PlacedInput(ctx, "Y", place));
     TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
-    if (out != x && out != y) out->Resize(FLOAT32, x->shape());
+    if (out != x && out != y) TS_RETURN_IF_ERROR(out->TryResize(FLOAT32, x->shape()));
     TS_CUDA(gpu::BinaryBroadcast(f, Data(x), Data(y), Data(out), d.pre, d.n, d.post, d.same,
                                  dev->stream()),
             "elementwise");
@@ -350,8 +342,7 @@ DeviceKernelFn ElementwiseGradKernel(gpu::Binary f) {
     TS_ASSIGN_OR_RETURN(y, PlacedInput(ctx, "Y", place));
     TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
     if (want_dy) {  // first: dX may be written in place of dOut
-      TS_ASSIGN_OR_RETURN(Tensor * dy, PlacedOutput(ctx, "Y@GRAD", place));
-      dy->Resize(FLOAT32, y->shape());
+      TS_ASSIGN_OR_RETURN(Tensor * dy, PlacedOutput(ctx, "Y@GRAD", place, FLOAT32, y->shape()));
       const float scale = f == gpu::Binary::kSub ? -1.0f : 1.0f;
       const float* xm = f == gpu::Binary::kMul ? Data(x) : nullptr;
       TS_CUDA(gpu::ReduceToY(Data(dout), xm, d.pre, d.n, d.post, scale, Data(dy), dev->stream()),
@@ -359,13 +350,13 @@ DeviceKernelFn ElementwiseGradKernel(gpu::Binary f) {
     }
     if (want_dx) {
       TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
-      if (dx != dout) dx->Resize(FLOAT32, x->shape());
+      if (dx != dout) TS_RETURN_IF_ERROR(dx->TryResize(FLOAT32, x->shape()));
       if (f == gpu::Binary::kMul) {
         TS_CUDA(gpu::BinaryBroadcast(gpu::Binary::kMul, Data(dout), Data(y), Data(dx), d.pre,
                                      d.n, d.post, d.same, dev->stream()),
                 "elementwise_mul_grad");
       } else if (dx != dout) {
-        dx->CopyFrom(*dout);
+        TS_RETURN_IF_ERROR(dx->TryCopyFrom(*dout));
       }
     }
     return true;
@@ -382,7 +373,7 @@ DeviceKernelFn ActivationKernel(gpu::Activation f) {
     TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
     TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
     TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
-    if (out != x) out->Resize(FLOAT32, x->shape());
+    if (out != x) TS_RETURN_IF_ERROR(out->TryResize(FLOAT32, x->shape()));
     TS_CUDA(gpu::ActivationForward(f, Data(x), Data(out), x->numel(), dev->stream()),
             "activation");
     return true;
@@ -399,7 +390,7 @@ DeviceKernelFn ActivationGradKernel(gpu::Activation f) {
     TS_ASSIGN_OR_RETURN(out, PlacedInput(ctx, "Out", place));
     TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
     TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
-    if (dx != out && dx != dout) dx->Resize(FLOAT32, out->shape());
+    if (dx != out && dx != dout) TS_RETURN_IF_ERROR(dx->TryResize(FLOAT32, out->shape()));
     TS_CUDA(gpu::ActivationGrad(f, Data(out), Data(dout), Data(dx), out->numel(), dev->stream()),
             "activation_grad");
     return true;
@@ -416,8 +407,7 @@ absl::StatusOr<bool> Mean(OpContext& ctx, const Place& place) {
   if (out0 == x) return false;
   TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
-  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
-  out->Resize(FLOAT32, {1});
+  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place, FLOAT32, {1}));
   TS_CUDA(gpu::SumAll(Data(x), x->numel(), 1.0f / static_cast<float>(x->numel()), Data(out),
                       dev->stream()),
           "mean");
@@ -433,8 +423,7 @@ absl::StatusOr<bool> MeanGrad(OpContext& ctx, const Place& place) {
   if (dx0 == x || dx0 == dout) return false;
   TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
-  TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
-  dx->Resize(FLOAT32, x->shape());
+  TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place, FLOAT32, x->shape()));
   const float scale = 1.0f / static_cast<float>(std::max<int64_t>(x->numel(), 1));
   TS_CUDA(gpu::FillFromScalar(Data(dout), scale, Data(dx), dx->numel(), dev->stream()),
           "mean_grad");
@@ -449,7 +438,7 @@ absl::StatusOr<bool> SquareError(OpContext& ctx, const Place& place) {
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
   TS_ASSIGN_OR_RETURN(y, PlacedInput(ctx, "Y", place));
   TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
-  if (out != x && out != y) out->Resize(FLOAT32, x->shape());
+  if (out != x && out != y) TS_RETURN_IF_ERROR(out->TryResize(FLOAT32, x->shape()));
   TS_CUDA(gpu::SquareError(Data(x), Data(y), Data(out), x->numel(), dev->stream()),
           "square_error");
   return true;
@@ -481,13 +470,11 @@ absl::StatusOr<bool> SquareErrorGrad(OpContext& ctx, const Place& place) {
   float* dxp = nullptr;
   float* dyp = nullptr;
   if (want_dx) {
-    TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
-    dx->Resize(FLOAT32, x->shape());
+    TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place, FLOAT32, x->shape()));
     dxp = Data(dx);
   }
   if (want_dy) {
-    TS_ASSIGN_OR_RETURN(Tensor * dy, PlacedOutput(ctx, "Y@GRAD", place));
-    dy->Resize(FLOAT32, y->shape());
+    TS_ASSIGN_OR_RETURN(Tensor * dy, PlacedOutput(ctx, "Y@GRAD", place, FLOAT32, y->shape()));
     dyp = Data(dy);
   }
   TS_CUDA(gpu::SquareErrorGrad(Data(x), Data(y), Data(dout), dxp, dyp, x->numel(), dev->stream()),
@@ -507,7 +494,7 @@ absl::StatusOr<bool> SigmoidCe(OpContext& ctx, const Place& place) {
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
   TS_ASSIGN_OR_RETURN(z, PlacedInput(ctx, "Label", place));
   TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
-  if (out != x && out != z) out->Resize(FLOAT32, x->shape());
+  if (out != x && out != z) TS_RETURN_IF_ERROR(out->TryResize(FLOAT32, x->shape()));
   TS_CUDA(gpu::SigmoidCrossEntropy(Data(x), Data(z), Data(out), x->numel(), ignore, 1.0f,
                                    dev->stream()),
           "sigmoid_cross_entropy_with_logits");
@@ -531,7 +518,7 @@ absl::StatusOr<bool> SigmoidCeGrad(OpContext& ctx, const Place& place) {
   TS_ASSIGN_OR_RETURN(z, PlacedInput(ctx, "Label", place));
   TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
   TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
-  if (dx != dout) dx->Resize(FLOAT32, x->shape());
+  if (dx != dout) TS_RETURN_IF_ERROR(dx->TryResize(FLOAT32, x->shape()));
   TS_CUDA(gpu::SigmoidCrossEntropyGrad(Data(x), Data(z), Data(dout), Data(dx), x->numel(), ignore,
                                        1.0f, dev->stream()),
           "sigmoid_cross_entropy_with_logits_grad");
@@ -600,12 +587,12 @@ absl::StatusOr<bool> SoftmaxCe(OpContext& ctx, const Place& place) {
   TS_ASSIGN_OR_RETURN(ok, PrepareSoftmaxLabels(ctx, place, dev, soft, rows, c, &labels));
   if (!ok) return false;
   TS_ASSIGN_OR_RETURN(logits, PlacedInput(ctx, "Logits", place));
-  TS_ASSIGN_OR_RETURN(Tensor * softmax, PlacedOutput(ctx, "Softmax", place));
-  TS_ASSIGN_OR_RETURN(Tensor * loss, PlacedOutput(ctx, "Loss", place));
-  softmax->Resize(FLOAT32, logits->shape());
   Shape loss_shape = logits->shape();
   loss_shape.back() = 1;
-  loss->Resize(FLOAT32, std::move(loss_shape));
+  TS_ASSIGN_OR_RETURN(Tensor * softmax,
+                      PlacedOutput(ctx, "Softmax", place, FLOAT32, logits->shape()));
+  TS_ASSIGN_OR_RETURN(Tensor * loss,
+                      PlacedOutput(ctx, "Loss", place, FLOAT32, std::move(loss_shape)));
   TS_CUDA(gpu::SoftmaxCrossEntropy(Data(logits),
                                    reinterpret_cast<const int64_t*>(labels.hard.get()),
                                    labels.soft, rows, c, ctx.IntAttr("ignore_index", -100),
@@ -632,7 +619,7 @@ absl::StatusOr<bool> SoftmaxCeGrad(OpContext& ctx, const Place& place) {
   TS_ASSIGN_OR_RETURN(softmax, PlacedInput(ctx, "Softmax", place));
   TS_ASSIGN_OR_RETURN(dloss, PlacedInput(ctx, "Loss@GRAD", place));
   TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "Logits@GRAD", place));
-  if (dx != softmax) dx->Resize(FLOAT32, softmax->shape());
+  if (dx != softmax) TS_RETURN_IF_ERROR(dx->TryResize(FLOAT32, softmax->shape()));
   TS_CUDA(gpu::SoftmaxCrossEntropyGrad(Data(softmax),
                                        reinterpret_cast<const int64_t*>(labels.hard.get()),
                                        labels.soft, Data(dloss), rows, c,
@@ -685,8 +672,7 @@ absl::StatusOr<bool> LookupTable(OpContext& ctx, const Place& place) {
   if (shape.size() > 1 && shape.back() == 1) shape.pop_back();
   shape.push_back(w->dim(1));
   TS_ASSIGN_OR_RETURN(w, PlacedInput(ctx, "W", place));
-  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
-  out->Resize(FLOAT32, std::move(shape));
+  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place, FLOAT32, std::move(shape)));
   out->set_lod(ids->lod());
   if (index.empty()) return true;
   TS_ASSIGN_OR_RETURN(std::shared_ptr<char> dindex,
@@ -722,8 +708,8 @@ absl::StatusOr<bool> LookupTableGrad(OpContext& ctx, const Place& place) {
       kept.push_back(i);
       sr->rows.push_back(ids[i]);
     }
-    sr->value.ResetPlace(place);
-    sr->value.Resize(FLOAT32, {static_cast<int64_t>(kept.size()), width});
+    TS_RETURN_IF_ERROR(sr->value.TryResetPlace(place));
+    TS_RETURN_IF_ERROR(sr->value.TryResize(FLOAT32, {static_cast<int64_t>(kept.size()), width}));
     if (kept.empty()) return true;
     TS_ASSIGN_OR_RETURN(std::shared_ptr<char> dkept,
                         dev->Upload(kept.data(), sizeof(int64_t) * kept.size()));
@@ -734,9 +720,9 @@ absl::StatusOr<bool> LookupTableGrad(OpContext& ctx, const Place& place) {
     return true;
   }
   Tensor* dw = dw_var->GetMutable<Tensor>();
-  dw->ResetPlace(place);
-  dw->Resize(FLOAT32, {w->dim(0), width});
-  dw->SetZero();
+  TS_RETURN_IF_ERROR(dw->TryResetPlace(place));
+  TS_RETURN_IF_ERROR(dw->TryResize(FLOAT32, {w->dim(0), width}));
+  TS_RETURN_IF_ERROR(dw->TrySetZero());
   if (n == 0) return true;
   TS_ASSIGN_OR_RETURN(std::shared_ptr<char> dindex,
                       dev->Upload(index.data(), sizeof(int64_t) * index.size()));
@@ -796,8 +782,7 @@ absl::StatusOr<bool> Concat(OpContext& ctx, const Place& place) {
   for (size_t i = 0; i < xs.size(); ++i) {
     TS_ASSIGN_OR_RETURN(xs[i], PlacedInput(ctx, "X", place, static_cast<int>(i)));
   }
-  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
-  out->Resize(xs[0]->dtype(), shape);
+  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place, xs[0]->dtype(), shape));
   const size_t es = SizeOf(out->dtype());
   const int64_t outer = OuterElements(shape, axis), inner = InnerElements(shape, axis);
   const size_t out_row = static_cast<size_t>(shape[axis] * inner) * es;
@@ -842,8 +827,8 @@ absl::StatusOr<bool> ConcatGrad(OpContext& ctx, const Place& place) {
     const size_t row = static_cast<size_t>(xs[i]->dim(axis) * inner) * es;
     if (bound[i]) {
       const Shape shape = xs[i]->shape();
-      TS_ASSIGN_OR_RETURN(Tensor * g, PlacedOutput(ctx, "X@GRAD", place, static_cast<int>(i)));
-      g->Resize(dout->dtype(), shape);
+      TS_ASSIGN_OR_RETURN(Tensor * g, PlacedOutput(ctx, "X@GRAD", place, dout->dtype(), shape,
+                                                   static_cast<int>(i)));
       TS_RETURN_IF_ERROR(Copy2D(dev, static_cast<char*>(g->raw_data()), row,
                                 static_cast<const char*>(dout->raw_data()) + offset, in_row, row,
                                 outer));
@@ -899,8 +884,7 @@ absl::StatusOr<bool> Split(OpContext& ctx, const Place& place) {
     if (IsBound(ctx.OutputName("Out", i))) {
       Shape shape = x->shape();
       shape[axis] = sizes[i];
-      TS_ASSIGN_OR_RETURN(Tensor * o, PlacedOutput(ctx, "Out", place, i));
-      o->Resize(x->dtype(), shape);
+      TS_ASSIGN_OR_RETURN(Tensor * o, PlacedOutput(ctx, "Out", place, x->dtype(), shape, i));
       TS_RETURN_IF_ERROR(Copy2D(dev, static_cast<char*>(o->raw_data()), row,
                                 static_cast<const char*>(x->raw_data()) + offset, in_row, row,
                                 outer));
@@ -965,8 +949,8 @@ absl::StatusOr<bool> Conv2d(OpContext& ctx, const Place& place) {
   TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(input, PlacedInput(ctx, "Input", place));
   TS_ASSIGN_OR_RETURN(filter, PlacedInput(ctx, "Filter", place));
-  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Output", place));
-  out->Resize(FLOAT32, {d.n, d.m, d.g.ho, d.g.wo});
+  TS_ASSIGN_OR_RETURN(Tensor * out,
+                      PlacedOutput(ctx, "Output", place, FLOAT32, {d.n, d.m, d.g.ho, d.g.wo}));
   if (out->numel() == 0) return true;
   const int64_t chunk = ConvChunk(d), ckk = d.ckk(), p = d.p();
   TS_ASSIGN_OR_RETURN(std::shared_ptr<char> col, Scratch(ctx, dev, place, chunk * ckk * p));
@@ -1011,13 +995,11 @@ absl::StatusOr<bool> Conv2dGrad(OpContext& ctx, const Place& place) {
   Tensor* dx = nullptr;
   Tensor* dw = nullptr;
   if (want_dx) {
-    TS_ASSIGN_OR_RETURN(dx, PlacedOutput(ctx, "Input@GRAD", place));
-    dx->Resize(FLOAT32, input->shape());
+    TS_ASSIGN_OR_RETURN(dx, PlacedOutput(ctx, "Input@GRAD", place, FLOAT32, input->shape()));
     TS_RETURN_IF_ERROR(dev->SetZero(dx->raw_data(), dx->nbytes()));
   }
   if (want_dw) {
-    TS_ASSIGN_OR_RETURN(dw, PlacedOutput(ctx, "Filter@GRAD", place));
-    dw->Resize(FLOAT32, filter->shape());
+    TS_ASSIGN_OR_RETURN(dw, PlacedOutput(ctx, "Filter@GRAD", place, FLOAT32, filter->shape()));
     TS_RETURN_IF_ERROR(dev->SetZero(dw->raw_data(), dw->nbytes()));
   }
   if (d.n == 0 || d.m == 0) return true;
@@ -1065,8 +1047,8 @@ absl::StatusOr<bool> Pool2d(OpContext& ctx, const Place& place) {
   if (out0 == x) return false;
   TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
-  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
-  out->Resize(FLOAT32, {x->dim(0), x->dim(1), g.ho, g.wo});
+  TS_ASSIGN_OR_RETURN(Tensor * out,
+                      PlacedOutput(ctx, "Out", place, FLOAT32, {x->dim(0), x->dim(1), g.ho, g.wo}));
   TS_CUDA(gpu::Pool2d(g, Data(x), Data(out), dev->stream()), "pool2d");
   return true;
 }
@@ -1089,8 +1071,7 @@ absl::StatusOr<bool> Pool2dGrad(OpContext& ctx, const Place& place) {
     xp = Data(x);
   }
   TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
-  TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
-  dx->Resize(FLOAT32, shape);
+  TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place, FLOAT32, shape));
   TS_CUDA(gpu::Pool2dGrad(g, xp, Data(dout), Data(dx), dev->stream()), "pool2d_grad");
   return true;
 }
@@ -1112,8 +1093,7 @@ absl::StatusOr<bool> Flatten(OpContext& ctx, const Place& place) {
   if (out0 == x) return false;
   TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
-  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
-  out->Resize(x->dtype(), std::move(shape));
+  TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place, x->dtype(), std::move(shape)));
   TS_RETURN_IF_ERROR(dev->CopyOnDevice(out->raw_data(), x->raw_data(), x->nbytes()));
   return true;
 }
@@ -1133,8 +1113,7 @@ absl::StatusOr<bool> FlattenGrad(OpContext& ctx, const Place& place) {
   const Shape shape = x->shape();
   TS_ASSIGN_OR_RETURN(CudaDevice * dev, ActiveDevice(place));
   TS_ASSIGN_OR_RETURN(dout, PlacedInput(ctx, "Out@GRAD", place));
-  TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
-  dx->Resize(dtype, shape);
+  TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place, dtype, shape));
   TS_RETURN_IF_ERROR(dev->CopyOnDevice(dx->raw_data(), dout->raw_data(), dout->nbytes()));
   return true;
 }
@@ -1209,8 +1188,7 @@ absl::StatusOr<bool> BatchNorm(OpContext& ctx, const Place& place) {
   TS_ASSIGN_OR_RETURN(const Tensor* bias, PlacedInput(ctx, "Bias", place));
   TS_ASSIGN_OR_RETURN(const Tensor* mean, PlacedInput(ctx, "Mean", place));
   TS_ASSIGN_OR_RETURN(const Tensor* var, PlacedInput(ctx, "Variance", place));
-  TS_ASSIGN_OR_RETURN(Tensor * y, PlacedOutput(ctx, "Y", place));
-  y->Resize(FLOAT32, shape);
+  TS_ASSIGN_OR_RETURN(Tensor * y, PlacedOutput(ctx, "Y", place, FLOAT32, shape));
   if (global) {
     TS_CUDA(gpu::BatchNormApply(d, Data(x), Data(scale), Data(bias), Data(mean), Data(var), false,
                                 eps, Data(y), dev->stream()),
@@ -1218,14 +1196,13 @@ absl::StatusOr<bool> BatchNorm(OpContext& ctx, const Place& place) {
     return true;
   }
   const Shape mean_shape = mean->shape(), var_shape = var->shape();
-  TS_ASSIGN_OR_RETURN(Tensor * saved_mean, PlacedOutput(ctx, "SavedMean", place));
-  TS_ASSIGN_OR_RETURN(Tensor * saved_var, PlacedOutput(ctx, "SavedVariance", place));
+  TS_ASSIGN_OR_RETURN(Tensor * saved_mean, PlacedOutput(ctx, "SavedMean", place, FLOAT32, {d.c}));
+  TS_ASSIGN_OR_RETURN(Tensor * saved_var,
+                      PlacedOutput(ctx, "SavedVariance", place, FLOAT32, {d.c}));
   TS_ASSIGN_OR_RETURN(Tensor * mean_out, PlacedOutput(ctx, "MeanOut", place));
   TS_ASSIGN_OR_RETURN(Tensor * var_out, PlacedOutput(ctx, "VarianceOut", place));
-  saved_mean->Resize(FLOAT32, {d.c});
-  saved_var->Resize(FLOAT32, {d.c});
-  if (mean_out != mean) mean_out->Resize(FLOAT32, mean_shape);
-  if (var_out != var) var_out->Resize(FLOAT32, var_shape);
+  if (mean_out != mean) TS_RETURN_IF_ERROR(mean_out->TryResize(FLOAT32, mean_shape));
+  if (var_out != var) TS_RETURN_IF_ERROR(var_out->TryResize(FLOAT32, var_shape));
   TS_CUDA(gpu::BatchNormStats(d, Data(x), eps, static_cast<float>(momentum), Data(mean), Data(var),
                               Data(saved_mean), Data(saved_var), Data(mean_out), Data(var_out),
                               dev->stream()),
@@ -1273,12 +1250,10 @@ absl::StatusOr<bool> BatchNormGrad(OpContext& ctx, const Place& place) {
   Tensor* dscale = nullptr;
   Tensor* dbias = nullptr;
   if (want_dscale) {
-    TS_ASSIGN_OR_RETURN(dscale, PlacedOutput(ctx, "Scale@GRAD", place));
-    dscale->Resize(FLOAT32, scale_shape);
+    TS_ASSIGN_OR_RETURN(dscale, PlacedOutput(ctx, "Scale@GRAD", place, FLOAT32, scale_shape));
   }
   if (want_dbias) {
-    TS_ASSIGN_OR_RETURN(dbias, PlacedOutput(ctx, "Bias@GRAD", place));
-    dbias->Resize(FLOAT32, scale_shape);
+    TS_ASSIGN_OR_RETURN(dbias, PlacedOutput(ctx, "Bias@GRAD", place, FLOAT32, scale_shape));
   }
   // The channel sums go to Bias@GRAD / Scale@GRAD, or to scratch when they are not bound.
   const float* sum_dy = nullptr;
@@ -1299,8 +1274,7 @@ absl::StatusOr<bool> BatchNormGrad(OpContext& ctx, const Place& place) {
     }
   }
   if (!want_dx) return true;
-  TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
-  dx->Resize(FLOAT32, shape);
+  TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place, FLOAT32, shape));
   TS_CUDA(gpu::BatchNormGradX(d, Data(x), Data(dy), Data(scale), Data(mean), Data(var), !global,
                               eps, sum_dy, sum_dy_xhat, Data(dx), dev->stream()),
           "batch_norm_grad");
@@ -1345,13 +1319,12 @@ absl::StatusOr<bool> Dropout(OpContext& ctx, const Place& place) {
   const uint64_t key = a.is_test ? 0 : DropoutKey(ctx, lead.data(), lead_bytes);
   TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, "Out", place));
   if (out != x) {
-    out->Resize(FLOAT32, x->shape());
+    TS_RETURN_IF_ERROR(out->TryResize(FLOAT32, x->shape()));
     out->set_lod(x->lod());
   }
   float* maskp = nullptr;
   if (!a.is_test) {
-    TS_ASSIGN_OR_RETURN(Tensor * mask, PlacedOutput(ctx, "Mask", place));
-    mask->Resize(FLOAT32, x->shape());
+    TS_ASSIGN_OR_RETURN(Tensor * mask, PlacedOutput(ctx, "Mask", place, FLOAT32, x->shape()));
     maskp = Data(mask);
   }
   TS_CUDA(gpu::Dropout(Data(x), x->numel(), key, a.p, scale, Data(out), maskp, dev->stream()),
@@ -1379,7 +1352,7 @@ absl::StatusOr<bool> DropoutGrad(OpContext& ctx, const Place& place) {
     TS_ASSIGN_OR_RETURN(mask, PlacedInput(ctx, "Mask", place));
   }
   TS_ASSIGN_OR_RETURN(Tensor * dx, PlacedOutput(ctx, "X@GRAD", place));
-  if (dx != dout && dx != mask) dx->Resize(FLOAT32, dout->shape());
+  if (dx != dout && dx != mask) TS_RETURN_IF_ERROR(dx->TryResize(FLOAT32, dout->shape()));
   TS_CUDA(gpu::DropoutGrad(Data(dout), mask == nullptr ? nullptr : Data(mask), dout->numel(),
                            scale, Data(dx), dev->stream()),
           "dropout_grad");
@@ -1425,14 +1398,12 @@ absl::StatusOr<bool> Accuracy(OpContext& ctx, const Place& place) {
   TS_ASSIGN_OR_RETURN(std::shared_ptr<char> rows,
                       Scratch(ctx, dev, place, std::max<int64_t>(n, 1)));
   TS_ASSIGN_OR_RETURN(x, PlacedInput(ctx, "X", place));
-  TS_ASSIGN_OR_RETURN(Tensor * accuracy, PlacedOutput(ctx, "Accuracy", place));
-  accuracy->Resize(FLOAT32, {1});
+  TS_ASSIGN_OR_RETURN(Tensor * accuracy, PlacedOutput(ctx, "Accuracy", place, FLOAT32, {1}));
   int64_t* counts[2] = {nullptr, nullptr};  // Correct, Total
   const char* count_slots[2] = {"Correct", "Total"};
   for (int i = 0; i < 2; ++i) {
     if (!ctx.HasOutput(count_slots[i])) continue;
-    TS_ASSIGN_OR_RETURN(Tensor * t, PlacedOutput(ctx, count_slots[i], place));
-    t->Resize(INT64, {1});
+    TS_ASSIGN_OR_RETURN(Tensor * t, PlacedOutput(ctx, count_slots[i], place, INT64, {1}));
     counts[i] = t->data<int64_t>();
   }
   TS_CUDA(gpu::Accuracy(Data(x), reinterpret_cast<const int64_t*>(dids.get()), n, classes, k,
@@ -1582,8 +1553,7 @@ DeviceKernelFn OptimizerKernel(gpu::Optimizer kind) {
         const Tensor* in = Peek(ctx, in_slot);
         const DataType dtype = in->dtype();
         const Shape shape = in->shape();
-        TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, slot, Place::Cpu()));
-        out->Resize(dtype, shape);
+        TS_ASSIGN_OR_RETURN(Tensor * out, PlacedOutput(ctx, slot, Place::Cpu(), dtype, shape));
         if (dtype == FLOAT32) {
           out->data<float>()[0] = static_cast<float>(value);
         } else {

@@ -129,7 +129,7 @@ class GpuOpsTest : public ::testing::Test {
         << "an op fell back to its CPU kernel";
     EXPECT_EQ(after.ops_on_host, before.ops_on_host);
     ASSERT_TRUE(SynchronizePlace(Place::Gpu(0)).ok());
-    MoveScopeToHost(&gpu_scope);
+    ASSERT_TRUE(MoveScopeToHost(&gpu_scope).ok());
     for (const std::string& out : outputs) {
       const Variable* want = cpu_scope.FindVar(out);
       const Variable* got = gpu_scope.FindVar(out);
@@ -705,7 +705,7 @@ TEST_F(GpuOpsTest, AccuracyFallsBackForBadOrInt32Labels) {
     EXPECT_EQ(got.ok(), int32);
     EXPECT_EQ(got.message(), want.message());
     if (!int32) continue;
-    MoveScopeToHost(&gpu_scope);
+    ASSERT_TRUE(MoveScopeToHost(&gpu_scope).ok());
     for (const char* out : {"acc", "correct", "total"}) {
       ExpectExact(gpu_scope.FindVar(out)->Get<Tensor>(), cpu_scope.FindVar(out)->Get<Tensor>(),
                   out);
