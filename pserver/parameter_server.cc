@@ -61,6 +61,7 @@ absl::Status ParameterServer::Init() {
   TS_ASSIGN_OR_RETURN(applier_,
                       Applier::Create(program_, *ls, num_trainers_, sync_, scope_, registry_, ao));
   CreateBlockVariables(program_.blocks(0), scope_);
+  eval_ = std::make_unique<EvalReducer>(num_trainers_, options_.endpoint);
   inbox_ = std::make_unique<GradientInbox>(&program_, scope_, num_trainers_, sync_,
                                            options_.endpoint, applier_->dense_gradients(),
                                            applier_->table_gradients());
@@ -115,6 +116,7 @@ absl::Status ParameterServer::CheckJobAndTrainer(const RequestMeta& meta) const 
 
 absl::StatusOr<Variable*> ParameterServer::PrepareReceive(const RequestMeta& meta,
                                                           const VariableHeader& h) {
+  if (EvalReducer::IsEvalVariable(h.name)) return eval_->Prepare(meta.trainer_id, h);
   int64_t step;
   {
     absl::MutexLock lock(&mu_);
@@ -125,6 +127,12 @@ absl::StatusOr<Variable*> ParameterServer::PrepareReceive(const RequestMeta& met
 
 void ParameterServer::HandleSend(const RequestMeta& meta, const VariableHeader& h, Variable* var,
                                  DoneCallback done) {
+  if (EvalReducer::IsEvalVariable(h.name)) {
+    std::vector<std::function<void()>> answers;
+    absl::Status s = eval_->Add(meta.trainer_id, h.name, &answers);
+    for (auto& a : answers) a();
+    return done(s);
+  }
   // Bad rows are refused as bad input before anything counts them, rather than as an optimizer
   // failure (sync: one that fails the whole step).
   if (absl::Status rows = inbox_->CheckRows(h, var); !rows.ok()) return done(rows);
@@ -158,6 +166,12 @@ void ParameterServer::ServeGet(const std::string& name, const GetDone& done) {
 }
 
 void ParameterServer::HandleGet(const RequestMeta& meta, const std::string& name, GetDone done) {
+  if (EvalReducer::IsEvalVariable(name)) {
+    std::vector<std::function<void()>> answers;
+    eval_->Get(name, std::move(done), &answers);
+    for (auto& a : answers) a();
+    return;
+  }
   {
     absl::MutexLock lock(&mu_);
     ++stats_.gets;
@@ -406,6 +420,9 @@ void ParameterServer::Fail(absl::Status reason) {
   }
   for (SyncBarrier::Reply& r : replies) r.done(r.status);
   for (auto& g : gets) g.done(reason);
+  std::vector<std::function<void()>> evals;
+  if (eval_ != nullptr) eval_->FailAll(reason, &evals);
+  for (auto& e : evals) e();
 }
 
 void ParameterServer::Watchdog() {

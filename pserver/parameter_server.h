@@ -42,6 +42,7 @@
 #include "common/rpc/server.h"
 #include "common/thread_pool.h"
 #include "pserver/applier.h"
+#include "pserver/eval_reducer.h"
 #include "pserver/gradient_inbox.h"
 #include "pserver/sparse_table.h"
 #include "pserver/sync_barrier.h"
@@ -198,6 +199,8 @@ class ParameterServer : public RequestHandler {
   // The request path's two halves: where gradients land, and what applies them.
   std::unique_ptr<GradientInbox> inbox_;
   std::unique_ptr<Applier> applier_;
+  // Distributed evaluation: the trainers' partials summed (pserver/eval_reducer.h).
+  std::unique_ptr<EvalReducer> eval_;
 
   mutable absl::Mutex mu_;
   // The step protocol: the step, the active trainers, both barriers, the optimize in progress

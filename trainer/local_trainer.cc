@@ -502,18 +502,12 @@ absl::StatusOr<EpochStats> LocalTrainer::TrainEpoch(const StreamFactory& streams
   return EndEpoch(&run);
 }
 
-absl::StatusOr<EvalResult> LocalTrainer::Evaluate(const data::Dataset& dataset) {
-  const int64_t n = static_cast<int64_t>(dataset.examples.size());
-  if (n == 0) return absl::InvalidArgumentError("LocalTrainer: the evaluation data set is empty");
-  const absl::Span<const data::Example> examples(dataset.examples);
+absl::Status LocalTrainer::Score(
+    absl::Span<const data::Example> examples, double* loss_sum, int64_t* correct,
+    int64_t* classes, const std::function<void(const data::Example&, double)>& binary_score) {
+  const int64_t n = static_cast<int64_t>(examples.size());
   const bool with_prediction = !model_.prediction.empty();
-  const bool binary_accuracy =
-      std::find(model_.metrics.begin(), model_.metrics.end(), "accuracy") != model_.metrics.end();
-  std::vector<float> predictions, labels;
-  int64_t classes = 0;  // the prediction's width, from its first batch
-  int64_t correct = 0;
-  EvalResult result;
-  double loss_sum = 0;
+  *classes = 0;  // the prediction's width, from its first batch
   for (int64_t begin = 0; begin < n; begin += options_.batch_size) {
     const int64_t size = std::min<int64_t>(options_.batch_size, n - begin);
     const absl::Span<const data::Example> batch = examples.subspan(begin, size);
@@ -521,45 +515,61 @@ absl::StatusOr<EvalResult> LocalTrainer::Evaluate(const data::Dataset& dataset) 
     TS_RETURN_IF_ERROR(executor_.Run(eval_block_, &scope_));
     if (options_.after_run) TS_RETURN_IF_ERROR(options_.after_run(&scope_));
     TS_ASSIGN_OR_RETURN(double loss, ReadLoss());
-    loss_sum += loss * size;
+    *loss_sum += loss * size;
     if (!with_prediction) continue;
     const Variable* v = scope_.FindVar(model_.prediction);
     const Tensor* p = v == nullptr ? nullptr : v->GetIf<Tensor>();
-    if (classes == 0 && p != nullptr && p->initialized() && size > 0) classes = p->numel() / size;
-    if (p == nullptr || !p->initialized() || classes < 1 || p->numel() != size * classes ||
+    if (*classes == 0 && p != nullptr && p->initialized() && size > 0) *classes = p->numel() / size;
+    if (p == nullptr || !p->initialized() || *classes < 1 || p->numel() != size * *classes ||
         (p->dtype() != FLOAT32 && p->dtype() != FLOAT64)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "prediction '", model_.prediction, "' must be a float [", size, ", 1] or [", size,
           ", classes] tensor, got ", p == nullptr ? std::string("nothing") : p->DebugString()));
     }
     for (int64_t i = 0; i < size; ++i) {
-      const float label = batch[static_cast<size_t>(i)].label;
-      if (classes == 1) {
+      const data::Example& example = batch[static_cast<size_t>(i)];
+      const float label = example.label;
+      if (*classes == 1) {
         const float prob = static_cast<float>(ValueAt(*p, i));
-        predictions.push_back(prob);
-        labels.push_back(label);
-        correct += (prob >= 0.5f) == (label >= 0.5f);
+        binary_score(example, prob);
+        *correct += (prob >= 0.5f) == (label >= 0.5f);
         continue;
       }
       const int64_t k = static_cast<int64_t>(label);
-      if (k < 0 || k >= classes || static_cast<float>(k) != label) {
+      if (k < 0 || k >= *classes || static_cast<float>(k) != label) {
         return absl::InvalidArgumentError(
             absl::StrCat("example ", begin + i, " has label ", label, ", not a class of the ",
-                         classes, " scores of prediction '", model_.prediction, "'"));
+                         *classes, " scores of prediction '", model_.prediction, "'"));
       }
-      correct += p->dtype() == FLOAT32
-                     ? TopKCorrect(p->data<float>() + i * classes, classes, k, 1)
-                     : TopKCorrect(p->data<double>() + i * classes, classes, k, 1);
+      *correct += p->dtype() == FLOAT32
+                      ? TopKCorrect(p->data<float>() + i * *classes, *classes, k, 1)
+                      : TopKCorrect(p->data<double>() + i * *classes, *classes, k, 1);
     }
   }
-  if (with_prediction && (classes > 1 || binary_accuracy)) {
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EvalResult> LocalTrainer::Evaluate(const data::Dataset& dataset) {
+  const int64_t n = static_cast<int64_t>(dataset.examples.size());
+  if (n == 0) return absl::InvalidArgumentError("LocalTrainer: the evaluation data set is empty");
+  const bool binary_accuracy =
+      std::find(model_.metrics.begin(), model_.metrics.end(), "accuracy") != model_.metrics.end();
+  std::vector<float> predictions, labels;
+  int64_t classes = 0, correct = 0;
+  double loss_sum = 0;
+  TS_RETURN_IF_ERROR(Score(dataset.examples, &loss_sum, &correct, &classes,
+                           [&](const data::Example& e, double prob) {
+                             predictions.push_back(static_cast<float>(prob));
+                             labels.push_back(e.label);
+                           }));
+  EvalResult result;
+  if (classes > 1 || (classes == 1 && binary_accuracy)) {
     result.has_accuracy = true;
     result.accuracy = static_cast<double>(correct) / static_cast<double>(n);
   }
-  const bool with_auc = with_prediction && classes == 1;
   result.samples = n;
   result.mean_loss = loss_sum / static_cast<double>(n);
-  if (with_auc) {
+  if (classes == 1) {
     absl::StatusOr<double> auc =
         data::ExactAuc(absl::Span<const float>(predictions), absl::Span<const float>(labels));
     if (auc.ok()) {
@@ -572,6 +582,48 @@ absl::StatusOr<EvalResult> LocalTrainer::Evaluate(const data::Dataset& dataset) 
     }  // else: one class only, AUC undefined
   }
   return result;
+}
+
+absl::StatusOr<EvalPartial> LocalTrainer::EvaluatePartial(const data::Dataset& dataset,
+                                                          int64_t begin, int64_t end) {
+  const int64_t n = static_cast<int64_t>(dataset.examples.size());
+  if (begin < 0 || end < begin || end > n) {
+    return absl::InvalidArgumentError(absl::StrCat("evaluation range [", begin, ", ", end,
+                                                   ") of a data set of ", n, " examples"));
+  }
+  // What a partial measures follows from the model's metrics, never from the share, so that
+  // every trainer's partial has the same shape (an empty share included): an AUC histogram
+  // with "auc" (the prediction must then be a probability), accuracy with "accuracy" (top-1 of
+  // class scores, or a [B, 1] prediction rounded at 0.5).
+  auto wants = [&](const char* metric) {
+    return !model_.prediction.empty() &&
+           std::find(model_.metrics.begin(), model_.metrics.end(), metric) !=
+               model_.metrics.end();
+  };
+  EvalPartial partial;
+  partial.has_auc_histogram = wants("auc");
+  partial.has_accuracy = wants("accuracy");
+  int64_t classes = 0;
+  absl::Status bad;
+  TS_RETURN_IF_ERROR(Score(absl::Span<const data::Example>(dataset.examples).subspan(
+                               static_cast<size_t>(begin), static_cast<size_t>(end - begin)),
+                           &partial.loss_sum, &partial.correct, &classes,
+                           [&](const data::Example& e, double prob) {
+                             if (!partial.has_auc_histogram || !bad.ok()) return;
+                             bad = partial.auc.Update(absl::Span<const double>(&prob, 1),
+                                                      absl::Span<const float>(&e.label, 1));
+                           }));
+  if (!bad.ok()) {
+    return absl::Status(bad.code(), absl::StrCat("AUC of prediction '", model_.prediction,
+                                                 "': ", bad.message()));
+  }
+  if (partial.has_auc_histogram && classes > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model asks for an AUC, but its prediction '", model_.prediction, "' has ", classes,
+        " class scores per example (AUC needs one probability)"));
+  }
+  partial.samples = end - begin;
+  return partial;
 }
 
 }  // namespace tessera

@@ -35,6 +35,7 @@
 #include "proto/program.pb.h"
 #include "trainer/feeder.h"
 #include "common/model_spec.h"
+#include "trainer/evaluation.h"
 #include "trainer/places.h"
 
 namespace tessera {
@@ -110,19 +111,6 @@ struct EpochStats {
   double samples_per_sec = 0;
 };
 
-struct EvalResult {
-  int64_t samples = 0;
-  double mean_loss = 0;  // sample-weighted mean of the batch losses
-  // true when the model names a prediction and the data set has both labels 0 and 1
-  bool has_auc = false;
-  double auc = 0;
-  // true when the model names a prediction and either its rows have C >= 2 class scores (top-1:
-  // the label's score is the highest, TopKCorrect) or it is [B, 1] with the metric "accuracy"
-  // (the prediction rounded at 0.5 equals the label)
-  bool has_accuracy = false;
-  double accuracy = 0;
-};
-
 // The forward part of block 0 of `main` needed to compute `targets`: the ops without a backward,
 // optimize, RPC, distributed or LR-schedule role on which a target depends, in program order,
 // and the variables they use, with every op that behaves differently in inference (dropout,
@@ -160,6 +148,11 @@ class LocalTrainer {
   // Mean loss (and AUC) of the current parameters on `dataset` (in order, batch_size at a
   // time). Does not change any parameter. InvalidArgument if `dataset` is empty.
   absl::StatusOr<EvalResult> Evaluate(const data::Dataset& dataset);
+  // This trainer's share of a distributed evaluation: examples [begin, end) of `dataset`
+  // scored as Evaluate does, with the AUC as a histogram (EvalPartial). An empty range gives an
+  // empty partial (a trainer with no share still takes part in the sum).
+  absl::StatusOr<EvalPartial> EvaluatePartial(const data::Dataset& dataset, int64_t begin,
+                                              int64_t end);
 
   // The variables (parameters, optimizer state, last step's activations).
   Scope* scope() { return &scope_; }
@@ -175,6 +168,13 @@ class LocalTrainer {
 
  private:
   LocalTrainer(const OpRegistry* registry, ModelSpec model, Options options);
+  // Runs the evaluation program over `examples` in batches; `score(example, prediction, row,
+  // classes)` sees each example's prediction row (not called without a prediction). Sums the
+  // loss (batch mean x batch size) into *loss_sum and counts correct top-1 / rounded predictions
+  // into *correct; *classes is the prediction's width (0 without one).
+  absl::Status Score(absl::Span<const data::Example> examples, double* loss_sum,
+                     int64_t* correct, int64_t* classes,
+                     const std::function<void(const data::Example&, double)>& binary_score);
   struct EpochRun;
   // Options::epochs epochs of TrainEpoch(data).
   template <typename Data>

@@ -330,6 +330,32 @@ absl::Status RegisterRpcOps(OpRegistry* registry, RpcContext* rpc) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<EvalPartial> ReduceEvaluation(RpcContext* rpc, const std::string& pserver,
+                                             int64_t round, const EvalPartial& partial,
+                                             bool fetch) {
+  const std::string name = absl::StrCat("@EVAL@.", round);
+  PServerClient* client = rpc->clients->Get(pserver);
+  Variable mine;
+  *mine.GetMutable<Tensor>() = partial.ToTensor();
+  absl::Status sent = client->SendVariable(rpc->Meta(), name, mine);
+  if (!sent.ok()) {
+    return absl::Status(sent.code(), absl::StrCat("sending evaluation partial ", round, " to ",
+                                                  pserver, ": ", sent.message()));
+  }
+  if (!fetch) return partial;
+  Variable sum;
+  absl::Status got = client->GetVariable(rpc->Meta(), name, &sum);
+  if (!got.ok()) {
+    return absl::Status(got.code(), absl::StrCat("evaluation ", round, " from ", pserver, ": ",
+                                                 got.message()));
+  }
+  if (!sum.Is<Tensor>()) {
+    return absl::InternalError(absl::StrCat("evaluation ", round, " from ", pserver,
+                                            " is not a tensor"));
+  }
+  return EvalPartial::FromTensor(sum.Get<Tensor>());
+}
+
 absl::Status NotifyComplete(RpcContext* rpc, const std::vector<std::string>& endpoints) {
   return Barrier(rpc, endpoints, COMPLETE);
 }

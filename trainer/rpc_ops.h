@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/op_registry.h"
 #include "common/rpc/client.h"
+#include "trainer/evaluation.h"
 
 namespace tessera {
 
@@ -70,6 +71,14 @@ struct RpcContext {
 
 // Registers prefetch, send, recv, send_barrier, fetch_barrier. `context` must outlive the registry.
 absl::Status RegisterRpcOps(OpRegistry* registry, RpcContext* context);
+
+// Distributed evaluation through the pservers: sends this trainer's `partial` of evaluation
+// round `round` to `pserver` (the job's first; pserver/eval_reducer.h sums them). With `fetch`
+// (trainer 0) it then waits for every trainer's partial and returns their sum; otherwise it
+// returns `partial`. Errors name the pserver.
+absl::StatusOr<EvalPartial> ReduceEvaluation(RpcContext* rpc, const std::string& pserver,
+                                             int64_t round, const EvalPartial& partial,
+                                             bool fetch);
 
 // Sends COMPLETE to every endpoint (end of training); returns the first error.
 absl::Status NotifyComplete(RpcContext* context, const std::vector<std::string>& endpoints);

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tessera {
 namespace data {
@@ -85,6 +86,27 @@ absl::StatusOr<StreamingAuc> StreamingAuc::Create(int num_thresholds) {
         absl::StrCat("StreamingAuc: num_thresholds must be in [1, 2^26], got ", num_thresholds));
   }
   return StreamingAuc(num_thresholds);
+}
+
+absl::StatusOr<StreamingAuc> StreamingAuc::FromCounts(std::vector<int64_t> positives,
+                                                      std::vector<int64_t> negatives) {
+  if (positives.size() != negatives.size() || positives.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("StreamingAuc: ", positives.size(),
+                                                   " positive and ", negatives.size(),
+                                                   " negative bucket counts"));
+  }
+  TS_ASSIGN_OR_RETURN(StreamingAuc auc, Create(static_cast<int>(positives.size() - 1)));
+  for (size_t b = 0; b < positives.size(); ++b) {
+    if (positives[b] < 0 || negatives[b] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("StreamingAuc: bucket ", b, " has counts ",
+                                                     positives[b], " / ", negatives[b]));
+    }
+    auc.total_pos_ += positives[b];
+    auc.total_neg_ += negatives[b];
+  }
+  auc.pos_ = std::move(positives);
+  auc.neg_ = std::move(negatives);
+  return auc;
 }
 
 template <typename S, typename L>

@@ -39,6 +39,10 @@ class StreamingAuc {
   // A score s goes to bucket floor(s * num_thresholds); InvalidArgument unless
   // 1 <= num_thresholds <= 2^26.
   static absl::StatusOr<StreamingAuc> Create(int num_thresholds);
+  // An accumulator holding these per-bucket counts (e.g. summed across trainers):
+  // InvalidArgument unless both have the same size in [2, 2^26 + 1] and no count is negative.
+  static absl::StatusOr<StreamingAuc> FromCounts(std::vector<int64_t> positives,
+                                                 std::vector<int64_t> negatives);
 
   // Adds a batch. InvalidArgument (naming the index and value) on a size mismatch, a label other
   // than 0/1, or a score outside [0, 1] or NaN; nothing is added then.

@@ -1,0 +1,107 @@
+#include "pserver/eval_reducer.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace tessera {
+
+bool EvalReducer::IsEvalVariable(const std::string& name) {
+  return absl::string_view(name).substr(0, sizeof(kPrefix) - 1) == kPrefix;
+}
+
+std::string EvalReducer::VariableName(int64_t round) { return absl::StrCat(kPrefix, round); }
+
+absl::StatusOr<Variable*> EvalReducer::Prepare(int trainer, const VariableHeader& h) {
+  int64_t round;
+  const bool numbered =
+      absl::SimpleAtoi(absl::string_view(h.name).substr(sizeof(kPrefix) - 1), &round) &&
+      round >= 0;
+  if (!numbered || h.type != DENSE_TENSOR || h.dtype != FLOAT64 || h.dims.size() != 1 ||
+      h.dims[0] < 1 || h.dims[0] > kMaxValues || h.chunk_bytes != h.total_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "evaluation partial '", h.name, "' must be one message of a float64 vector of 1 to ",
+        kMaxValues, " values named ", kPrefix, "<round>, got ", DataTypeName(h.dtype),
+        ShapeString(h.dims), " on pserver ", endpoint_));
+  }
+  absl::MutexLock lock(&mu_);
+  Round& r = rounds_[h.name];
+  if (r.added.empty()) r.added.assign(static_cast<size_t>(num_trainers_), false);
+  if (r.added[static_cast<size_t>(trainer)]) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer ", trainer,
+                                                   " sent evaluation partial '", h.name,
+                                                   "' twice to pserver ", endpoint_));
+  }
+  // std::map nodes are stable: the buffer stays put while other trainers' partials arrive.
+  Tensor* t = r.received[trainer].GetMutable<Tensor>();
+  t->Resize(FLOAT64, h.dims);
+  return &r.received[trainer];
+}
+
+absl::Status EvalReducer::Add(int trainer, const std::string& name,
+                              std::vector<std::function<void()>>* run_after) {
+  absl::MutexLock lock(&mu_);
+  auto it = rounds_.find(name);
+  if (it == rounds_.end() || it->second.received.count(trainer) == 0) {
+    return absl::InternalError(absl::StrCat("evaluation partial '", name, "' of trainer ",
+                                            trainer, " was not prepared"));
+  }
+  Round& r = it->second;
+  const Tensor& got = r.received[trainer].Get<Tensor>();
+  if (!r.sum.initialized()) {
+    r.sum = Tensor(FLOAT64, got.shape());
+    r.sum.SetZero();
+  }
+  if (got.shape() != r.sum.shape()) {
+    absl::Status bad = absl::InvalidArgumentError(
+        absl::StrCat("trainer ", trainer, " sent evaluation partial '", name, "' of ",
+                     got.numel(), " values, another trainer ", r.sum.numel(),
+                     " (the same model and metrics on every trainer?)"));
+    r.received.erase(trainer);
+    return bad;
+  }
+  double* sum = r.sum.data<double>();
+  const double* add = got.data<double>();
+  for (int64_t i = 0; i < got.numel(); ++i) sum[i] += add[i];
+  r.received.erase(trainer);
+  r.added[static_cast<size_t>(trainer)] = true;
+  ++r.count;
+  MaybeAnswer(name, run_after);
+  return absl::OkStatus();
+}
+
+void EvalReducer::Get(const std::string& name, RequestHandler::GetDone done,
+                      std::vector<std::function<void()>>* run_after) {
+  absl::MutexLock lock(&mu_);
+  Round& r = rounds_[name];
+  if (r.added.empty()) r.added.assign(static_cast<size_t>(num_trainers_), false);
+  r.waiting.push_back(std::move(done));
+  MaybeAnswer(name, run_after);
+}
+
+void EvalReducer::MaybeAnswer(const std::string& name,
+                              std::vector<std::function<void()>>* run_after) {
+  auto it = rounds_.find(name);
+  if (it == rounds_.end() || it->second.count < num_trainers_ || it->second.waiting.empty()) {
+    return;
+  }
+  Variable sum;
+  *sum.GetMutable<Tensor>() = std::move(it->second.sum);
+  for (auto& done : it->second.waiting) {
+    run_after->push_back([done = std::move(done), sum] { done(sum); });
+  }
+  rounds_.erase(it);
+}
+
+void EvalReducer::FailAll(const absl::Status& reason,
+                          std::vector<std::function<void()>>* run_after) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [name, r] : rounds_) {
+    for (auto& done : r.waiting) {
+      run_after->push_back([done = std::move(done), reason] { done(reason); });
+    }
+    r.waiting.clear();
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,73 @@
+// EvalReducer: sums the trainers' evaluation partials (trainer/evaluation.h) on a pserver, so
+// that a job evaluates on every trainer's share of the test data and reports one result.
+//
+// Trainer k sends its partial of evaluation round r as the variable "@EVAL@.<r>" (a float64
+// vector, one message); a get of "@EVAL@.<r>" (one per round: trainer 0's) is answered with the
+// element-wise sum once every trainer of the job sent its partial of that round (at once if they
+// already have), and the round is then forgotten. A trainer that sends a round twice, or partials
+// of different lengths, is refused with InvalidArgument naming the round.
+//
+// Thread-safe. Methods that complete gets return them as closures for the caller to run after
+// releasing its own locks.
+#ifndef TESSERA_PSERVER_EVAL_REDUCER_H_
+#define TESSERA_PSERVER_EVAL_REDUCER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/rpc/server.h"
+#include "common/variable.h"
+
+namespace tessera {
+
+class EvalReducer {
+ public:
+  static constexpr char kPrefix[] = "@EVAL@.";
+  // The largest partial accepted (values): a 2^20-bucket AUC histogram and its header.
+  static constexpr int64_t kMaxValues = (int64_t{2} << 20) + 16;
+  static bool IsEvalVariable(const std::string& name);
+  // "@EVAL@.<round>".
+  static std::string VariableName(int64_t round);
+
+  EvalReducer(int num_trainers, std::string endpoint)
+      : num_trainers_(num_trainers), endpoint_(std::move(endpoint)) {}
+
+  // The buffer trainer `trainer`'s partial lands in. InvalidArgument naming the variable unless
+  // it is a float64 vector of 1..kMaxValues values in one message with a round number.
+  absl::StatusOr<Variable*> Prepare(int trainer, const VariableHeader& h);
+  // The partial in Prepare's buffer is complete: adds it into its round's sum.
+  absl::Status Add(int trainer, const std::string& name,
+                   std::vector<std::function<void()>>* run_after);
+  // Answers `done` with the round's sum when every trainer's partial is in.
+  void Get(const std::string& name, RequestHandler::GetDone done,
+           std::vector<std::function<void()>>* run_after);
+  // Fails every waiting get with `reason`.
+  void FailAll(const absl::Status& reason, std::vector<std::function<void()>>* run_after);
+
+ private:
+  struct Round {
+    std::map<int, Variable> received;  // per trainer, until added
+    std::vector<bool> added;           // per trainer
+    int count = 0;
+    Tensor sum;
+    std::vector<RequestHandler::GetDone> waiting;
+  };
+  // Answers the round's gets and forgets it once complete. Requires mu_.
+  void MaybeAnswer(const std::string& name, std::vector<std::function<void()>>* run_after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int num_trainers_;
+  const std::string endpoint_;
+  absl::Mutex mu_;
+  std::map<std::string, Round> rounds_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_PSERVER_EVAL_REDUCER_H_

@@ -1,0 +1,103 @@
+// EvalReducer: partials of a round summed across trainers, a get answered once all arrived (in
+// either order), refusals naming the bad partial, and failure of waiting gets.
+#include "pserver/eval_reducer.h"
+
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+VariableHeader Header(const std::string& name, int64_t n) {
+  VariableHeader h;
+  h.name = name;
+  h.dtype = FLOAT64;
+  h.dims = {n};
+  h.total_bytes = h.chunk_bytes = n * 8;
+  return h;
+}
+
+void Send(EvalReducer* r, int trainer, const std::string& name, std::vector<double> values,
+          std::vector<std::function<void()>>* run) {
+  auto v = r->Prepare(trainer, Header(name, static_cast<int64_t>(values.size())));
+  ASSERT_TRUE(v.ok()) << v.status();
+  std::copy(values.begin(), values.end(), (*v)->GetMutable<Tensor>()->data<double>());
+  ASSERT_TRUE(r->Add(trainer, name, run).ok());
+}
+
+void RunAll(std::vector<std::function<void()>>* run) {
+  for (auto& f : *run) f();
+  run->clear();
+}
+
+TEST(EvalReducerTest, AGetIsAnsweredWithTheSumOnceEveryTrainerSent) {
+  EvalReducer r(3, "ps0");
+  std::vector<std::function<void()>> run;
+  const std::string name = EvalReducer::VariableName(4);
+  Send(&r, 1, name, {1, 2}, &run);
+  std::vector<double> got;
+  r.Get(name, [&](absl::StatusOr<Variable> v) {
+    ASSERT_TRUE(v.ok()) << v.status();
+    const Tensor& t = v->Get<Tensor>();
+    got.assign(t.data<double>(), t.data<double>() + t.numel());
+  }, &run);
+  EXPECT_TRUE(run.empty());  // trainers 0 and 2 missing
+  Send(&r, 2, name, {10, 20}, &run);
+  EXPECT_TRUE(run.empty());
+  Send(&r, 0, name, {100, 200}, &run);
+  ASSERT_EQ(run.size(), 1u);
+  RunAll(&run);
+  EXPECT_EQ(got, (std::vector<double>{111, 222}));
+}
+
+TEST(EvalReducerTest, AGetAfterEveryPartialIsAnsweredAtOnceAndRoundsAreApart) {
+  EvalReducer r(2, "ps0");
+  std::vector<std::function<void()>> run;
+  Send(&r, 0, EvalReducer::VariableName(0), {1}, &run);
+  Send(&r, 1, EvalReducer::VariableName(0), {2}, &run);
+  Send(&r, 0, EvalReducer::VariableName(1), {5}, &run);
+  double got = 0;
+  r.Get(EvalReducer::VariableName(0),
+        [&](absl::StatusOr<Variable> v) { got = v->Get<Tensor>().data<double>()[0]; }, &run);
+  ASSERT_EQ(run.size(), 1u);
+  RunAll(&run);
+  EXPECT_EQ(got, 3);
+  r.Get(EvalReducer::VariableName(1), [&](absl::StatusOr<Variable>) { got = -1; }, &run);
+  EXPECT_TRUE(run.empty());  // round 1 lacks trainer 1
+}
+
+TEST(EvalReducerTest, BadPartialsAreRefusedNamingThem) {
+  EvalReducer r(2, "ps0");
+  std::vector<std::function<void()>> run;
+  VariableHeader f32 = Header("@EVAL@.1", 4);
+  f32.dtype = FLOAT32;
+  EXPECT_EQ(r.Prepare(0, f32).status().code(), absl::StatusCode::kInvalidArgument);
+  auto unnumbered = r.Prepare(0, Header("@EVAL@.x", 4));
+  EXPECT_NE(unnumbered.status().message().find("'@EVAL@.x'"), std::string::npos);
+  VariableHeader chunked = Header("@EVAL@.1", 4);
+  chunked.chunk_bytes = 16;
+  EXPECT_FALSE(r.Prepare(0, chunked).ok());
+  EXPECT_FALSE(r.Prepare(0, Header("@EVAL@.1", EvalReducer::kMaxValues + 1)).ok());
+
+  Send(&r, 0, "@EVAL@.1", {1, 2}, &run);
+  auto twice = r.Prepare(0, Header("@EVAL@.1", 2));
+  EXPECT_NE(twice.status().message().find("twice"), std::string::npos) << twice.status();
+  auto v = r.Prepare(1, Header("@EVAL@.1", 3));
+  ASSERT_TRUE(v.ok());
+  absl::Status other = r.Add(1, "@EVAL@.1", &run);
+  EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(other.message().find("3 values, another trainer 2"), std::string::npos) << other;
+}
+
+TEST(EvalReducerTest, FailAllAnswersWaitingGetsWithTheReason) {
+  EvalReducer r(2, "ps0");
+  std::vector<std::function<void()>> run;
+  absl::Status got;
+  r.Get("@EVAL@.0", [&](absl::StatusOr<Variable> v) { got = v.status(); }, &run);
+  r.FailAll(absl::AbortedError("job failed"), &run);
+  ASSERT_EQ(run.size(), 1u);
+  RunAll(&run);
+  EXPECT_EQ(got.code(), absl::StatusCode::kAborted);
+}
+
+}  // namespace
+}  // namespace tessera
