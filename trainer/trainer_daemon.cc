@@ -1,6 +1,7 @@
 #include "trainer/trainer_daemon.h"
 
-#include "absl/cleanup/cleanup.h"
+#include <algorithm>
+
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "cluster/cluster_programs.h"
@@ -18,15 +19,15 @@
 #include "common/rpc/request_checks.h"
 #include "common/rpc/rpc_metrics.h"
 #include "common/status.h"
-#include "trainer/collective_ops.h"
 #include "trainer/checkpoints.h"
+#include "trainer/collective_ops.h"
 #include "trainer/communicator.h"
 #include "trainer/device_setup.h"
 #include "trainer/heartbeat.h"
 #include "trainer/local_trainer.h"
-#include "trainer/training_data.h"
 #include "trainer/op_timing.h"
 #include "trainer/rpc_ops.h"
+#include "trainer/training_data.h"
 
 namespace tessera {
 
@@ -58,7 +59,7 @@ absl::StatusOr<GrpcClientOptions> ClientOptionsFor(const ClusterConfig& config) 
   return co;
 }
 
-// A trainer that stops with an error, at start (RunTrainer) or while training (Train), tells
+// A trainer that stops with an error, at start (RunTrainer) or later (Start, Wait), tells
 // every pserver (ABORT, with the error) so that they fail the job at once and pass the cause on
 // to the other trainers, instead of waiting for this one at a barrier until --barrier_timeout_s.
 // Best effort, all pservers at once, each bounded by the client's abort deadline; over fresh
@@ -80,147 +81,198 @@ void AbortPservers(const ClusterConfig& config, const absl::Status& error) {
   (void)group.Wait();  // the trainer's own error is what it reports
 }
 
-absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase) {
-  // Metrics (served with --metrics_port) and the --trace timeline come first: the RPC clients
-  // and the timed op kernels below report into them.
-  MetricsRegistry metrics;
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TrainerProcess>> TrainerProcess::Create(const ClusterConfig& config,
+                                                                       std::ostream& log) {
+  std::unique_ptr<TrainerProcess> p(new TrainerProcess(config, log));
+  TS_RETURN_IF_ERROR(p->Init());  // on failure, p's destructor writes the trace
+  return p;
+}
+
+TrainerProcess::~TrainerProcess() {
+  // Started but never waited for: the pservers would wait for this trainer at a barrier.
+  if (started_ && !stopped_) {
+    trainer_.reset();
+    AbortPservers(config_, absl::CancelledError("trainer process stopped"));
+  }
+  Stop();
+}
+
+// Everything local, in the order the trainer always built it; any error is a configuration
+// error (DaemonMain: exit 2).
+absl::Status TrainerProcess::Init() {
+  // Metrics and the trace first: the RPC clients and the timed op kernels report into them.
+  TS_RETURN_IF_ERROR(SetUpMetricsAndTrace());
+  TS_RETURN_IF_ERROR(SetUpPlacesAndRpc());
+  TS_RETURN_IF_ERROR(SetUpCollective());
+  TS_RETURN_IF_ERROR(BuildPrograms());
+  TS_RETURN_IF_ERROR(OpenData());
+  SetTrainerOptions();
+  TS_RETURN_IF_ERROR(SetUpCheckpoints());
+  TS_RETURN_IF_ERROR(StartMetricsServer());
+  LogDescription();
+  TS_RETURN_IF_ERROR(SetUpTimedOps());
+  return PlanDevices();
+}
+
+// Metrics (served with --metrics_port) and the --trace timeline.
+absl::Status TrainerProcess::SetUpMetricsAndTrace() {
+  const ClusterConfig& config = config_;
   const Labels trainer_label = {{"trainer_id", std::to_string(config.trainer_id)}};
-  TS_ASSIGN_OR_RETURN(std::unique_ptr<RpcMetrics> rpc_metrics,
-                      RpcMetrics::Create(&metrics, RpcSide::kClient, trainer_label));
-  std::unique_ptr<Tracer> tracer;
-  std::unique_ptr<StepTracer> step_tracer;
+  TS_ASSIGN_OR_RETURN(rpc_metrics_, RpcMetrics::Create(&metrics_, RpcSide::kClient, trainer_label));
   if (!config.trace.empty()) {
-    tracer = std::make_unique<Tracer>(
+    auto tracer = std::make_unique<Tracer>(
         TracerOptions{config.trainer_id, absl::StrCat("trainer ", config.trainer_id)});
     // An empty trace now: a bad --trace path fails at start, not after training.
     TS_RETURN_IF_ERROR(tracer->WriteFile(config.trace));
-    step_tracer =
+    step_tracer_ =
         std::make_unique<StepTracer>(tracer.get(), config.trace_first_step, config.trace_steps);
+    // From here on Stop() writes it, whatever the outcome, so a failed run leaves the steps it
+    // recorded.
+    tracer_ = std::move(tracer);
   }
-  // Written on every return, so a failed run leaves the steps it recorded.
-  absl::Cleanup write_trace = [&] {
-    if (tracer == nullptr) return;
-    step_tracer->Finish();
-    absl::Status s = tracer->WriteFile(config.trace);
-    log << "trainer " << config.trainer_id << ": "
-        << (s.ok() ? absl::StrCat("trace of ", tracer->size(), " spans written to ", config.trace)
-                   : std::string(s.message()))
-        << std::endl;
-  };
+  return absl::OkStatus();
+}
 
+// The trainer's places, its RPC clients (not connected yet), the async communicator and the
+// registry of standard and RPC ops.
+absl::Status TrainerProcess::SetUpPlacesAndRpc() {
+  const ClusterConfig& config = config_;
   // --device=gpu without a usable GPU (or in a CPU-only build) fails here, before any work.
-  TS_ASSIGN_OR_RETURN(std::vector<Place> places, ParseDevices(config.device, config.devices));
-  for (const Place& place : places) TS_RETURN_IF_ERROR(CheckPlaceAvailable(place));
-  RpcContext rpc;
-  rpc.job_id = config.job_id;
-  rpc.trainer_id = config.trainer_id;
-  TS_ASSIGN_OR_RETURN(GrpcClientOptions co, ClientOptionsFor(config));
-  co.observer = rpc_metrics.get();
-  ClientPool pool(
-      [co](const std::string& ep) { return std::make_unique<GrpcPServerClient>(ep, co); });
-  rpc.clients = &pool;
-  std::unique_ptr<AsyncCommunicator> communicator;
+  TS_ASSIGN_OR_RETURN(places_, ParseDevices(config.device, config.devices));
+  for (const Place& place : places_) TS_RETURN_IF_ERROR(CheckPlaceAvailable(place));
+  rpc_.job_id = config.job_id;
+  rpc_.trainer_id = config.trainer_id;
+  TS_ASSIGN_OR_RETURN(client_options_, ClientOptionsFor(config));
+  client_options_.observer = rpc_metrics_.get();
+  pool_ = std::make_unique<ClientPool>([co = client_options_](const std::string& ep) {
+    return std::make_unique<GrpcPServerClient>(ep, co);
+  });
+  rpc_.clients = pool_.get();
   if (!config.sync_mode) {
     CommunicatorOptions cop;
     cop.max_merge = config.async_max_merge;
     cop.queue_capacity = config.async_max_merge;
-    communicator = std::make_unique<AsyncCommunicator>(&rpc, cop);
-    rpc.communicator = communicator.get();
-    rpc.read_own_writes = config.async_read_own_writes;
+    communicator_ = std::make_unique<AsyncCommunicator>(&rpc_, cop);
+    rpc_.communicator = communicator_.get();
+    rpc_.read_own_writes = config.async_read_own_writes;
   }
 
-  OpRegistry registry;
-  TS_RETURN_IF_ERROR(RegisterStandardOps(&registry));
-  TS_RETURN_IF_ERROR(RegisterRpcOps(&registry, &rpc));
+  TS_RETURN_IF_ERROR(RegisterStandardOps(&registry_));
+  return RegisterRpcOps(&registry_, &rpc_);
+}
 
-  CollectiveState collective;
+// The all-reduce of --mode=collective and hybrid: rendezvous, backend, buckets, compression.
+absl::Status TrainerProcess::SetUpCollective() {
+  const ClusterConfig& config = config_;
+  collective_ = std::make_unique<CollectiveState>();
+  CollectiveState& collective = *collective_;
   // collective: trainers only, every gradient all-reduced. hybrid: distributed tables on the
   // pservers, the other gradients all-reduced among the trainers. pserver: everything pushed.
-  const bool collective_mode = config.mode == "collective";
-  const bool all_reduces = config.mode != "pserver";
-  const char* all_reduce_backend = places[0].is_gpu() ? "NCCL" : "Gloo";
-  if (all_reduces) {
-    collective.rank = config.trainer_id;
-    collective.world_size = config.trainers;
-    collective.params.endpoint = config.trainer_endpoints[0];
-    collective.params.job_id = config.job_id;
-    collective.params.job_token = co.security.job_token;  // checked by the rendezvous store
-    collective.params.timeout = absl::Seconds(config.barrier_timeout_s);
-    // GPU trainers all-reduce with NCCL on their device (trainer 0's store hands out the NCCL
-    // unique id, Fluid's gen_nccl_id; a rank that fails or stalls ends the others' operations
-    // within --barrier_timeout_s); CPU trainers with Gloo.
-    if (places[0].is_gpu()) {
-      collective.params.backend = collective::BackendType::kNccl;
-      collective.params.device_id = places[0].device;
-    }
-    collective.bucket_bytes = static_cast<size_t>(config.allreduce_bucket_kb) * 1024;
-    collective::CompressionOptions& compression = collective.reduce.compression;
-    if (config.allreduce_compression == "fp16") compression.kind = collective::Compression::kFp16;
-    if (config.allreduce_compression == "topk") compression.kind = collective::Compression::kTopK;
-    if (config.allreduce_compression == "threshold") {
-      compression.kind = collective::Compression::kThreshold;
-    }
-    compression.topk_fraction = config.allreduce_topk;
-    compression.threshold = config.allreduce_threshold;
-    TS_RETURN_IF_ERROR(collective::ValidateCompression(compression));
-    TS_RETURN_IF_ERROR(RegisterCollectiveOps(&registry, &collective));
+  collective_mode_ = config.mode == "collective";
+  all_reduces_ = config.mode != "pserver";
+  if (!all_reduces_) return absl::OkStatus();
+  collective.rank = config.trainer_id;
+  collective.world_size = config.trainers;
+  collective.params.endpoint = config.trainer_endpoints[0];
+  collective.params.job_id = config.job_id;
+  // (checked by the rendezvous store)
+  collective.params.job_token = client_options_.security.job_token;
+  collective.params.timeout = absl::Seconds(config.barrier_timeout_s);
+  // GPU trainers all-reduce with NCCL on their device (trainer 0's store hands out the NCCL
+  // unique id, Fluid's gen_nccl_id; a rank that fails or stalls ends the others' operations
+  // within --barrier_timeout_s); CPU trainers with Gloo.
+  if (places_[0].is_gpu()) {
+    collective.params.backend = collective::BackendType::kNccl;
+    collective.params.device_id = places_[0].device;
   }
-  TS_ASSIGN_OR_RETURN(ModelSpec model, LoadModel(config, registry));
-  std::vector<std::string> trainable;
-  for (const auto& v : model.main.blocks(0).vars()) {
-    if (v.trainable() && !v.is_distributed()) trainable.push_back(v.name());  // tables: pservers
+  collective.bucket_bytes = static_cast<size_t>(config.allreduce_bucket_kb) * 1024;
+  collective::CompressionOptions& compression = collective.reduce.compression;
+  if (config.allreduce_compression == "fp16") compression.kind = collective::Compression::kFp16;
+  if (config.allreduce_compression == "topk") compression.kind = collective::Compression::kTopK;
+  if (config.allreduce_compression == "threshold") {
+    compression.kind = collective::Compression::kThreshold;
   }
-  ModelSpec dist = model;
+  compression.topk_fraction = config.allreduce_topk;
+  compression.threshold = config.allreduce_threshold;
+  TS_RETURN_IF_ERROR(collective::ValidateCompression(compression));
+  return RegisterCollectiveOps(&registry_, &collective);
+}
+
+// The model, and the program this trainer runs: transpiled for collective, hybrid or pserver
+// mode, memory-optimized with --memory_optimize.
+absl::Status TrainerProcess::BuildPrograms() {
+  const ClusterConfig& config = config_;
+  TS_ASSIGN_OR_RETURN(model_, LoadModel(config, registry_));
+  for (const auto& v : model_.main.blocks(0).vars()) {
+    if (v.trainable() && !v.is_distributed()) trainable_.push_back(v.name());  // tables: pservers
+  }
+  dist_ = model_;
   // The all-reduce overlaps backward where it can (see --allreduce_overlap).
-  const bool overlap = all_reduces && config.allreduce_overlap && config.cpu_places == 1 &&
-                       places.size() == 1 &&
-                       (config.allreduce_compression == "none" ||
-                        config.allreduce_compression == "fp16");
-  if (collective_mode) {
+  overlap_ = all_reduces_ && config.allreduce_overlap && config.cpu_places == 1 &&
+             places_.size() == 1 &&
+             (config.allreduce_compression == "none" || config.allreduce_compression == "fp16");
+  if (collective_mode_) {
     TS_ASSIGN_OR_RETURN(CollectivePrograms programs,
-                        TranspileCollective(model.main, model.startup, overlap));
-    dist.main = programs.trainer;
-    dist.startup = programs.trainer_startup;
+                        TranspileCollective(model_.main, model_.startup, overlap_));
+    dist_.main = programs.trainer;
+    dist_.startup = programs.trainer_startup;
   } else {
     // (hybrid: TranspilerConfigFor asks for the all-reduce of the dense gradients)
     TranspilerConfig tc = TranspilerConfigFor(config, config.trainer_id);
-    tc.overlap_allreduce = overlap;
+    tc.overlap_allreduce = overlap_;
     TS_ASSIGN_OR_RETURN(DistributeTranspiler t,
-                        DistributeTranspiler::Transpile(model.main, model.startup, tc));
-    dist.main = t.trainer_program();
-    dist.startup = t.trainer_startup_program();
+                        DistributeTranspiler::Transpile(model_.main, model_.startup, tc));
+    dist_.main = t.trainer_program();
+    dist_.startup = t.trainer_startup_program();
   }
-  if (config.memory_optimize) {
-    // Gradients stay intact (they are sent to the pservers); feeds and fetches keep their names.
-    MemoryOptimizeOptions mo;
-    mo.skip_grads = true;
-    mo.skip_vars = {dist.loss, dist.prediction, dist.feeds.dense, dist.feeds.label};
-    for (const auto& slot : dist.feeds.slots) mo.skip_vars.insert(slot.name);
-    for (const auto& slot : dist.feeds.multi_slots) mo.skip_vars.insert(slot.name);
-    // Variables that RPC ops send, receive or prefetch: their names are names on the wire.
-    for (const auto& op : dist.main.blocks(0).ops()) {
-      if ((OpRoleOf(op) & kRoleRPC) == 0 && op.type() != "prefetch") continue;
-      for (const auto& a : AllInputArgs(op)) mo.skip_vars.insert(a);
-      for (const auto& a : AllOutputArgs(op)) mo.skip_vars.insert(a);
-    }
-    TS_ASSIGN_OR_RETURN(MemoryOptimizeStats stats, MemoryOptimize(&dist.main, mo));
-    log << "trainer " << config.trainer_id << ": " << MemoryOptimizeReport(stats) << std::endl;
-  }
+  if (config.memory_optimize) TS_RETURN_IF_ERROR(MemoryOptimizeProgram());
+  return absl::OkStatus();
+}
 
-  TS_ASSIGN_OR_RETURN(std::unique_ptr<TrainingData> data,
-                      TrainingData::Open(config, model.feeds, &metrics, &log));
-  const bool streaming = data->streamed();
+// --memory_optimize: reuses the buffers of the trainer program's temporaries.
+absl::Status TrainerProcess::MemoryOptimizeProgram() {
+  // Gradients stay intact (they are sent to the pservers); feeds and fetches keep their names.
+  MemoryOptimizeOptions mo;
+  mo.skip_grads = true;
+  mo.skip_vars = {dist_.loss, dist_.prediction, dist_.feeds.dense, dist_.feeds.label};
+  for (const auto& slot : dist_.feeds.slots) mo.skip_vars.insert(slot.name);
+  for (const auto& slot : dist_.feeds.multi_slots) mo.skip_vars.insert(slot.name);
+  // Variables that RPC ops send, receive or prefetch: their names are names on the wire.
+  for (const auto& op : dist_.main.blocks(0).ops()) {
+    if ((OpRoleOf(op) & kRoleRPC) == 0 && op.type() != "prefetch") continue;
+    for (const auto& a : AllInputArgs(op)) mo.skip_vars.insert(a);
+    for (const auto& a : AllOutputArgs(op)) mo.skip_vars.insert(a);
+  }
+  TS_ASSIGN_OR_RETURN(MemoryOptimizeStats stats, MemoryOptimize(&dist_.main, mo));
+  log_ << "trainer " << config_.trainer_id << ": " << MemoryOptimizeReport(stats) << std::endl;
+  return absl::OkStatus();
+}
+
+// The training (and held-out) data; a job that would train no step is refused here.
+absl::Status TrainerProcess::OpenData() {
+  const ClusterConfig& config = config_;
+  TS_ASSIGN_OR_RETURN(data_, TrainingData::Open(config, model_.feeds, &metrics_, &log_));
+  streaming_ = data_->streamed();
   // A job that would train no step is a configuration error, refused before anything starts.
-  const int64_t num_train = static_cast<int64_t>(data->train().examples.size());
-  const int64_t steps_per_epoch = num_train / config.batch_size +
-                                  (num_train % config.batch_size >= config.trainers ? 1 : 0);
-  if (!streaming && steps_per_epoch * config.epochs == 0) {
+  const int64_t num_train = static_cast<int64_t>(data_->train().examples.size());
+  steps_per_epoch_ =
+      num_train / config.batch_size + (num_train % config.batch_size >= config.trainers ? 1 : 0);
+  if (!streaming_ && steps_per_epoch_ * config.epochs == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "this job would train 0 steps: ", num_train, " training examples, --batch_size=",
         config.batch_size, ", --trainers=", config.trainers, ", --epochs=", config.epochs,
         " (a step needs a global batch with at least one example per trainer)"));
   }
-  LocalTrainerOptions lo;
+  return absl::OkStatus();
+}
+
+// The options of the LocalTrainer that Start creates: this trainer's share of every global
+// batch, prefetching, per-step logging, and the RPC context's step bookkeeping.
+void TrainerProcess::SetTrainerOptions() {
+  const ClusterConfig& config = config_;
+  LocalTrainerOptions& lo = trainer_options_;
   lo.batch_size = config.batch_size;
   lo.epochs = config.epochs;
   lo.seed = config.seed;
@@ -231,219 +283,317 @@ absl::Status Train(const ClusterConfig& config, std::ostream& log, DaemonPhase* 
   // inert for programs without distributed tables). Not with admission counts: a checkpoint
   // taken after a step would already hold the next batch's sightings, counted again on resume.
   lo.prefetch_ahead =
-      config.prefetch_ahead && !collective_mode && config.table_admission_threshold == 0;
+      config.prefetch_ahead && !collective_mode_ && config.table_admission_threshold == 0;
   lo.log_every_steps = config.trainer_id == 0 ? config.log_every_steps : 0;
-  lo.log = &log;
-  lo.before_step = [&rpc](int64_t step) { rpc.step = step; };
-  if (streaming) {
+  lo.log = &log_;
+  lo.before_step = [rpc = &rpc_](int64_t step) { rpc->step = step; };
+  if (streaming_) {
     if (config.sync_mode) {
       // Every trainer ends the epoch after the step in which the first one ran out of data:
       // its send barrier says so, and the pservers' answer tells all (README "Data at scale").
-      lo.before_stream_step = [&rpc](bool last) {
-        rpc.step_reply.epoch_end.store(false);
-        rpc.last_batch.store(last);
+      lo.before_stream_step = [rpc = &rpc_](bool last) {
+        rpc->step_reply.epoch_end.store(false);
+        rpc->last_batch.store(last);
       };
-      lo.stream_epoch_ends = [&rpc] { return rpc.step_reply.epoch_end.load(); };
+      lo.stream_epoch_ends = [rpc = &rpc_] { return rpc->step_reply.epoch_end.load(); };
     }
   }
+}
 
-  // Checkpoints (trainer/checkpoints.h): every trainer resumes at --init_from's position;
-  // trainer 0 commits a checkpoint every --checkpoint_every steps and at the end.
+// Checkpoints (trainer/checkpoints.h): every trainer resumes at --init_from's position;
+// trainer 0 commits a checkpoint every --checkpoint_every steps and at the end.
+absl::Status TrainerProcess::SetUpCheckpoints() {
+  const ClusterConfig& config = config_;
   io::FileSystem* fs = io::PosixFileSystem::Default();
-  if (all_reduces && (!config.checkpoint_dir.empty() || !config.init_from.empty())) {
+  if (all_reduces_ && (!config.checkpoint_dir.empty() || !config.init_from.empty())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--checkpoint_dir / --init_from need every parameter on the pservers (not supported with "
-        "--mode=", config.mode, ")"));
+        "--mode=",
+        config.mode, ")"));
   }
-  TS_ASSIGN_OR_RETURN(std::optional<TrainPosition> resume, ReadResumePosition(config, fs, log));
-  if (resume.has_value()) {
-    rpc.step = resume->global_step;
-    lo.epochs = static_cast<int>(std::max<int64_t>(0, config.epochs - resume->epoch));
+  TS_ASSIGN_OR_RETURN(resume_, ReadResumePosition(config, fs, log_));
+  if (resume_.has_value()) {
+    rpc_.step = resume_->global_step;
+    trainer_options_.epochs =
+        static_cast<int>(std::max<int64_t>(0, config.epochs - resume_->epoch));
   }
-  const bool checkpointing = config.trainer_id == 0 && !config.checkpoint_dir.empty();
+  checkpointing_ = config.trainer_id == 0 && !config.checkpoint_dir.empty();
   std::vector<PServerClient*> pserver_clients;
-  for (const std::string& ep : config.pservers) pserver_clients.push_back(pool.Get(ep));
-  CheckpointWriter checkpoints(config, fs, pserver_clients, &log);
-  if (resume.has_value()) checkpoints.set_last_step(resume->global_step);
-  auto checkpoint = [&](const TrainPosition& p) { return checkpoints.Save(rpc.Meta(), p); };
-  if (checkpointing && config.checkpoint_every > 0) {
-    lo.on_step_end = [&](const TrainPosition& p) {
-      return p.global_step % config.checkpoint_every == 0 ? checkpoint(p) : absl::OkStatus();
+  for (const std::string& ep : config.pservers) pserver_clients.push_back(pool_->Get(ep));
+  checkpoints_ = std::make_unique<CheckpointWriter>(config, fs, pserver_clients, &log_);
+  if (resume_.has_value()) checkpoints_->set_last_step(resume_->global_step);
+  if (checkpointing_ && config.checkpoint_every > 0) {
+    trainer_options_.on_step_end = [this](const TrainPosition& p) {
+      return p.global_step % config_.checkpoint_every == 0 ? SaveCheckpoint(p) : absl::OkStatus();
     };
   }
+  return absl::OkStatus();
+}
 
-  // Prometheus metrics, updated after every step.
-  std::unique_ptr<MetricsServer> metrics_server;
-  if (config.metrics_port > 0) {
-    MetricsServerOptions mo;
-    mo.port = config.metrics_port;
-    // Bind this trainer's own configured address where it has one (collective mode); a
-    // pserver-mode trainer has none and listens on every interface.
-    if (config.trainer_id < static_cast<int>(config.trainer_endpoints.size())) {
-      const std::string& own = config.trainer_endpoints[config.trainer_id];
-      mo.host = own.substr(0, own.rfind(':'));
-    }
-    metrics_server = std::make_unique<MetricsServer>(&metrics, mo);
-    TS_RETURN_IF_ERROR(metrics_server->Start());
-    log << "trainer " << config.trainer_id << ": metrics on http://" << mo.host << ":"
-        << metrics_server->port() << "/metrics" << std::endl;
-    Labels labels = {{"trainer_id", std::to_string(config.trainer_id)}};
-    Counter* steps = *metrics.GetCounter("tessera_trainer_steps_total", "Training steps.", labels);
-    Counter* samples =
-        *metrics.GetCounter("tessera_trainer_samples_total", "Training examples.", labels);
-    Gauge* loss = *metrics.GetGauge("tessera_trainer_loss", "Loss of the last step.", labels);
-    lo.after_step = [steps, samples, loss](int64_t, double l, int64_t n) {
-      steps->Increment();
-      samples->Increment(static_cast<double>(n));
-      loss->Set(l);
-    };
+absl::Status TrainerProcess::SaveCheckpoint(const TrainPosition& p) {
+  return checkpoints_->Save(rpc_.Meta(), p);
+}
+
+// Prometheus metrics (--metrics_port), updated after every step.
+absl::Status TrainerProcess::StartMetricsServer() {
+  const ClusterConfig& config = config_;
+  if (config.metrics_port <= 0) return absl::OkStatus();
+  MetricsServerOptions mo;
+  mo.port = config.metrics_port;
+  // Bind this trainer's own configured address where it has one (collective mode); a
+  // pserver-mode trainer has none and listens on every interface.
+  if (config.trainer_id < static_cast<int>(config.trainer_endpoints.size())) {
+    const std::string& own = config.trainer_endpoints[config.trainer_id];
+    mo.host = own.substr(0, own.rfind(':'));
   }
+  metrics_server_ = std::make_unique<MetricsServer>(&metrics_, mo);
+  TS_RETURN_IF_ERROR(metrics_server_->Start());
+  log_ << "trainer " << config.trainer_id << ": metrics on http://" << mo.host << ":"
+       << metrics_server_->port() << "/metrics" << std::endl;
+  Labels labels = {{"trainer_id", std::to_string(config.trainer_id)}};
+  Counter* steps = *metrics_.GetCounter("tessera_trainer_steps_total", "Training steps.", labels);
+  Counter* samples =
+      *metrics_.GetCounter("tessera_trainer_samples_total", "Training examples.", labels);
+  Gauge* loss = *metrics_.GetGauge("tessera_trainer_loss", "Loss of the last step.", labels);
+  trainer_options_.after_step = [steps, samples, loss](int64_t, double l, int64_t n) {
+    steps->Increment();
+    samples->Increment(static_cast<double>(n));
+    loss->Set(l);
+  };
+  return absl::OkStatus();
+}
 
-  log << "trainer " << config.trainer_id << "/" << config.trainers << ": example " << config.example
-      << ", " << data->Describe() << ", global batch "
-      << config.batch_size << ", "
-      << (collective_mode ? absl::StrCat("collective (", all_reduce_backend, " all-reduce)")
-          : all_reduces   ? absl::StrCat("hybrid (tables on ", config.pservers.size(),
-                                         " pservers, dense gradients all-reduced with ",
-                                         all_reduce_backend, ")")
-                          : absl::StrCat("pservers ", config.pservers.size(), " (",
+// The line that says what this trainer is about to do.
+void TrainerProcess::LogDescription() {
+  const ClusterConfig& config = config_;
+  const char* all_reduce_backend = places_[0].is_gpu() ? "NCCL" : "Gloo";
+  log_ << "trainer " << config.trainer_id << "/" << config.trainers << ": example "
+       << config.example << ", " << data_->Describe() << ", global batch " << config.batch_size
+       << ", "
+       << (collective_mode_ ? absl::StrCat("collective (", all_reduce_backend, " all-reduce)")
+           : all_reduces_   ? absl::StrCat("hybrid (tables on ", config.pservers.size(),
+                                           " pservers, dense gradients all-reduced with ",
+                                           all_reduce_backend, ")")
+                            : absl::StrCat("pservers ", config.pservers.size(), " (",
                                          config.sync_mode ? "sync" : "async", ")"))
-      << (config.cpu_places > 1 ? absl::StrCat(", ", config.cpu_places, " cpu places") : "")
-      << (overlap ? absl::StrCat(", all-reduce overlapped with backward (buckets of ",
-                                 config.allreduce_bucket_kb, " KiB)")
-                  : "")
-      << std::endl;
-  // The kernels the trainer runs, timed for the trace and the barrier waits (op_timing.h).
+       << (config.cpu_places > 1 ? absl::StrCat(", ", config.cpu_places, " cpu places") : "")
+       << (overlap_ ? absl::StrCat(", all-reduce overlapped with backward (buckets of ",
+                                   config.allreduce_bucket_kb, " KiB)")
+                    : "")
+       << std::endl;
+}
+
+// The kernels the trainer runs, timed for the trace and the barrier waits (op_timing.h), and
+// the step hooks of the trace.
+absl::Status TrainerProcess::SetUpTimedOps() {
+  const ClusterConfig& config = config_;
   auto barrier_wait = [&](const char* kind) {
-    return metrics.GetHistogram(
+    return metrics_.GetHistogram(
         "tessera_trainer_barrier_wait_seconds",
         "Time blocked in the step's send / fetch barrier (with the send or recv that carries it).",
         RpcLatencyBuckets(), {{"trainer_id", std::to_string(config.trainer_id)}, {"kind", kind}});
   };
   OpTimingOptions timing;
-  timing.tracer = step_tracer.get();
+  timing.tracer = step_tracer_.get();
   TS_ASSIGN_OR_RETURN(timing.send_barrier_wait, barrier_wait("send"));
   TS_ASSIGN_OR_RETURN(timing.fetch_barrier_wait, barrier_wait("fetch"));
-  OpRegistry timed_registry;
-  TS_RETURN_IF_ERROR(RegisterTimedOps(registry, timing, &timed_registry));
-  if (step_tracer != nullptr) {
-    lo.before_step = [st = step_tracer.get(), inner = lo.before_step](int64_t step) {
-      if (inner) inner(step);
-      st->BeginStep(step);
-    };
-    // The trace is also written as soon as its last step ends, so that a trainer killed later
-    // (a signal skips the write at exit) still leaves it.
-    const int64_t last_traced = config.trace_first_step + config.trace_steps - 1;
-    lo.after_step = [&, st = step_tracer.get(), inner = lo.after_step, last_traced](
-                        int64_t step, double loss, int64_t n) {
-      st->EndStep();
-      if (step == last_traced) {
-        absl::Status s = tracer->WriteFile(config.trace);
-        if (!s.ok()) log << "trainer " << config.trainer_id << ": " << s.message() << std::endl;
-      }
-      if (inner) inner(step, loss, n);
-    };
+  TS_RETURN_IF_ERROR(RegisterTimedOps(registry_, timing, &timed_registry_));
+  if (step_tracer_ == nullptr) return absl::OkStatus();
+  LocalTrainerOptions& lo = trainer_options_;
+  lo.before_step = [st = step_tracer_.get(), inner = lo.before_step](int64_t step) {
+    if (inner) inner(step);
+    st->BeginStep(step);
+  };
+  // The trace is also written as soon as its last step ends, so that a trainer killed later
+  // (a signal skips the write at exit) still leaves it.
+  const int64_t last_traced = config.trace_first_step + config.trace_steps - 1;
+  lo.after_step = [this, st = step_tracer_.get(), inner = lo.after_step, last_traced](
+                      int64_t step, double loss, int64_t n) {
+    st->EndStep();
+    if (step == last_traced) {
+      absl::Status s = tracer_->WriteFile(config_.trace);
+      if (!s.ok()) log_ << "trainer " << config_.trainer_id << ": " << s.message() << std::endl;
+    }
+    if (inner) inner(step, loss, n);
+  };
+  return absl::OkStatus();
+}
+
+// --device=gpu: ops run through a placed registry (GPU kernels, CPU fallback).
+absl::Status TrainerProcess::PlanDevices() {
+  const ClusterConfig& config = config_;
+  TS_ASSIGN_OR_RETURN(devices_, PlanTrainerDevices(config.device, config.devices, timed_registry_,
+                                                   dist_, &trainer_options_));
+  if (devices_.on_gpu()) {
+    log_ << "trainer " << config.trainer_id << ": ops on " << devices_.places[0].DebugString()
+         << " (CPU kernels for the rest)" << std::endl;
   }
-  // --device=gpu: ops run through a placed registry (GPU kernels, CPU fallback).
-  TS_ASSIGN_OR_RETURN(DevicePlan devices,
-                      PlanTrainerDevices(config.device, config.devices, timed_registry, dist, &lo));
-  if (devices.on_gpu()) {
-    log << "trainer " << config.trainer_id << ": ops on " << devices.places[0].DebugString()
-        << " (CPU kernels for the rest)" << std::endl;
+  return absl::OkStatus();
+}
+
+absl::Status TrainerProcess::Start() {
+  if (start_called_ || stopped_) {
+    return absl::FailedPreconditionError("TrainerProcess::Start runs once, before Wait");
   }
-  // Everything local is in place; from here on the trainer depends on its peers.
-  phase->Started();
+  start_called_ = true;
+  // Everything local is in place (RunTrainer has called DaemonPhase::Started); from here on the
+  // trainer depends on its peers. A failure from here on is told to the pservers (ABORT) while
+  // this trainer still beats and before its communicator flushes what it queued, so that the
+  // cause reaches them first.
+  absl::Status connected = Connect();
+  if (!connected.ok()) {
+    AbortPservers(config_, connected);
+    return connected;
+  }
+  started_ = true;
+  return absl::OkStatus();
+}
+
+// Start's work: the pservers (pserver and hybrid modes), then the startup program.
+absl::Status TrainerProcess::Connect() {
+  if (!collective_mode_) TS_RETURN_IF_ERROR(ConnectPservers());
+  // Create() runs the startup program, which pulls the initial parameters from the pservers.
+  TS_ASSIGN_OR_RETURN(trainer_, LocalTrainer::Create(devices_.executor_registry(&timed_registry_),
+                                                     dist_, trainer_options_));
+  if (resume_.has_value()) trainer_->ResumeAt(*resume_);
+  return absl::OkStatus();
+}
+
+// Every pserver reached and registered (the job handshake), then the heartbeats.
+absl::Status TrainerProcess::ConnectPservers() {
+  const ClusterConfig& config = config_;
+  // Every pserver reachable within --connect_timeout_s (one deadline for all), or the cause.
+  const absl::Time connect_deadline = absl::Now() + absl::Seconds(config.connect_timeout_s);
+  for (const std::string& ep : config.pservers) {
+    absl::Status connected =
+        pool_->Get(ep)->Connect(std::max(absl::Milliseconds(1), connect_deadline - absl::Now()));
+    if (!connected.ok()) {
+      return absl::Status(connected.code(),
+                          absl::StrCat(connected.message(), " (waited --connect_timeout_s=",
+                                       config.connect_timeout_s, ")"));
+    }
+  }
+  // The job handshake: every pserver compares what this trainer was started with to its own
+  // flags and model (and to the other trainers'); a mismatch fails the job at once, naming the
+  // field and both values.
+  JobFields fields = JobFieldsFor(config, model_);
+  fields.push_back({kStepsPerEpochField, streaming_ ? "streamed" : absl::StrCat(steps_per_epoch_)});
+  const uint64_t nonce = absl::Uniform<uint64_t>(absl::BitGen());
+  for (const std::string& ep : config.pservers) {
+    absl::Status registered = pool_->Get(ep)->Register(rpc_.Meta(), fields, nonce);
+    if (!registered.ok()) {
+      return absl::Status(registered.code(),
+                          absl::StrCat("pserver ", ep, ": ", registered.message()));
+    }
+  }
   // From the handshake on, every pserver hears from this trainer every --heartbeat_s, so that it
   // can tell a trainer that died or froze from a slow one (trainer/heartbeat.h).
-  std::unique_ptr<Heartbeat> heartbeat;
-  // A failure from here on is told to the pservers (ABORT) while this trainer still beats and
-  // before its communicator flushes what it queued, so that the cause reaches them first.
-  absl::Status result = [&]() -> absl::Status {
-    if (!collective_mode) {
-      // Every pserver reachable within --connect_timeout_s (one deadline for all), or the cause.
-      const absl::Time connect_deadline = absl::Now() + absl::Seconds(config.connect_timeout_s);
-      for (const std::string& ep : config.pservers) {
-        absl::Status connected =
-            pool.Get(ep)->Connect(std::max(absl::Milliseconds(1), connect_deadline - absl::Now()));
-        if (!connected.ok()) {
-          return absl::Status(connected.code(),
-                              absl::StrCat(connected.message(), " (waited --connect_timeout_s=",
-                                           config.connect_timeout_s, ")"));
-        }
-      }
-      // The job handshake: every pserver compares what this trainer was started with to its own
-      // flags and model (and to the other trainers'); a mismatch fails the job at once, naming
-      // the field and both values.
-      JobFields fields = JobFieldsFor(config, model);
-      fields.push_back(
-          {kStepsPerEpochField, streaming ? "streamed" : absl::StrCat(steps_per_epoch)});
-      const uint64_t nonce = absl::Uniform<uint64_t>(absl::BitGen());
-      for (const std::string& ep : config.pservers) {
-        absl::Status registered = pool.Get(ep)->Register(rpc.Meta(), fields, nonce);
-        if (!registered.ok()) {
-          return absl::Status(registered.code(),
-                              absl::StrCat("pserver ", ep, ": ", registered.message()));
-        }
-      }
-      if (config.heartbeat_s > 0) {
-        std::vector<PServerClient*> pservers;
-        for (const std::string& ep : config.pservers) pservers.push_back(pool.Get(ep));
-        heartbeat = std::make_unique<Heartbeat>(std::move(pservers), rpc.Meta(),
-                                                absl::Seconds(config.heartbeat_s));
-      }
-    }
-    // Create() runs the startup program, which pulls the initial parameters from the pservers.
-    TS_ASSIGN_OR_RETURN(auto trainer,
-                        LocalTrainer::Create(devices.executor_registry(&timed_registry), dist, lo));
-    if (resume.has_value()) trainer->ResumeAt(*resume);
-    TS_RETURN_IF_ERROR(
-        (streaming ? trainer->Train(data->streams()) : trainer->Train(data->train())).status());
-    if (streaming) data->ReportStreamBadLines();
-    if (devices.on_gpu()) {
-      log << "trainer " << config.trainer_id << ": " << PlaceMemoryReport(devices.places[0])
-          << std::endl;
-    }
-    if (checkpointing && trainer->global_step() != checkpoints.last_step()) {
-      TS_RETURN_IF_ERROR(
-          checkpoint(TrainPosition{trainer->global_step(), trainer->epochs_done(), 0}));
-    }
-    if (config.trainer_id == 0 && !data->test().examples.empty()) {
-      TS_ASSIGN_OR_RETURN(EvalResult eval, trainer->Evaluate(data->test()));
-      log << "trainer 0: held-out loss " << eval.mean_loss;
-      if (eval.has_auc) log << " auc " << eval.auc;
-      if (eval.has_accuracy) log << " accuracy " << eval.accuracy;
-      log << std::endl;
-    }
-    if (communicator != nullptr) {
-      TS_RETURN_IF_ERROR(communicator->Flush());
-      CommunicatorStats cs = communicator->stats();
-      log << "trainer " << config.trainer_id << ": async gradients pushed=" << cs.pushed
-          << " sent=" << cs.sent << std::endl;
-    }
-    if (all_reduces) {
-      log << "trainer " << config.trainer_id
-          << ": gradient all-reduce bytes=" << collective.gradient_bytes << " (compression "
-          << config.allreduce_compression << ")" << std::endl;
-      TS_RETURN_IF_ERROR(collective.context.Shutdown());
-    }
-    if (!collective_mode) TS_RETURN_IF_ERROR(NotifyComplete(&rpc, config.pservers));
-    if (!config.dump_params.empty()) {
-      if (devices.on_gpu()) TS_RETURN_IF_ERROR(MoveScopeToHost(trainer->scope()));
-      TS_RETURN_IF_ERROR(SaveVariables(*trainer->scope(), trainable, config.dump_params));
-    }
-    return absl::OkStatus();
-  }();
-  if (!result.ok()) AbortPservers(config, result);
+  if (config.heartbeat_s > 0) {
+    std::vector<PServerClient*> pservers;
+    for (const std::string& ep : config.pservers) pservers.push_back(pool_->Get(ep));
+    heartbeat_ = std::make_unique<Heartbeat>(std::move(pservers), rpc_.Meta(),
+                                             absl::Seconds(config.heartbeat_s));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainerProcess::Wait() {
+  if (!started_ || stopped_) {
+    return absl::FailedPreconditionError(
+        "TrainerProcess::Wait runs once, after a successful Start");
+  }
+  absl::Status result = Train();
+  if (result.ok()) result = Finish();
+  // The LocalTrainer goes first; then a failure is told to the pservers (ABORT) while this
+  // trainer still beats and before its communicator flushes (in Stop).
+  trainer_.reset();
+  if (!result.ok()) AbortPservers(config_, result);
+  Stop();
   return result;
 }
 
-}  // namespace
+// The epochs, the last checkpoint and the held-out evaluation (trainer 0).
+absl::Status TrainerProcess::Train() {
+  const ClusterConfig& config = config_;
+  TS_RETURN_IF_ERROR(
+      (streaming_ ? trainer_->Train(data_->streams()) : trainer_->Train(data_->train())).status());
+  if (streaming_) data_->ReportStreamBadLines();
+  if (devices_.on_gpu()) {
+    log_ << "trainer " << config.trainer_id << ": " << PlaceMemoryReport(devices_.places[0])
+         << std::endl;
+  }
+  if (checkpointing_ && trainer_->global_step() != checkpoints_->last_step()) {
+    TS_RETURN_IF_ERROR(
+        SaveCheckpoint(TrainPosition{trainer_->global_step(), trainer_->epochs_done(), 0}));
+  }
+  if (config.trainer_id == 0 && !data_->test().examples.empty()) {
+    TS_ASSIGN_OR_RETURN(EvalResult eval, trainer_->Evaluate(data_->test()));
+    log_ << "trainer 0: held-out loss " << eval.mean_loss;
+    if (eval.has_auc) log_ << " auc " << eval.auc;
+    if (eval.has_accuracy) log_ << " accuracy " << eval.accuracy;
+    log_ << std::endl;
+  }
+  return absl::OkStatus();
+}
+
+// The end of the job: async gradients flushed, the all-reduce shut down, COMPLETE to the
+// pservers, --dump_params.
+absl::Status TrainerProcess::Finish() {
+  const ClusterConfig& config = config_;
+  if (communicator_ != nullptr) {
+    TS_RETURN_IF_ERROR(communicator_->Flush());
+    CommunicatorStats cs = communicator_->stats();
+    log_ << "trainer " << config.trainer_id << ": async gradients pushed=" << cs.pushed
+         << " sent=" << cs.sent << std::endl;
+  }
+  if (all_reduces_) {
+    log_ << "trainer " << config.trainer_id
+         << ": gradient all-reduce bytes=" << collective_->gradient_bytes << " (compression "
+         << config.allreduce_compression << ")" << std::endl;
+    TS_RETURN_IF_ERROR(collective_->context.Shutdown());
+  }
+  if (!collective_mode_) TS_RETURN_IF_ERROR(NotifyComplete(&rpc_, config.pservers));
+  if (!config.dump_params.empty()) {
+    if (devices_.on_gpu()) TS_RETURN_IF_ERROR(MoveScopeToHost(trainer_->scope()));
+    TS_RETURN_IF_ERROR(SaveVariables(*trainer_->scope(), trainable_, config.dump_params));
+  }
+  return absl::OkStatus();
+}
+
+void TrainerProcess::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  trainer_.reset();
+  heartbeat_.reset();
+  { DevicePlan released = std::move(devices_); }  // its members in reverse order, as ever
+  metrics_server_.reset();
+  trainer_options_.place_reducer.reset();  // shared with the device plan
+  data_.reset();
+  collective_.reset();
+  communicator_.reset();  // flushes what a failed run left queued (errors dropped)
+  pool_.reset();
+  // Written on every outcome, so a failed run leaves the steps it recorded.
+  if (tracer_ == nullptr) return;
+  step_tracer_->Finish();
+  absl::Status s = tracer_->WriteFile(config_.trace);
+  log_ << "trainer " << config_.trainer_id << ": "
+       << (s.ok() ? absl::StrCat("trace of ", tracer_->size(), " spans written to ", config_.trace)
+                  : std::string(s.message()))
+       << std::endl;
+}
 
 absl::Status RunTrainer(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase) {
-  absl::Status result = Train(config, log, phase);
-  // A failure at start (no data, zero steps, a bad model): Train told nobody yet.
-  if (!result.ok() && !phase->started()) AbortPservers(config, result);
-  return result;
+  absl::StatusOr<std::unique_ptr<TrainerProcess>> process = TrainerProcess::Create(config, log);
+  if (!process.ok()) {
+    // A failure at start (no data, zero steps, a bad model): nobody was told yet.
+    AbortPservers(config, process.status());
+    return process.status();
+  }
+  // Everything local is in place; from here on the trainer depends on its peers (Start and Wait
+  // tell the pservers of their own failures).
+  phase->Started();
+  TS_RETURN_IF_ERROR((*process)->Start());
+  return (*process)->Wait();
 }
 
 }  // namespace tessera
