@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/model_file.h"
+#include "common/layers/model_file.h"
 
 namespace tessera {
 

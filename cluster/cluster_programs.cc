@@ -3,10 +3,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cluster/builtin_models.h"
-#include "common/model_file.h"
-#include "common/op_desc.h"
-#include "common/program_io.h"
-#include "common/status.h"
+#include "common/layers/model_file.h"
+#include "common/framework/op_desc.h"
+#include "common/framework/program_io.h"
+#include "common/base/status.h"
 
 namespace tessera {
 

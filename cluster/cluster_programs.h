@@ -6,9 +6,9 @@
 
 #include "absl/status/statusor.h"
 #include "common/config/cluster_config.h"
-#include "common/op_registry.h"
+#include "common/framework/op_registry.h"
 #include "transpiler/distribute_transpiler.h"
-#include "common/model_spec.h"
+#include "common/framework/model_spec.h"
 
 namespace tessera {
 

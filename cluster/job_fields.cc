@@ -6,8 +6,8 @@
 #include "absl/strings/str_join.h"
 #include "common/layers/optimizer.h"
 #include "common/layers/program_builder.h"
-#include "common/op_desc.h"
-#include "common/program_io.h"
+#include "common/framework/op_desc.h"
+#include "common/framework/program_io.h"
 
 namespace tessera {
 
@@ -50,6 +50,12 @@ JobFields JobFieldsFor(const ClusterConfig& config, const ModelSpec& model) {
   if (config.reader != "memory") {  // the data order depends on these
     fields.push_back({"reader", config.reader});
     fields.push_back({"shuffle_buffer", absl::StrCat(config.shuffle_buffer)});
+  }
+  if (config.role == "trainer") {
+    // Every trainer takes part in every evaluation round: they must agree on when. Pservers
+    // lack these fields, so the trainers are compared with each other.
+    fields.push_back({"eval_every_steps", absl::StrCat(config.eval_every_steps)});
+    fields.push_back({"eval_every_epoch", config.eval_every_epoch ? "true" : "false"});
   }
   if (config.train_data.empty()) {
     fields.push_back({"example", config.example});

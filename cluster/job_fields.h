@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "common/config/cluster_config.h"
-#include "common/model_spec.h"
+#include "common/framework/model_spec.h"
 #include "common/rpc/rpc.h"
 
 namespace tessera {

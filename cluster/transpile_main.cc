@@ -31,8 +31,8 @@
 #include "absl/strings/str_join.h"
 #include "common/config/daemon_flags.h"
 #include "common/ops/ops.h"
-#include "common/program_io.h"
-#include "common/tensor.h"
+#include "common/framework/program_io.h"
+#include "common/framework/tensor.h"
 #include "cluster/cluster_programs.h"
 #include "transpiler/distribute_transpiler.h"
 

@@ -24,7 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "common/config/cluster_config.h"
 #include "common/ops/ops.h"
-#include "common/program_io.h"
+#include "common/framework/program_io.h"
 #include "gtest/gtest.h"
 #include "cluster/cluster_programs.h"
 

@@ -9,8 +9,8 @@
 #include "absl/status/statusor.h"
 #include "common/data/criteo.h"
 #include "common/data/example.h"
-#include "common/op_registry.h"
-#include "common/model_spec.h"
+#include "common/framework/op_registry.h"
+#include "common/framework/model_spec.h"
 #include "proto/model.pb.h"
 
 namespace tessera {

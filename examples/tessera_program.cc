@@ -22,13 +22,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/op_desc.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/ops.h"
-#include "common/program_io.h"
-#include "common/tensor.h"
-#include "common/model_file.h"
+#include "common/framework/program_io.h"
+#include "common/framework/tensor.h"
+#include "common/layers/model_file.h"
 #include "examples/registry.h"
-#include "common/model_spec.h"
+#include "common/framework/model_spec.h"
 
 namespace {
 

@@ -7,8 +7,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/op_desc.h"
-#include "common/status.h"
+#include "common/framework/op_desc.h"
+#include "common/base/status.h"
 
 namespace tessera {
 

@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/io/checkpoint_io.h"
-#include "common/op_desc.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/sharding.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "proto/tensor.pb.h"
 
 namespace tessera {

@@ -30,7 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/io/file_system.h"
-#include "common/scope.h"
+#include "common/framework/scope.h"
 #include "proto/program.pb.h"
 #include "pserver/sparse_table.h"
 #include "transpiler/distribute_transpiler.h"

@@ -65,7 +65,6 @@ absl::Status EvalReducer::Add(int trainer, const std::string& name,
   for (int64_t i = 0; i < got.numel(); ++i) sum[i] += add[i];
   r.received.erase(trainer);
   r.added[static_cast<size_t>(trainer)] = true;
-  ++r.count;
   MaybeAnswer(name, run_after);
   return absl::OkStatus();
 }
@@ -82,7 +81,19 @@ void EvalReducer::Get(const std::string& name, RequestHandler::GetDone done,
 void EvalReducer::MaybeAnswer(const std::string& name,
                               std::vector<std::function<void()>>* run_after) {
   auto it = rounds_.find(name);
-  if (it == rounds_.end() || it->second.count < num_trainers_ || it->second.waiting.empty()) {
+  if (it == rounds_.end() || it->second.waiting.empty()) return;
+  for (int k = 0; k < num_trainers_; ++k) {
+    const bool gone = !gone_.empty() && gone_[static_cast<size_t>(k)];
+    if (!it->second.added[static_cast<size_t>(k)] && !gone) return;
+  }
+  if (!it->second.sum.initialized()) {  // nobody sent one: every trainer left
+    const std::string missing = absl::StrCat("evaluation '", name, "': every trainer left the job on pserver ", endpoint_);
+    for (auto& done : it->second.waiting) {
+      run_after->push_back([done = std::move(done), missing] {
+        done(absl::FailedPreconditionError(missing));
+      });
+    }
+    rounds_.erase(it);
     return;
   }
   Variable sum;
@@ -91,6 +102,15 @@ void EvalReducer::MaybeAnswer(const std::string& name,
     run_after->push_back([done = std::move(done), sum] { done(sum); });
   }
   rounds_.erase(it);
+}
+
+void EvalReducer::Leave(int trainer, std::vector<std::function<void()>>* run_after) {
+  absl::MutexLock lock(&mu_);
+  if (gone_.empty()) gone_.assign(static_cast<size_t>(num_trainers_), false);
+  gone_[static_cast<size_t>(trainer)] = true;
+  std::vector<std::string> names;
+  for (const auto& [name, r] : rounds_) names.push_back(name);
+  for (const std::string& name : names) MaybeAnswer(name, run_after);
 }
 
 void EvalReducer::FailAll(const absl::Status& reason,

@@ -4,7 +4,8 @@
 // Trainer k sends its partial of evaluation round r as the variable "@EVAL@.<r>" (a float64
 // vector, one message); a get of "@EVAL@.<r>" (one per round: trainer 0's) is answered with the
 // element-wise sum once every trainer of the job sent its partial of that round (at once if they
-// already have), and the round is then forgotten. A trainer that sends a round twice, or partials
+// already have), and the round is then forgotten. A trainer that left the job (Leave) is not
+// waited for. A trainer that sends a round twice, or partials
 // of different lengths, is refused with InvalidArgument naming the round.
 //
 // Thread-safe. Methods that complete gets return them as closures for the caller to run after
@@ -22,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rpc/server.h"
-#include "common/variable.h"
+#include "common/framework/variable.h"
 
 namespace tessera {
 
@@ -47,6 +48,9 @@ class EvalReducer {
   // Answers `done` with the round's sum when every trainer's partial is in.
   void Get(const std::string& name, RequestHandler::GetDone done,
            std::vector<std::function<void()>>* run_after);
+  // Trainer `trainer` left the job without finishing (async: dropped as silent): rounds stop
+  // waiting for its partial (one it already sent still counts).
+  void Leave(int trainer, std::vector<std::function<void()>>* run_after);
   // Fails every waiting get with `reason`.
   void FailAll(const absl::Status& reason, std::vector<std::function<void()>>* run_after);
 
@@ -54,7 +58,6 @@ class EvalReducer {
   struct Round {
     std::map<int, Variable> received;  // per trainer, until added
     std::vector<bool> added;           // per trainer
-    int count = 0;
     Tensor sum;
     std::vector<RequestHandler::GetDone> waiting;
   };
@@ -66,6 +69,7 @@ class EvalReducer {
   const std::string endpoint_;
   absl::Mutex mu_;
   std::map<std::string, Round> rounds_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> gone_ ABSL_GUARDED_BY(mu_);  // per trainer: left the job (Leave)
 };
 
 }  // namespace tessera

@@ -88,6 +88,32 @@ TEST(EvalReducerTest, BadPartialsAreRefusedNamingThem) {
   EXPECT_NE(other.message().find("3 values, another trainer 2"), std::string::npos) << other;
 }
 
+TEST(EvalReducerTest, ATrainerThatLeftIsNotWaitedFor) {
+  EvalReducer r(3, "ps0");
+  std::vector<std::function<void()>> run;
+  Send(&r, 0, "@EVAL@.0", {1}, &run);
+  Send(&r, 2, "@EVAL@.0", {4}, &run);  // trainer 2 sent before it left: it counts
+  double got = 0;
+  r.Get("@EVAL@.0", [&](absl::StatusOr<Variable> v) {
+    ASSERT_TRUE(v.ok()) << v.status();
+    got = v->Get<Tensor>().data<double>()[0];
+  }, &run);
+  EXPECT_TRUE(run.empty());
+  r.Leave(1, &run);  // dropped without a partial
+  ASSERT_EQ(run.size(), 1u);
+  RunAll(&run);
+  EXPECT_EQ(got, 5);
+  // Later rounds wait only for the trainers still there.
+  Send(&r, 0, "@EVAL@.1", {2}, &run);
+  r.Get("@EVAL@.1", [&](absl::StatusOr<Variable> v) { got = v->Get<Tensor>().data<double>()[0]; },
+        &run);
+  EXPECT_TRUE(run.empty());
+  Send(&r, 2, "@EVAL@.1", {3}, &run);
+  ASSERT_EQ(run.size(), 1u);
+  RunAll(&run);
+  EXPECT_EQ(got, 5);
+}
+
 TEST(EvalReducerTest, FailAllAnswersWaitingGetsWithTheReason) {
   EvalReducer r(2, "ps0");
   std::vector<std::function<void()>> run;

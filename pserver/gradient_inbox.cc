@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/op_desc.h"
-#include "common/status.h"
+#include "common/framework/op_desc.h"
+#include "common/base/status.h"
 #include "transpiler/distribute_transpiler.h"
 
 namespace tessera {

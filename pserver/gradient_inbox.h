@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rpc/server.h"
-#include "common/scope.h"
+#include "common/framework/scope.h"
 #include "proto/program.pb.h"
 
 namespace tessera {

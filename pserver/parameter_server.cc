@@ -9,8 +9,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/io/checkpoint_io.h"
-#include "common/op_desc.h"
-#include "common/status.h"
+#include "common/framework/op_desc.h"
+#include "common/base/status.h"
 #include "pserver/checkpoint.h"
 #include "transpiler/distribute_transpiler.h"
 
@@ -516,9 +516,13 @@ absl::Status ParameterServer::CheckSilentTrainers() {
   }
   silent.insert(silent.end(), lost.begin(), lost.end());
   for (int k : silent) {
-    // Async: no barrier waits, so leaving asks nothing of us.
+    // Async: no barrier waits, so leaving asks nothing of us; evaluations stop waiting for it
+    // (their answers run on the optimizer pool, outside mu_).
     (void)barrier_.Leave(k);
     stats_.trainers_dropped.push_back(k);
+    std::vector<std::function<void()>> answers;
+    eval_->Leave(k, &answers);
+    for (auto& a : answers) applier_->Schedule(std::move(a));
   }
   if (barrier_.finished()) finished_ = true;
   return absl::OkStatus();

@@ -9,9 +9,9 @@
 #include "common/io/checkpoint_io.h"
 #include "common/metrics/interval_stats.h"
 #include "common/ops/ops.h"
-#include "common/program_io.h"
+#include "common/framework/program_io.h"
 #include "common/rpc/grpc/credentials.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "cluster/cluster_programs.h"
 #include "cluster/job_fields.h"
 

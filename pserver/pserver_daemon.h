@@ -21,7 +21,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/config/cluster_config.h"
 #include "common/config/daemon_flags.h"
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_server.h"
 #include "common/rpc/grpc/grpc_server.h"

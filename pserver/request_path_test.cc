@@ -4,10 +4,10 @@
 // parameter, a sparse local table and a distributed table, for 2 trainers.
 #include <cmath>
 
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/layers/layers.h"
 #include "common/layers/optimizer.h"
-#include "common/op_desc.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/ops.h"
 #include "gtest/gtest.h"
 #include "pserver/applier.h"

@@ -19,12 +19,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/executor.h"
-#include "common/op_desc.h"
+#include "common/framework/executor.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/counter_rng.h"
 #include "common/ops/ops.h"
 #include "common/ops/optimizer_rules.h"
-#include "common/scope.h"
+#include "common/framework/scope.h"
 #include "gtest/gtest.h"
 
 namespace tessera {

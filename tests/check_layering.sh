@@ -3,7 +3,9 @@
 # `bazel query` over the whole graph (tests/run_all.sh runs this after the build):
 #   - no //trainer target depends on //pserver, and no //pserver target on //trainer;
 #   - //transpiler and common/ depend on no runner (pserver, trainer), example or cluster wiring;
-#   - the pserver binary links no trainer and no example code (it loads model files).
+#   - the pserver binary links no trainer and no example code (it loads model files);
+#   - inside common/, the bottom two layers stay below the rest: common/base depends on nothing
+#     of the repository, common/framework's libraries only on base and proto.
 # Prints one "//tests:layering_check PASSED|FAILED" line (counted with the tests) and, on
 # failure, the offending dependencies.
 set -uo pipefail
@@ -31,6 +33,10 @@ rule "transpiler -> runners, examples, cluster wiring" \
   "filter('^//(pserver|trainer|examples|cluster|deploy)', deps(//transpiler/...) except $tests_and_cc)"
 rule "common -> anything above it" \
   "filter('^//(pserver|trainer|examples|cluster|deploy|transpiler)', deps(//common/...) except $tests_and_cc)"
+rule "common/base -> anything of the repository" \
+  "filter('^//(common/(framework|ops|layers|device|io|rpc|collective|data|metrics|config)|proto)', deps(kind(cc_library, //common/base/...)))"
+rule "common/framework -> common/ layers above it" \
+  "filter('^//common/(ops|layers|device|io|rpc|collective|data|metrics|config)', deps(kind(cc_library, //common/framework/...)))"
 rule "tessera_pserver links trainer or example code" \
   "filter('^//(trainer|examples)', deps(//pserver:tessera_pserver))"
 rm -f /tmp/tessera-layering.err

@@ -16,7 +16,7 @@
 #include "common/data/criteo.h"
 #include "common/data/synthetic.h"
 #include "common/io/checkpoint_io.h"
-#include "common/params_io.h"
+#include "common/framework/params_io.h"
 #include "common/rpc/grpc/grpc_client.h"
 #include "gtest/gtest.h"
 #include "proto/tensor.pb.h"

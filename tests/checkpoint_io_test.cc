@@ -12,7 +12,7 @@
 #include "common/io/crc32c.h"
 #include "common/io/fault_injecting_file_system.h"
 #include "common/io/file_system.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "gtest/gtest.h"
 #include "pserver/checkpoint.h"
 #include "pserver/sparse_table.h"

@@ -6,7 +6,7 @@
 #include <set>
 #include <tuple>
 
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/io/checkpoint_io.h"
 #include "common/ops/ops.h"
 #include "common/ops/sharding.h"

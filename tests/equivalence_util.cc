@@ -12,7 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/ops/ops.h"
-#include "common/params_io.h"
+#include "common/framework/params_io.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_util.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/tensor.h"
+#include "common/framework/tensor.h"
 #include "examples/registry.h"
 #include "trainer/local_trainer.h"
 

@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/params_io.h"
+#include "common/framework/params_io.h"
 #include "examples/fashion_mnist/model.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_util.h"

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/layers/layers.h"
 #include "common/layers/optimizer.h"
 #include "common/ops/ops.h"

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "common/op_registry.h"
-#include "common/scope.h"
-#include "common/tensor.h"
+#include "common/framework/op_registry.h"
+#include "common/framework/scope.h"
+#include "common/framework/tensor.h"
 #include "pserver/parameter_server.h"
 #include "proto/program.pb.h"
 #include "transpiler/distribute_transpiler.h"

@@ -204,10 +204,13 @@ TEST_F(LaunchClusterTest, FinishedJobFromAConfigFileLeavesLogsMetricsAndPlot) {
   }
   // 5120 examples / 256 per global batch = 20 steps per epoch, logged every 4 steps.
   std::string csv = ReadFileOrEmpty(dir_ + "/logs/metrics.csv");
-  EXPECT_EQ(csv.rfind("step,loss,samples_per_s\n4,", 0), 0u) << csv;
-  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 11) << csv;
+  EXPECT_EQ(csv.rfind("step,loss,samples_per_s,eval_loss,eval_auc,eval_accuracy\n4,", 0), 0u)
+      << csv;
+  // 10 logged steps and the held-out evaluation at the end.
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 12) << csv;
+  EXPECT_NE(csv.find("\n40,,,"), std::string::npos) << csv;
   if (access("/usr/bin/gnuplot", X_OK) == 0) {
-    EXPECT_THAT(out, HasSubstr("plot of loss and samples/s: " + dir_ + "/logs/training.png"));
+    EXPECT_THAT(out, HasSubstr("plot of loss, held-out loss and samples/s: " + dir_ + "/logs/training.png"));
     std::string png = ReadFileOrEmpty(dir_ + "/logs/training.png");
     EXPECT_EQ(png.substr(0, 8), "\x89PNG\r\n\x1a\n");
   }

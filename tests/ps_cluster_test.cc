@@ -14,13 +14,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "common/ops/ops.h"
-#include "common/params_io.h"
+#include "common/framework/params_io.h"
 #include "common/data/criteo.h"
 #include "common/data/stream.h"
 #include "common/data/synthetic.h"
-#include "common/model_file.h"
+#include "common/layers/model_file.h"
 #include "examples/registry.h"
 #include "gtest/gtest.h"
 #include "pserver/sparse_table.h"
@@ -481,15 +483,71 @@ TEST(PsClusterTest, CtrWithDistributedTablesLearns) {
   // A sync step makes at most 3 requests to each pserver (one PrefetchBatch for all tables, one
   // SendBatch with the send barrier, one GetBatch with the fetch barrier), at least the last
   // two. Besides the steps, each trainer registers, pulls the initial parameters and completes,
-  // and trainer 0's held-out evaluation prefetches once per batch of 128.
+  // and the held-out evaluation prefetches once per batch of 128 of each trainer's half and
+  // sends each trainer's partial to pserver 0, where trainer 0 fetches the sum.
   const int64_t trainer_steps = 2 * (12000 / 128 + 1);  // 94 steps each (96 examples left over)
-  const int64_t eval_batches = (2000 + 127) / 128;
+  const int64_t eval_batches = 2 * ((1000 + 127) / 128);
   for (int p = 0; p < 2; ++p) {
     std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
     int64_t requests = SumAfter(log, " requests=");
     EXPECT_GE(requests, 2 * trainer_steps) << log;
-    EXPECT_LE(requests, 3 * trainer_steps + 3 * 2 + eval_batches) << log;
+    EXPECT_LE(requests, 3 * trainer_steps + 3 * 2 + eval_batches + (p == 0 ? 3 : 0)) << log;
   }
+}
+
+// The held-out value "<key> X" of trainer 0's evaluation line `line` (NaN when missing).
+double EvalValue(const std::string& line, const std::string& key) {
+  const size_t pos = line.find(" " + key + " ");
+  return pos == std::string::npos ? std::nan("") : std::strtod(line.c_str() + pos + key.size() + 2, nullptr);
+}
+
+// Distributed evaluation (--eval_every_steps): each of 2 trainers scores its half of the
+// held-out set, pserver 0 sums the partials and trainer 0 reports the job's result, which
+// equals one machine scoring the whole set with the same parameters (the AUC histograms
+// exactly, the loss to float rounding).
+TEST(PsClusterTest, DistributedEvaluationEqualsOneMachineOnTheWholeTestSet) {
+  const std::string dir = MakeTempDir("dist_eval");
+  examples::ExampleOptions eo = Example("ctr", 2048, 6);
+  eo.num_test_examples = 301;  // an odd split: 150 and 151
+  eo.distributed_tables = false;  // every parameter reaches the trainers' dumps
+  PsJob job;
+  job.example = "ctr";
+  job.flags = ExampleFlags(eo, 128, 1);
+  job.flags.push_back("--nodistributed_tables");
+  job.flags.push_back("--eval_every_steps=5");
+  std::vector<Params> params = RunPsJob(job, dir);
+  ASSERT_EQ(params.size(), 2u);
+  const std::string log = ReadFileOrEmpty(dir + "/trainer.0.log");
+  std::vector<std::string> evals;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StrContains(line, "held-out loss")) evals.emplace_back(line);
+  }
+  // Steps 5, 10 and 15 of 16, and the end.
+  ASSERT_EQ(evals.size(), 4u) << log;
+  EXPECT_NE(evals.back().find("on 301 examples at step 16 (2 trainers)"), std::string::npos)
+      << evals.back();
+  EXPECT_EQ(ReadFileOrEmpty(dir + "/trainer.1.log").find("held-out loss"), std::string::npos);
+
+  // One machine: the dumped parameters, the whole held-out set.
+  auto registry = NewStandardOpRegistry();
+  auto model = examples::BuildExampleModel(*registry, eo);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto data = examples::LoadExampleData(eo);
+  ASSERT_TRUE(data.ok()) << data.status();
+  LocalTrainerOptions o;
+  o.batch_size = 128;
+  auto local = LocalTrainer::Create(registry.get(), *model, o);
+  ASSERT_TRUE(local.ok()) << local.status();
+  for (const auto& [name, t] : params[0]) {
+    (*local)->scope()->Var(name)->GetMutable<Tensor>()->CopyFrom(t);
+  }
+  auto whole = (*local)->EvaluatePartial(data->test, 0, 301);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const EvalResult want = whole->Result();
+  ASSERT_TRUE(want.has_auc);
+  EXPECT_NEAR(EvalValue(evals.back(), "auc"), want.auc, 1e-8) << evals.back();
+  EXPECT_NEAR(EvalValue(evals.back(), "loss"), want.mean_loss, 1e-6 * want.mean_loss)
+      << evals.back();
 }
 
 // Collective mode: trainers only (Gloo all-reduce, rendezvous at trainer 0), each fed 1/N of
@@ -505,8 +563,12 @@ TEST_P(CollectiveTest, EqualsSingleMachine) {
   RunCollectiveTrainers(dir, n, flags);
   if (HasFatalFailure()) return;
   ExpectDumpsClose(dir, n, SingleMachine(eo, 48, 4, 2), 1e-5);
-  EXPECT_NE(ReadFileOrEmpty(dir + "/trainer.0.log").find("all-reduce overlapped with backward"),
-            std::string::npos);
+  const std::string log = ReadFileOrEmpty(dir + "/trainer.0.log");
+  EXPECT_NE(log.find("all-reduce overlapped with backward"), std::string::npos);
+  // The held-out evaluation: every trainer scored its share, the all-reduce summed them.
+  EXPECT_NE(log.find(absl::StrCat("on 64 examples at step 40 (", n, " trainers)")),
+            std::string::npos)
+      << log;
 }
 
 INSTANTIATE_TEST_SUITE_P(TwoAndThreeTrainers, CollectiveTest, ::testing::Values(2, 3));

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/ops/ops.h"
 #include "gtest/gtest.h"
 #include "tests/inproc_cluster.h"

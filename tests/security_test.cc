@@ -31,7 +31,7 @@
 #include "common/io/checkpoint_io.h"
 #include "common/io/file_system.h"
 #include "common/config/cluster_config.h"
-#include "common/op_desc.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/ops.h"
 #include "common/rpc/grpc/credentials.h"
 #include "common/rpc/grpc/codec.h"

@@ -151,7 +151,7 @@ TEST(SoakTest, AsyncPserverMemoryStaysFlatAndEveryGradientIsAppliedOnce) {
   // (rows are made on first touch; all ids of the data set appear in every epoch) and the
   // allocator and gRPC reach their working sets. After it a pserver holds a fixed set of
   // variables, table rows and per-trainer receive buffers. The daemons keep freed memory
-  // (common/malloc_tuning.h: one arena, no trimming), so RSS is a high-water mark: it can only
+  // (common/base/malloc_tuning.h: one arena, no trimming), so RSS is a high-water mark: it can only
   // step up when a load spike puts more requests in flight at once. Measured: 1-4.5 MiB after
   // warm-up (one or two steps of 1-3.5 MiB, on a loaded 2-core machine, then flat). The bound,
   // growth over the post-warm-up minimum below 10% of it (~7 MiB) and below 8 MiB, leaves room

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <climits>
 
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/layers/layers.h"
 #include "common/layers/optimizer.h"
 #include "common/ops/ops.h"

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/collective/reducer.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tessera {
 

@@ -22,7 +22,7 @@
 
 #include "common/collective/context.h"
 #include "common/collective/reducer.h"
-#include "common/op_registry.h"
+#include "common/framework/op_registry.h"
 
 namespace tessera {
 

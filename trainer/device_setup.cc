@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/device/placement.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "trainer/places.h"
 #ifdef TESSERA_WITH_CUDA
 #include "common/device/cuda/gpu_ops.h"

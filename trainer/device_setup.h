@@ -36,10 +36,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/device/place.h"
+#include "common/framework/place.h"
 #include "common/device/placement.h"
-#include "common/model_spec.h"
-#include "common/op_registry.h"
+#include "common/framework/model_spec.h"
+#include "common/framework/op_registry.h"
 #include "trainer/local_trainer.h"
 #include "trainer/places.h"
 

@@ -10,7 +10,7 @@
 #include "common/device/caching_allocator.h"
 #include "common/device/placement.h"
 #include "common/ops/ops.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "examples/mlp_regression/model.h"
 #include "gtest/gtest.h"
 

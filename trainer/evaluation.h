@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/data/auc.h"
-#include "common/tensor.h"
+#include "common/framework/tensor.h"
 
 namespace tessera {
 
@@ -36,9 +36,11 @@ struct EvalPartial {
   bool has_accuracy = false;
   bool has_auc_histogram = false;  // a [B, 1] prediction: `auc` holds its scores
   data::StreamingAuc auc;
+  int64_t shares = 1;  // shares merged into this one
 
-  // [samples, loss_sum, correct, has_accuracy, has_auc_histogram, buckets, positives...,
-  // negatives...] as float64.
+  // [samples, loss_sum, correct, partials, partials with accuracy, partials with an AUC,
+  // buckets x partials, positives..., negatives...] as float64: each value a sum over the
+  // partials merged, so that the element-wise sum of two vectors is their merge's vector.
   Tensor ToTensor() const;
   // InvalidArgument naming what is wrong for a vector ToTensor did not make (a negative or
   // fractional count, a bucket count that does not fit the length).

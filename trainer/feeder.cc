@@ -5,9 +5,9 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
-#include "common/op_desc.h"
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/framework/op_desc.h"
+#include "common/base/status.h"
+#include "common/framework/tensor.h"
 
 namespace tessera {
 

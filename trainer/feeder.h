@@ -12,9 +12,9 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/data/example.h"
-#include "common/scope.h"
+#include "common/framework/scope.h"
 #include "proto/program.pb.h"
-#include "common/model_spec.h"
+#include "common/framework/model_spec.h"
 
 namespace tessera {
 

@@ -14,9 +14,9 @@
 #include "absl/synchronization/notification.h"
 #include "common/data/auc.h"
 #include "common/data/sampler.h"
-#include "common/op_desc.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/nn_ops.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tessera {
 

@@ -1,8 +1,8 @@
 // tessera_trainer: a trainer daemon. Configuration comes from flags or the environment
 // (TESSERA_* / PADDLE_*), see common/config/cluster_config.h; --help lists them.
 #include "common/config/daemon_flags.h"
-#include "common/malloc_tuning.h"
-#include "common/mutex_tuning.h"
+#include "common/base/malloc_tuning.h"
+#include "common/base/mutex_tuning.h"
 #include "trainer/trainer_daemon.h"
 
 int main(int argc, char** argv) {

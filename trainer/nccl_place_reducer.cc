@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/device/cuda/cuda_device.h"
 #include "common/device/placement.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tessera {
 

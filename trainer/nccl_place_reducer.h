@@ -30,7 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/variable.h"
+#include "common/framework/variable.h"
 #include "trainer/places.h"
 
 namespace tessera {

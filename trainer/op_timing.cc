@@ -1,7 +1,7 @@
 #include "trainer/op_timing.h"
 
 #include "absl/strings/match.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tessera {
 

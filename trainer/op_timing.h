@@ -15,7 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/trace.h"
-#include "common/op_registry.h"
+#include "common/framework/op_registry.h"
 
 namespace tessera {
 

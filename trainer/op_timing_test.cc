@@ -1,7 +1,7 @@
 #include "trainer/op_timing.h"
 
 #include "absl/time/clock.h"
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "gtest/gtest.h"
 
 namespace tessera {

@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/data/sampler.h"
-#include "common/op_desc.h"
-#include "common/status.h"
+#include "common/framework/op_desc.h"
+#include "common/base/status.h"
 
 namespace tessera {
 

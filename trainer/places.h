@@ -34,9 +34,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/executor.h"
-#include "common/scope.h"
-#include "common/variable.h"
+#include "common/framework/executor.h"
+#include "common/framework/scope.h"
+#include "common/framework/variable.h"
 #include "proto/program.pb.h"
 
 namespace tessera {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <map>
 
-#include "common/op_desc.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/ops.h"
 #include "examples/registry.h"
 #include "gtest/gtest.h"

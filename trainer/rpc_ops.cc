@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/ops/sharding.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "trainer/communicator.h"
 
 namespace tessera {

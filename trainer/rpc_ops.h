@@ -22,7 +22,7 @@
 #include <string>
 
 #include "absl/synchronization/mutex.h"
-#include "common/op_registry.h"
+#include "common/framework/op_registry.h"
 #include "common/rpc/client.h"
 #include "trainer/evaluation.h"
 

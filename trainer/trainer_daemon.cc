@@ -4,6 +4,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "cluster/cluster_programs.h"
 #include "cluster/job_fields.h"
 #include "common/device/placement.h"
@@ -13,12 +14,12 @@
 #include "common/metrics/metrics_server.h"
 #include "common/metrics/trace.h"
 #include "common/ops/ops.h"
-#include "common/params_io.h"
+#include "common/framework/params_io.h"
 #include "common/rpc/grpc/credentials.h"
 #include "common/rpc/grpc/grpc_client.h"
 #include "common/rpc/request_checks.h"
 #include "common/rpc/rpc_metrics.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "trainer/checkpoints.h"
 #include "trainer/collective_ops.h"
 #include "trainer/communicator.h"
@@ -327,6 +328,19 @@ absl::Status TrainerProcess::SetUpCheckpoints() {
       return p.global_step % config_.checkpoint_every == 0 ? SaveCheckpoint(p) : absl::OkStatus();
     };
   }
+  // Evaluations during training (--eval_every_steps, --eval_every_epoch), after the step's
+  // checkpoint. Every trainer takes part (its share of the held-out set).
+  if (config.eval_every_steps > 0 || config.eval_every_epoch) {
+    trainer_options_.on_step_end = [this, checkpoint = std::move(trainer_options_.on_step_end)](
+                                       const TrainPosition& p) -> absl::Status {
+      if (checkpoint) TS_RETURN_IF_ERROR(checkpoint(p));
+      const bool every = config_.eval_every_steps > 0 && p.global_step % config_.eval_every_steps == 0;
+      const bool epoch_end = config_.eval_every_epoch &&
+                             (p.step_in_epoch == 0 ||
+                              (steps_per_epoch_ > 0 && p.step_in_epoch == steps_per_epoch_));
+      return every || epoch_end ? Evaluate() : absl::OkStatus();
+    };
+  }
   return absl::OkStatus();
 }
 
@@ -355,6 +369,13 @@ absl::Status TrainerProcess::StartMetricsServer() {
   Counter* samples =
       *metrics_.GetCounter("tessera_trainer_samples_total", "Training examples.", labels);
   Gauge* loss = *metrics_.GetGauge("tessera_trainer_loss", "Loss of the last step.", labels);
+  eval_loss_ = *metrics_.GetGauge("tessera_trainer_eval_loss",
+                                  "Held-out loss of the job's last evaluation (trainer 0).", labels);
+  eval_auc_ = *metrics_.GetGauge("tessera_trainer_eval_auc",
+                                 "Held-out AUC of the job's last evaluation (trainer 0).", labels);
+  eval_accuracy_ = *metrics_.GetGauge(
+      "tessera_trainer_eval_accuracy", "Held-out accuracy of the job's last evaluation (trainer 0).",
+      labels);
   trainer_options_.after_step = [steps, samples, loss](int64_t, double l, int64_t n) {
     steps->Increment();
     samples->Increment(static_cast<double>(n));
@@ -526,12 +547,46 @@ absl::Status TrainerProcess::Train() {
     TS_RETURN_IF_ERROR(
         SaveCheckpoint(TrainPosition{trainer_->global_step(), trainer_->epochs_done(), 0}));
   }
-  if (config.trainer_id == 0 && !data_->test().examples.empty()) {
-    TS_ASSIGN_OR_RETURN(EvalResult eval, trainer_->Evaluate(data_->test()));
-    log_ << "trainer 0: held-out loss " << eval.mean_loss;
-    if (eval.has_auc) log_ << " auc " << eval.auc;
-    if (eval.has_accuracy) log_ << " accuracy " << eval.accuracy;
-    log_ << std::endl;
+  // The held-out evaluation at the end (unless one just ran at this step).
+  if (last_eval_step_ != trainer_->global_step()) TS_RETURN_IF_ERROR(Evaluate());
+  return absl::OkStatus();
+}
+
+// Distributed evaluation: every trainer scores its share of the held-out set, the shares'
+// partials are summed (pserver mode: by the first pserver; collective and hybrid: an all-reduce)
+// and trainer 0 reports the job's result. Every trainer runs the same rounds in the same order.
+absl::Status TrainerProcess::Evaluate() {
+  const ClusterConfig& config = config_;
+  const data::Dataset& test = data_->test();
+  const int64_t n = static_cast<int64_t>(test.examples.size());
+  if (n == 0) return absl::OkStatus();
+  last_eval_step_ = trainer_->global_step();
+  const int64_t begin = n * config.trainer_id / config.trainers;
+  const int64_t end = n * (config.trainer_id + 1) / config.trainers;
+  TS_ASSIGN_OR_RETURN(EvalPartial partial, trainer_->EvaluatePartial(test, begin, end));
+  const int64_t round = eval_rounds_++;
+  if (all_reduces_) {
+    Tensor sum = partial.ToTensor();
+    TS_RETURN_IF_ERROR(collective_->context.world()->AllReduce(
+        absl::Span<double>(sum.data<double>(), static_cast<size_t>(sum.numel())),
+        collective::ReduceOp::kSum));
+    TS_ASSIGN_OR_RETURN(partial, EvalPartial::FromTensor(sum));
+  } else if (config.trainers > 1) {
+    TS_ASSIGN_OR_RETURN(partial, ReduceEvaluation(&rpc_, config.pservers[0], round, partial,
+                                                  /*fetch=*/config.trainer_id == 0));
+  }
+  if (config.trainer_id != 0) return absl::OkStatus();
+  const EvalResult eval = partial.Result();
+  log_ << absl::StrFormat("trainer 0: held-out loss %.9g", eval.mean_loss);
+  if (eval.has_auc) log_ << absl::StrFormat(" auc %.9g", eval.auc);
+  if (eval.has_accuracy) log_ << absl::StrFormat(" accuracy %.9g", eval.accuracy);
+  log_ << " on " << eval.samples << " examples at step " << trainer_->global_step() << " ("
+       << config.trainers << (config.trainers == 1 ? " trainer" : " trainers") << ")"
+       << std::endl;
+  if (eval_loss_ != nullptr) {
+    eval_loss_->Set(eval.mean_loss);
+    if (eval.has_auc) eval_auc_->Set(eval.auc);
+    if (eval.has_accuracy) eval_accuracy_->Set(eval.accuracy);
   }
   return absl::OkStatus();
 }

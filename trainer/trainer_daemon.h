@@ -33,8 +33,8 @@
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_server.h"
 #include "common/metrics/trace.h"
-#include "common/model_spec.h"
-#include "common/op_registry.h"
+#include "common/framework/model_spec.h"
+#include "common/framework/op_registry.h"
 #include "common/rpc/grpc/grpc_client.h"
 #include "common/rpc/rpc_metrics.h"
 #include "trainer/checkpoints.h"
@@ -92,6 +92,8 @@ class TrainerProcess {
   // Wait, in order.
   absl::Status Train();
   absl::Status Finish();
+  // One distributed evaluation of the held-out set (see trainer_daemon.cc); trainer 0 logs it.
+  absl::Status Evaluate();
   // Checkpoint of position `p` (trainer 0 with --checkpoint_dir).
   absl::Status SaveCheckpoint(const TrainPosition& p);
   // Releases what runs threads or talks to peers, in the order of the old procedure's locals
@@ -127,6 +129,11 @@ class TrainerProcess {
   bool checkpointing_ = false;
   std::unique_ptr<CheckpointWriter> checkpoints_;
   std::unique_ptr<MetricsServer> metrics_server_;
+  Gauge* eval_loss_ = nullptr;  // --metrics_port only
+  Gauge* eval_auc_ = nullptr;
+  Gauge* eval_accuracy_ = nullptr;
+  int64_t eval_rounds_ = 0;         // evaluations run (the pservers' round numbers)
+  int64_t last_eval_step_ = -1;     // global step of the last evaluation
   OpRegistry timed_registry_;
   DevicePlan devices_;
   std::unique_ptr<Heartbeat> heartbeat_;

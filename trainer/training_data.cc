@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/data/formats.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "examples/registry.h"
 
 namespace tessera {

@@ -25,7 +25,7 @@
 #include "common/data/example.h"
 #include "common/data/stream.h"
 #include "common/metrics/metrics.h"
-#include "common/model_spec.h"
+#include "common/framework/model_spec.h"
 #include "trainer/local_trainer.h"
 
 namespace tessera {

@@ -7,10 +7,10 @@
 #include "absl/strings/str_join.h"
 #include "common/layers/optimizer.h"
 #include "common/layers/program_builder.h"
-#include "common/op_desc.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/sharding.h"
-#include "common/status.h"
-#include "common/tensor.h"
+#include "common/base/status.h"
+#include "common/framework/tensor.h"
 
 namespace tessera {
 

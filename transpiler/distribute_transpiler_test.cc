@@ -11,12 +11,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/layers/layers.h"
 #include "common/layers/optimizer.h"
-#include "common/op_desc.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/ops.h"
-#include "common/program_io.h"
+#include "common/framework/program_io.h"
 #include "gtest/gtest.h"
 
 namespace tessera {

@@ -33,7 +33,7 @@
 #include "absl/status/status.h"
 #include "common/collective/communicator.h"
 #include "common/collective/compression.h"
-#include "common/tensor.h"
+#include "common/framework/tensor.h"
 
 namespace tessera {
 namespace collective {

@@ -15,7 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/secure_compare.h"
+#include "common/base/secure_compare.h"
 
 namespace tessera {
 namespace collective {

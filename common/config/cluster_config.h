@@ -67,6 +67,10 @@ struct ClusterConfig {
   uint64_t seed = 1;
   float learning_rate = 0.0f;  // 0 = the example's default
   int64_t log_every_steps = 20;
+  // trainer: a distributed held-out evaluation (every trainer scores its share, trainer 0 reports
+  // the job's result) every N steps (0 = only at the end) and/or after every epoch.
+  int64_t eval_every_steps = 0;
+  bool eval_every_epoch = false;
   std::string dump_params;       // trainer: write final parameters here
   bool memory_optimize = false;  // trainer: reuse buffers of temporaries (grads kept)
   // RPC.

@@ -23,7 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/data/text_fields.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tessera {
 namespace data {

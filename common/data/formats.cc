@@ -13,7 +13,7 @@
 #include "common/data/criteo.h"
 #include "common/data/rng.h"
 #include "common/data/text_fields.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tessera {
 namespace data {

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/io/file_system.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tessera {
 namespace data {

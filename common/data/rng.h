@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <random>
 
-#include "common/splitmix64.h"
+#include "common/base/splitmix64.h"
 
 namespace tessera {
 namespace data {

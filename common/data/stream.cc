@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/data/rng.h"
 #include "common/data/sampler.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tessera {
 namespace data {

@@ -39,10 +39,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/device/place.h"
-#include "common/op_registry.h"
-#include "common/scope.h"
-#include "common/tensor.h"
+#include "common/framework/place.h"
+#include "common/framework/op_registry.h"
+#include "common/framework/scope.h"
+#include "common/framework/tensor.h"
 
 namespace tessera {
 

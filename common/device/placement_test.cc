@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/device/caching_allocator.h"
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/ops/ops.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "gtest/gtest.h"
 
 namespace tessera {

@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/io/crc32c.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tessera {
 namespace io {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/op_registry.h"
+#include "common/framework/op_registry.h"
 #include "proto/program.pb.h"
 
 namespace tessera {

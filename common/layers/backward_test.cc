@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/layers/layers.h"
 #include "common/layers/optimizer.h"
 #include "common/ops/grad_check.h"

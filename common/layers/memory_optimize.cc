@@ -8,9 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/op_desc.h"
-#include "common/op_registry.h"
-#include "common/tensor.h"
+#include "common/framework/op_desc.h"
+#include "common/framework/op_registry.h"
+#include "common/framework/tensor.h"
 
 namespace tessera {
 

@@ -8,8 +8,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/executor.h"
-#include "common/op_desc.h"
+#include "common/framework/executor.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/grad_check.h"
 #include "common/ops/ops.h"
 #include "gtest/gtest.h"

@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "common/layers/backward.h"
 #include "common/layers/program_builder.h"
-#include "common/op_registry.h"
+#include "common/framework/op_registry.h"
 
 namespace tessera {
 

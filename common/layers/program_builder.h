@@ -13,8 +13,8 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "common/op_desc.h"
-#include "common/tensor.h"
+#include "common/framework/op_desc.h"
+#include "common/framework/tensor.h"
 #include "proto/program.pb.h"
 
 namespace tessera {

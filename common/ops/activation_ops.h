@@ -2,7 +2,7 @@
 #ifndef TESSERA_COMMON_OPS_ACTIVATION_OPS_H_
 #define TESSERA_COMMON_OPS_ACTIVATION_OPS_H_
 
-#include "common/op_registry.h"
+#include "common/framework/op_registry.h"
 
 namespace tessera {
 

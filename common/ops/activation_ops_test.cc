@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/ops/grad_check.h"
 #include "common/ops/ops.h"
 #include "gtest/gtest.h"

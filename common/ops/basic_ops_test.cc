@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/ops/grad_check.h"
 #include "common/ops/ops.h"
 #include "gtest/gtest.h"

@@ -18,7 +18,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "common/splitmix64.h"
+#include "common/base/splitmix64.h"
 
 namespace tessera {
 

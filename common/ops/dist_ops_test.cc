@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/ops/ops.h"
 #include "common/ops/selected_rows_util.h"
 #include "common/ops/sharding.h"

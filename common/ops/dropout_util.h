@@ -20,9 +20,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "common/op_registry.h"
+#include "common/framework/op_registry.h"
 #include "common/ops/counter_rng.h"
-#include "common/splitmix64.h"
+#include "common/base/splitmix64.h"
 
 namespace tessera {
 

@@ -1,6 +1,6 @@
 #include "common/ops/embedding_ops.h"
 
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/ops/grad_check.h"
 #include "common/ops/ops.h"
 #include "gtest/gtest.h"

@@ -4,7 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tessera {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/executor.h"
+#include "common/framework/executor.h"
 
 namespace tessera {
 

@@ -3,8 +3,8 @@
 #define TESSERA_COMMON_OPS_KERNEL_UTIL_H_
 
 #include "absl/strings/str_cat.h"
-#include "common/op_registry.h"
-#include "common/status.h"
+#include "common/framework/op_registry.h"
+#include "common/base/status.h"
 
 namespace tessera {
 

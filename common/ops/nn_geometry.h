@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/op_registry.h"
+#include "common/framework/op_registry.h"
 #include "common/ops/kernel_util.h"
 
 namespace tessera {

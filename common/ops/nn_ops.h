@@ -24,7 +24,7 @@
 
 #include <cstdint>
 
-#include "common/op_registry.h"
+#include "common/framework/op_registry.h"
 
 namespace tessera {
 

@@ -11,7 +11,7 @@
 #include "common/ops/random_ops.h"
 #include "common/ops/sequence_ops.h"
 #include "common/ops/tensor_ops.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 #include <cstdio>
 #include <cstdlib>

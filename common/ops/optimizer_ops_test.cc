@@ -4,7 +4,7 @@
 #include <cmath>
 #include <map>
 
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/ops/grad_check.h"
 #include "common/ops/ops.h"
 #include "common/ops/selected_rows_util.h"

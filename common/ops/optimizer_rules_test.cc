@@ -10,12 +10,12 @@
 
 #include "Eigen/Core"
 #include "absl/strings/str_cat.h"
-#include "common/executor.h"
-#include "common/op_desc.h"
+#include "common/framework/executor.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/ops.h"
 #include "common/ops/selected_rows_util.h"
-#include "common/scope.h"
-#include "common/tensor.h"
+#include "common/framework/scope.h"
+#include "common/framework/tensor.h"
 #include "gtest/gtest.h"
 
 // Pins the two forms of the rules to each other and the dense ops (common/ops/optimizer_ops.cc)

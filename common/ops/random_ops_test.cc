@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/ops/counter_rng.h"
 #include "common/ops/ops.h"
 #include "gtest/gtest.h"

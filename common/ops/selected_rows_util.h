@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "common/tensor.h"
+#include "common/framework/tensor.h"
 
 namespace tessera {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "common/executor.h"
-#include "common/op_desc.h"
+#include "common/framework/executor.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/ops.h"
 #include "gtest/gtest.h"
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/splitmix64.h"
+#include "common/base/splitmix64.h"
 
 namespace tessera {
 

@@ -2,7 +2,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "common/printable.h"
+#include "common/base/printable.h"
 
 namespace tessera {
 

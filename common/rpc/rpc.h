@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/variable.h"
+#include "common/framework/variable.h"
 #include "proto/pserver.pb.h"
 
 namespace tessera {

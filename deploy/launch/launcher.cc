@@ -608,7 +608,7 @@ void Launcher::Finish() {
       absl::Status s = WriteTrainingCsv(points, csv);
       std::string gnuplot = options_.gnuplot.empty() ? FindInPath("gnuplot") : options_.gnuplot;
       bool positive = true;
-      for (const auto& p : points) positive &= p.loss > 0;
+      for (const auto& p : points) positive &= p.eval ? !(p.eval_loss <= 0) : p.loss > 0;
       if (!s.ok()) {
         Say(absl::StrCat("no metrics: ", s.message()));
       } else if (gnuplot.empty()) {
@@ -616,7 +616,8 @@ void Launcher::Finish() {
       } else if (absl::Status p = PlotTraining(gnuplot, csv, png, positive); !p.ok()) {
         Say(absl::StrCat("no plot: ", p.message(), "; training metrics in ", csv));
       } else {
-        Say(absl::StrCat("plot of loss and samples/s: ", png, " (data: ", csv, ")"));
+        Say(absl::StrCat("plot of loss, held-out loss and samples/s: ", png, " (data: ", csv,
+                         ")"));
       }
     }
   }

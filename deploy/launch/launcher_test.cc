@@ -139,7 +139,8 @@ TEST_F(LauncherTest, LocalJobSucceedsWithLogsMetricsAndStreamedTrainer0) {
   EXPECT_THAT(Read(o_.log_dir + "/trainer.0.log"), HasSubstr("step 30 loss 0.25"));
   EXPECT_THAT(Read(o_.log_dir + "/pserver.0.log"), HasSubstr("--role=pserver --current_endpoint="));
   EXPECT_EQ(Read(o_.log_dir + "/metrics.csv"),
-            "step,loss,samples_per_s\n10,0.9,1000\n20,0.5,1100\n30,0.25,1200\n");
+            "step,loss,samples_per_s,eval_loss,eval_auc,eval_accuracy\n10,0.9,1000,,,\n20,0.5,"
+            "1100,,,\n30,0.25,1200,,,\n");
   EXPECT_THAT(out_, HasSubstr("no plot"));  // the gnuplot given does not exist
   ExpectAllGone();
 }

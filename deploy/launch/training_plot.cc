@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,9 +34,37 @@ std::string Quote(const std::string& s) {
 
 }  // namespace
 
+namespace {
+
+// "trainer 0: held-out loss L [auc A] [accuracy C] on N examples at step S (...)".
+bool ParseEvalLine(absl::string_view line, TrainingPoint* p) {
+  constexpr absl::string_view kPrefix = "trainer 0: held-out ";
+  if (!absl::StartsWith(line, kPrefix)) return false;
+  std::vector<absl::string_view> t =
+      absl::StrSplit(line.substr(kPrefix.size()), ' ', absl::SkipWhitespace());
+  p->eval = true;
+  p->eval_loss = p->eval_auc = p->eval_accuracy = std::nan("");
+  bool has_loss = false, has_step = false;
+  for (size_t i = 0; i + 1 < t.size(); ++i) {
+    const absl::string_view value = absl::StripTrailingAsciiWhitespace(t[i + 1]);
+    if (t[i] == "loss") has_loss = absl::SimpleAtod(value, &p->eval_loss);
+    if (t[i] == "auc") absl::SimpleAtod(value, &p->eval_auc);
+    if (t[i] == "accuracy") absl::SimpleAtod(value, &p->eval_accuracy);
+    if (t[i] == "step") has_step = absl::SimpleAtoi(value, &p->step);
+  }
+  return has_loss && has_step;
+}
+
+}  // namespace
+
 std::vector<TrainingPoint> ParseTrainingLog(absl::string_view log) {
   std::vector<TrainingPoint> out;
   for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    TrainingPoint eval;
+    if (ParseEvalLine(line, &eval)) {
+      out.push_back(eval);
+      continue;
+    }
     std::vector<absl::string_view> t = absl::StrSplit(line, ' ', absl::SkipWhitespace());
     // "step N loss L samples/s S", optionally followed by "key value" pairs (eta, auc).
     if (t.size() < 6 || t.size() % 2 != 0 || t[0] != "step" || t[2] != "loss" ||
@@ -58,12 +87,22 @@ absl::Status WriteTrainingCsv(const std::vector<TrainingPoint>& points,
     return absl::UnavailableError(
         absl::StrCat("cannot replace ", csv_path, ": ", std::strerror(errno)));
   }
-  auto csv = MetricsCsvWriter::Open(csv_path, {"step", "loss", "samples_per_s"});
+  auto csv = MetricsCsvWriter::Open(
+      csv_path, {"step", "loss", "samples_per_s", "eval_loss", "eval_auc", "eval_accuracy"});
   if (!csv.ok()) return csv.status();
   for (const auto& p : points) {
-    absl::Status s = (*csv)->Append({{"step", static_cast<double>(p.step)},
-                                     {"loss", p.loss},
-                                     {"samples_per_s", p.samples_per_s}});
+    std::vector<std::pair<std::string, double>> row = {{"step", static_cast<double>(p.step)}};
+    if (p.eval) {
+      for (const auto& [name, v] : {std::make_pair("eval_loss", p.eval_loss),
+                                    std::make_pair("eval_auc", p.eval_auc),
+                                    std::make_pair("eval_accuracy", p.eval_accuracy)}) {
+        if (!std::isnan(v)) row.emplace_back(name, v);
+      }
+    } else {
+      row.emplace_back("loss", p.loss);
+      row.emplace_back("samples_per_s", p.samples_per_s);
+    }
+    absl::Status s = (*csv)->Append(row);
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -80,7 +119,8 @@ std::string TrainingPlotScript(const std::string& csv_path, const std::string& p
   if (log_scale_loss) s += "set logscale y\n";
   absl::StrAppend(
       &s, "plot ", Quote(csv_path),
-      " using 1:2 skip 1 with linespoints pt 7 ps 0.4 lc rgb '#1f77b4'\n", "unset logscale y\n",
+      " using 1:2 skip 1 with linespoints pt 7 ps 0.4 lc rgb '#1f77b4', ", Quote(csv_path),
+      " using 1:4 skip 1 with points pt 5 ps 0.9 lc rgb '#2ca02c'\n", "unset logscale y\n",
       "set xlabel 'step'\n", "set ylabel 'samples/s'\n", "plot ", Quote(csv_path),
       " using 1:3 skip 1 with linespoints pt 7 ps 0.4 lc rgb '#d62728'\n", "unset multiplot\n");
   return s;

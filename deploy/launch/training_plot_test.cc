@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -53,7 +54,26 @@ TEST(TrainingPlotTest, CsvReplacesTheFile) {
   std::string csv = Tmp("t.csv");
   std::ofstream(csv) << "old,content\n";
   ASSERT_TRUE(WriteTrainingCsv({{1, 2.5, 100}, {2, 1.25, 200}}, csv).ok());
-  EXPECT_EQ(Read(csv), "step,loss,samples_per_s\n1,2.5,100\n2,1.25,200\n");
+  EXPECT_EQ(Read(csv),
+            "step,loss,samples_per_s,eval_loss,eval_auc,eval_accuracy\n1,2.5,100,,,\n2,1.25,200,,,\n");
+}
+
+TEST(TrainingPlotTest, HeldOutEvaluationsBecomeEvalColumns) {
+  auto points = ParseTrainingLog(
+      "step 10 loss 0.7 samples/s 900\n"
+      "trainer 0: held-out loss 0.512 auc 0.75 on 301 examples at step 10 (2 trainers)\n"
+      "trainer 0: held-out loss 0.25 accuracy 0.875 on 8 examples at step 20 (1 trainer)\n"
+      "trainer 0: held-out loss nope at step 30\n");
+  ASSERT_EQ(points.size(), 3u);
+  EXPECT_TRUE(points[1].eval);
+  EXPECT_EQ(points[1].step, 10);
+  EXPECT_DOUBLE_EQ(points[1].eval_auc, 0.75);
+  EXPECT_TRUE(std::isnan(points[1].eval_accuracy));
+  std::string csv = Tmp("eval.csv");
+  ASSERT_TRUE(WriteTrainingCsv(points, csv).ok());
+  EXPECT_EQ(Read(csv),
+            "step,loss,samples_per_s,eval_loss,eval_auc,eval_accuracy\n10,0.7,900,,,\n"
+            "10,,,0.512,0.75,\n20,,,0.25,,0.875\n");
 }
 
 TEST(TrainingPlotTest, ScriptQuotesPaths) {

@@ -21,8 +21,8 @@
 #include "common/data/auc.h"
 #include "common/data/criteo.h"
 #include "common/data/synthetic.h"
-#include "common/model_file.h"
-#include "common/mutex_tuning.h"
+#include "common/layers/model_file.h"
+#include "common/base/mutex_tuning.h"
 #include "common/ops/ops.h"
 #include "examples/ctr/model.h"
 #include "examples/example_main.h"
@@ -59,7 +59,7 @@ int Fail(const absl::Status& s, int code = 1) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tessera::DisableMutexDeadlockDetection();  // as the daemons do (common/mutex_tuning.h)
+  tessera::DisableMutexDeadlockDetection();  // as the daemons do (common/base/mutex_tuning.h)
   tessera::examples::ParseExampleFlags(
       argc, argv,
       "trains a click model (the built-in wide & deep, or --model=FILE) on one machine on "

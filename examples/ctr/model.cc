@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/layers/layers.h"
 #include "common/layers/program_builder.h"
-#include "common/model_file.h"
-#include "common/status.h"
+#include "common/layers/model_file.h"
+#include "common/base/status.h"
 
 namespace tessera {
 namespace examples {

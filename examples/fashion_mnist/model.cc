@@ -6,8 +6,8 @@
 #include "common/data/idx.h"
 #include "common/layers/layers.h"
 #include "common/layers/program_builder.h"
-#include "common/model_file.h"
-#include "common/status.h"
+#include "common/layers/model_file.h"
+#include "common/base/status.h"
 
 namespace tessera {
 namespace examples {

@@ -6,8 +6,8 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/model_file.h"
-#include "common/mutex_tuning.h"
+#include "common/layers/model_file.h"
+#include "common/base/mutex_tuning.h"
 #include "common/ops/ops.h"
 #include "examples/example_main.h"
 #include "trainer/local_trainer.h"
@@ -35,7 +35,7 @@ namespace examples {
 
 int RunImageExample(int argc, char** argv, const std::string& name, const std::string& about,
                     int default_epochs, const ImageModelFn& model_fn) {
-  DisableMutexDeadlockDetection();  // as the daemons do (common/mutex_tuning.h)
+  DisableMutexDeadlockDetection();  // as the daemons do (common/base/mutex_tuning.h)
   ParseExampleFlags(argc, argv, about);
   auto fail = [&](const absl::Status& s, int code) {
     std::fprintf(stderr, "%s: %s\n", name.c_str(), std::string(s.message()).c_str());

@@ -20,9 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/data/synthetic.h"
-#include "common/mutex_tuning.h"
+#include "common/base/mutex_tuning.h"
 #include "common/ops/ops.h"
-#include "common/program_io.h"
+#include "common/framework/program_io.h"
 #include "examples/example_main.h"
 #include "examples/mlp_regression/model.h"
 #include "trainer/local_trainer.h"
@@ -57,7 +57,7 @@ int BadFlag(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tessera::DisableMutexDeadlockDetection();  // as the daemons do (common/mutex_tuning.h)
+  tessera::DisableMutexDeadlockDetection();  // as the daemons do (common/base/mutex_tuning.h)
   tessera::examples::ParseExampleFlags(
       argc, argv,
       "trains the 10-100-1 perceptron regression model on one machine and "

@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "common/op_registry.h"
-#include "common/model_spec.h"
+#include "common/framework/op_registry.h"
+#include "common/framework/model_spec.h"
 #include "proto/model.pb.h"
 
 namespace tessera {

@@ -47,7 +47,7 @@ SEED_MASK = 0x7FFFFFFFFFFFFFFF
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 
-# Op roles (bit flags of the "op_role" attribute, common/op_desc.h).
+# Op roles (bit flags of the "op_role" attribute, common/framework/op_desc.h).
 ROLE_FORWARD = 0
 ROLE_BACKWARD = 1
 ROLE_OPTIMIZE = 2

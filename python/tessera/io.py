@@ -10,7 +10,7 @@ MULTI_SLOTs by slot index, then LABEL -- the order ``tessera::MakeModelFile`` us
 SLOT and LABEL, whatever order they were declared in.
 
 ``check_model_file`` repeats the static checks of the C++ loader (``ValidateModel`` in
-common/model_file.cc: feeds, graph, outputs, optimizer) so that mistakes surface in Python with
+common/layers/model_file.cc: feeds, graph, outputs, optimizer) so that mistakes surface in Python with
 a message naming the variable; the loader additionally runs a batch through the program.
 """
 

@@ -58,7 +58,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "common/malloc_tuning.h"
+#include "common/base/malloc_tuning.h"
 #include "common/rpc/client.h"
 #include "common/rpc/grpc/grpc_client.h"
 #include "common/rpc/grpc/grpc_server.h"
@@ -609,7 +609,7 @@ int main(int argc, char** argv) {
     // gRPC allocates its read buffers per read and frees them once a message is consumed; with
     // glibc's defaults the freed memory goes back to the kernel (trim / munmap) and every new
     // buffer page-faults again, which costs more than the copies themselves on VMs.
-    tessera::TuneMallocForLargeBuffers();  // what the daemons do (common/malloc_tuning.h)
+    tessera::TuneMallocForLargeBuffers();  // what the daemons do (common/base/malloc_tuning.h)
   }
   if (absl::GetFlag(FLAGS_serve)) return tessera::Serve();
   return tessera::Main();

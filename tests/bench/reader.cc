@@ -35,7 +35,7 @@
 #include "common/data/formats.h"
 #include "common/data/stream.h"
 #include "common/data/synthetic.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 ABSL_FLAG(int64_t, lines, 400000, "Criteo lines to generate and read.");
 ABSL_FLAG(std::string, dir, "/tmp", "Where the data files go (removed at the end).");

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/data/synthetic.h"
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/ops/ops.h"
 #include "common/ops/selected_rows_util.h"
 

@@ -25,7 +25,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/layers/layers.h"
 #include "common/layers/optimizer.h"
 #include "common/ops/ops.h"

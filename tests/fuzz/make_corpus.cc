@@ -15,8 +15,8 @@
 #include "common/layers/layers.h"
 #include "common/layers/optimizer.h"
 #include "common/ops/ops.h"
-#include "common/model_file.h"
-#include "common/program_io.h"
+#include "common/layers/model_file.h"
+#include "common/framework/program_io.h"
 #include "common/rpc/grpc/codec.h"
 
 namespace tessera {

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "common/model_file.h"
+#include "common/layers/model_file.h"
 #include "common/ops/ops.h"
 #include "google/protobuf/stubs/logging.h"
 

@@ -19,9 +19,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
-#include "common/executor.h"
+#include "common/framework/executor.h"
 #include "common/ops/ops.h"
-#include "common/program_io.h"
+#include "common/framework/program_io.h"
 #include "google/protobuf/stubs/logging.h"
 #include "transpiler/distribute_transpiler.h"
 

@@ -42,18 +42,18 @@ trap 'exit 130' INT TERM
 
 # Library sources each target needs (repo-relative), beside the generated protobuf code.
 declare -A SRCS
-SRCS[codec]="common/rpc/grpc/codec.cc common/rpc/request_checks.cc common/tensor.cc common/device/place.cc"
+SRCS[codec]="common/rpc/grpc/codec.cc common/rpc/request_checks.cc common/framework/tensor.cc common/framework/place.cc"
 SRCS[criteo]="common/data/criteo.cc common/data/formats.cc common/data/idx.cc common/io/file_system.cc"
 SRCS[formats]="${SRCS[criteo]}"
-SRCS[program]="common/tensor.cc common/device/place.cc common/program_io.cc common/executor.cc common/op_registry.cc
-  common/op_desc.cc common/scope.cc common/ops/ops.cc common/ops/basic_ops.cc common/ops/math_ops.cc
+SRCS[program]="common/framework/tensor.cc common/framework/place.cc common/framework/program_io.cc common/framework/executor.cc common/framework/op_registry.cc
+  common/framework/op_desc.cc common/framework/scope.cc common/ops/ops.cc common/ops/basic_ops.cc common/ops/math_ops.cc
   common/ops/activation_ops.cc common/ops/loss_ops.cc common/ops/tensor_ops.cc
   common/ops/random_ops.cc common/ops/embedding_ops.cc common/ops/optimizer_ops.cc
   common/ops/selected_rows_util.cc common/ops/dist_ops.cc common/ops/sequence_ops.cc
   common/ops/nn_ops.cc
   common/layers/program_builder.cc
   transpiler/distribute_transpiler.cc"
-SRCS[model_file]="${SRCS[program]} common/model_file.cc common/layers/optimizer.cc common/layers/backward.cc"
+SRCS[model_file]="${SRCS[program]} common/layers/model_file.cc common/layers/optimizer.cc common/layers/backward.cc"
 declare -A PROTOS
 PROTOS[codec]="tensor program pserver"
 PROTOS[criteo]=""

@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tessera {
 
@@ -65,7 +65,7 @@ absl::Status Doing(const absl::Status& s, const std::string& what) {
 }
 
 // Every failure is returned, never fatal: Tensor's Try forms and placement pass it on as the
-// failing op's Status (see DeviceBackend in common/device/place.h).
+// failing op's Status (see DeviceBackend in common/framework/place.h).
 class CudaBackend : public DeviceBackend {
  public:
   absl::StatusOr<std::shared_ptr<char>> Allocate(const Place& place, size_t bytes) override {

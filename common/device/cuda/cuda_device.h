@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/device/caching_allocator.h"
-#include "common/device/place.h"
+#include "common/framework/place.h"
 
 namespace tessera {
 

@@ -9,10 +9,10 @@
 #include "common/device/cuda/cuda_device.h"
 #include "common/device/cuda/gpu_ops.h"
 #include "common/device/cuda/gpu_test_main.h"
-#include "common/executor.h"
-#include "common/op_desc.h"
+#include "common/framework/executor.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/ops.h"
-#include "common/tensor.h"
+#include "common/framework/tensor.h"
 
 namespace tessera {
 namespace {

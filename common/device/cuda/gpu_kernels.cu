@@ -444,7 +444,7 @@ __global__ void BatchNormGradXKernel(NormShape d, const float* x, const float* d
 // ---------------------------------------------------------------------------------------------
 // dropout
 
-// Counter-based uniforms: copies of SplitMix64Mix (common/splitmix64.h) and of CounterUniform
+// Counter-based uniforms: copies of SplitMix64Mix (common/base/splitmix64.h) and of CounterUniform
 // with its helpers StreamKey, Bits and ToUnit (common/ops/counter_rng.h), callable on the device
 // (and on the host, for checks). They MUST stay equal to those, bit for bit: the GPU dropout
 // mask must be the one the CPU kernel draws (gpu_ops_test compares the two masks bit for bit).

@@ -14,10 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/device/cuda/cuda_device.h"
 #include "common/device/cuda/gpu_kernels.h"
-#include "common/op_desc.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/dropout_util.h"
 #include "common/ops/nn_geometry.h"
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace tessera {
 

@@ -1,7 +1,7 @@
 // GPU kernels for the standard ops (float32), as DeviceKernelFns for placement. The gpu_ops
 // library is built only with --config=cuda; RegisterGpuKernels puts the kernels into a table the
 // caller owns (a trainer's DevicePlan: trainer/device_setup.cc), and linking the library
-// registers the CUDA DeviceBackend (process-wide, see common/device/place.h) at static
+// registers the CUDA DeviceBackend (process-wide, see common/framework/place.h) at static
 // initialization.
 //
 // Covered, forward and gradient: mul, matmul (2-D), elementwise_add/sub/mul (Fluid broadcast),

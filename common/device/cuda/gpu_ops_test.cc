@@ -14,8 +14,8 @@
 #include "common/device/cuda/gpu_ops.h"
 #include "common/device/cuda/gpu_test_main.h"
 #include "common/device/placement.h"
-#include "common/executor.h"
-#include "common/op_desc.h"
+#include "common/framework/executor.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/ops.h"
 
 namespace tessera {

@@ -12,7 +12,7 @@
 #include "common/rpc/grpc/codec.h"
 #include "common/rpc/grpc/credentials.h"
 #include "common/rpc/grpc/grpc_util.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/channel_arguments.h"

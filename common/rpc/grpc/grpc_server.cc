@@ -10,7 +10,7 @@
 #include "common/rpc/grpc/credentials.h"
 #include "common/rpc/grpc/grpc_util.h"
 #include "common/rpc/request_checks.h"
-#include "common/status.h"
+#include "common/base/status.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"

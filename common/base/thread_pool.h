@@ -1,0 +1,40 @@
+// ThreadPool: a fixed set of worker threads running scheduled closures in FIFO order.
+// Thread-safe. The destructor runs every closure already scheduled, then joins the workers.
+#ifndef TESSERA_COMMON_BASE_THREAD_POOL_H_
+#define TESSERA_COMMON_BASE_THREAD_POOL_H_
+
+#include <deque>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace tessera {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  void Schedule(std::function<void()> fn);
+  // Runs fn(0..n-1) on the pool (and the calling thread) and returns when all are done.
+  void ParallelFor(int n, const std::function<void(int)>& fn);
+  int size() const { return static_cast<int>(threads_.size()); }
+
+ private:
+  void Worker();
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_BASE_THREAD_POOL_H_

@@ -1,0 +1,22 @@
+// Saving and loading named tensors (parameters) as one binary file: a serialized TensorMap proto.
+// Writes are atomic (temporary file, fsync, rename).
+#ifndef TESSERA_COMMON_FRAMEWORK_PARAMS_IO_H_
+#define TESSERA_COMMON_FRAMEWORK_PARAMS_IO_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/framework/scope.h"
+
+namespace tessera {
+
+// Writes the dense variables `names` of `scope`; NotFound names a missing one.
+absl::Status SaveVariables(const Scope& scope, const std::vector<std::string>& names,
+                           const std::string& path);
+absl::StatusOr<std::map<std::string, Tensor>> LoadVariables(const std::string& path);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_FRAMEWORK_PARAMS_IO_H_
