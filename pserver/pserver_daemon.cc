@@ -23,8 +23,10 @@ constexpr absl::Duration kFailureLinger = absl::Seconds(2);
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PserverProcess>> PserverProcess::Create(const ClusterConfig& config,
-                                                                       std::ostream& log) {
-  std::unique_ptr<PserverProcess> p(new PserverProcess(config, log));
+                                                                       std::ostream& log,
+                                                                       io::FileSystem* fs) {
+  std::unique_ptr<PserverProcess> p(
+      new PserverProcess(config, log, fs != nullptr ? fs : io::PosixFileSystem::Default()));
   TS_RETURN_IF_ERROR(p->Init());
   return p;
 }
@@ -88,10 +90,11 @@ absl::Status PserverProcess::Init() {
   po.param_blocks = t.param_blocks();
   po.table_shard_method = config.table_shard_method;
   po.checkpoint_dir = config.checkpoint_dir;
+  po.fs = fs_;
   TS_ASSIGN_OR_RETURN(ps_, ParameterServer::Create(program, &scope_, registry_.get(), po));
   if (!config.init_from.empty()) {  // restore before serving anything
     TS_ASSIGN_OR_RETURN(std::string ckpt,
-                        io::ResolveCheckpoint(io::PosixFileSystem::Default(), config.init_from));
+                        io::ResolveCheckpoint(fs_, config.init_from));
     absl::Status restored = ps_->RestoreCheckpoint(ckpt);
     if (!restored.ok()) {
       return absl::Status(restored.code(),

@@ -22,6 +22,7 @@
 #include "common/config/cluster_config.h"
 #include "common/config/daemon_flags.h"
 #include "common/framework/executor.h"
+#include "common/io/file_system.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_server.h"
 #include "common/rpc/grpc/grpc_server.h"
@@ -32,9 +33,11 @@ namespace tessera {
 
 class PserverProcess {
  public:
-  // `config` must outlive the process; progress goes to `log`.
+  // `config` must outlive the process; progress goes to `log`. `fs` (null: the local file
+  // system) holds the checkpoints (--checkpoint_dir, --init_from) and must outlive the process.
   static absl::StatusOr<std::unique_ptr<PserverProcess>> Create(const ClusterConfig& config,
-                                                                std::ostream& log);
+                                                                std::ostream& log,
+                                                                io::FileSystem* fs = nullptr);
   // Stops whatever Start started if Wait was not called (e.g. after a failed Start).
   ~PserverProcess();
 
@@ -46,7 +49,8 @@ class PserverProcess {
   ParameterServer* server() { return ps_.get(); }
 
  private:
-  PserverProcess(const ClusterConfig& config, std::ostream& log) : config_(config), log_(log) {}
+  PserverProcess(const ClusterConfig& config, std::ostream& log, io::FileSystem* fs)
+      : config_(config), log_(log), fs_(fs) {}
   absl::Status Init();
   // Counters and gauges of ParameterServerStats, updated at every read of /metrics.
   void AddMetricsCollector();
@@ -55,6 +59,7 @@ class PserverProcess {
 
   const ClusterConfig& config_;
   std::ostream& log_;
+  io::FileSystem* const fs_;  // checkpoints
   std::unique_ptr<OpRegistry> registry_;
   Scope scope_;
   MetricsRegistry metrics_;

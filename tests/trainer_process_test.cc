@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/io/fault_injecting_file_system.h"
 #include "gtest/gtest.h"
 #include "pserver/pserver_daemon.h"
 #include "tests/cluster_util.h"
@@ -54,6 +55,7 @@ ClusterConfig TrainerConfig(const std::string& endpoint) {
 class ServingPserver {
  public:
   explicit ServingPserver(const std::string& endpoint) : config_(PserverConfig(endpoint)) {}
+  explicit ServingPserver(ClusterConfig config) : config_(std::move(config)) {}
   ~ServingPserver() { (void)Join(); }
 
   absl::Status Start() {
@@ -104,6 +106,34 @@ TEST(TrainerProcessTest, TrainsASyncJobWithAPserverInThisProcess) {
   EXPECT_NE(log.str().find("trainer 0/1: example mlp_regression"), std::string::npos) << log.str();
   EXPECT_NE(pserver.log().find(absl::StrCat("steps=", kExamples / kBatch)), std::string::npos)
       << pserver.log();
+}
+
+// Trainer 0's checkpoints go through the file system given to Create: the fault injected into
+// its first write fails the job with the fault's message, and the pserver hears of it.
+TEST(TrainerProcessTest, CheckpointsGoThroughTheFileSystemGivenToCreate) {
+  auto eps = FreeEndpoints(1);
+  ASSERT_TRUE(eps.ok()) << eps.status();
+  const std::string& ep = (*eps)[0];
+  const std::string dir = MakeTempDir("trainer_process_ckpt");
+  ClusterConfig pc = PserverConfig(ep);
+  pc.checkpoint_dir = dir;
+  ServingPserver pserver(pc);
+  ASSERT_TRUE(pserver.Start().ok());
+  ClusterConfig config = TrainerConfig(ep);
+  config.checkpoint_dir = dir;
+  config.checkpoint_every = 2;
+  io::FaultInjectingFileSystem faulty(io::PosixFileSystem::Default(), /*fail_at=*/1,
+                                      /*crash=*/false);
+  std::ostringstream log;
+  auto trainer = TrainerProcess::Create(config, log, &faulty);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Start().ok());
+  absl::Status trained = (*trainer)->Wait();
+  EXPECT_FALSE(trained.ok());
+  EXPECT_NE(trained.message().find("injected fault at file operation 1"), std::string::npos)
+      << trained << "\n" << log.str();
+  EXPECT_TRUE(faulty.fired());
+  EXPECT_FALSE(pserver.Join().ok()) << pserver.log();
 }
 
 TEST(TrainerProcessTest, AMissingTrainDataFileFailsCreate) {

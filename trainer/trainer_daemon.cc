@@ -85,8 +85,10 @@ void AbortPservers(const ClusterConfig& config, const absl::Status& error) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TrainerProcess>> TrainerProcess::Create(const ClusterConfig& config,
-                                                                       std::ostream& log) {
-  std::unique_ptr<TrainerProcess> p(new TrainerProcess(config, log));
+                                                                       std::ostream& log,
+                                                                       io::FileSystem* fs) {
+  std::unique_ptr<TrainerProcess> p(
+      new TrainerProcess(config, log, fs != nullptr ? fs : io::PosixFileSystem::Default()));
   TS_RETURN_IF_ERROR(p->Init());  // on failure, p's destructor writes the trace
   return p;
 }
@@ -305,7 +307,7 @@ void TrainerProcess::SetTrainerOptions() {
 // trainer 0 commits a checkpoint every --checkpoint_every steps and at the end.
 absl::Status TrainerProcess::SetUpCheckpoints() {
   const ClusterConfig& config = config_;
-  io::FileSystem* fs = io::PosixFileSystem::Default();
+  io::FileSystem* fs = fs_;
   if (all_reduces_ && (!config.checkpoint_dir.empty() || !config.init_from.empty())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--checkpoint_dir / --init_from need every parameter on the pservers (not supported with "

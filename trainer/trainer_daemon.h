@@ -30,6 +30,7 @@
 #include "common/config/cluster_config.h"
 #include "common/config/daemon_flags.h"
 #include "common/device/placement.h"
+#include "common/io/file_system.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_server.h"
 #include "common/metrics/trace.h"
@@ -52,8 +53,11 @@ class TrainerProcess {
  public:
   // `config` must outlive the process; progress goes to `log`. Errors name the flag, file or
   // value at fault; whatever was built is released (and a --trace written) before it returns.
+  // `fs` (null: the local file system) holds the checkpoints (--checkpoint_dir, --init_from) and
+  // must outlive the process.
   static absl::StatusOr<std::unique_ptr<TrainerProcess>> Create(const ClusterConfig& config,
-                                                                std::ostream& log);
+                                                                std::ostream& log,
+                                                                io::FileSystem* fs = nullptr);
   // Without Wait: after a successful Start tells the pservers (ABORT, Cancelled) that this
   // trainer stopped; then stops the heartbeats and servers and writes the trace. Blocks at most
   // for the RPCs in flight (each bounded by its deadline).
@@ -70,7 +74,8 @@ class TrainerProcess {
   absl::Status Wait();
 
  private:
-  TrainerProcess(const ClusterConfig& config, std::ostream& log) : config_(config), log_(log) {}
+  TrainerProcess(const ClusterConfig& config, std::ostream& log, io::FileSystem* fs)
+      : config_(config), log_(log), fs_(fs) {}
 
   // Create, in order.
   absl::Status Init();
@@ -104,6 +109,7 @@ class TrainerProcess {
   // locals were.
   const ClusterConfig& config_;
   std::ostream& log_;
+  io::FileSystem* const fs_;  // checkpoints
   MetricsRegistry metrics_;
   std::unique_ptr<RpcMetrics> rpc_metrics_;
   std::unique_ptr<Tracer> tracer_;  // --trace; null without (or until its first write worked)
