@@ -12,6 +12,12 @@ bool EvalReducer::IsEvalVariable(const std::string& name) {
 
 std::string EvalReducer::VariableName(int64_t round) { return absl::StrCat(kPrefix, round); }
 
+EvalReducer::Round& EvalReducer::RoundOf(const std::string& name) {
+  Round& r = rounds_[name];
+  if (r.added.empty()) r.added.assign(static_cast<size_t>(num_trainers_), false);
+  return r;
+}
+
 absl::StatusOr<Variable*> EvalReducer::Prepare(int trainer, const VariableHeader& h) {
   int64_t round;
   const bool numbered =
@@ -25,8 +31,7 @@ absl::StatusOr<Variable*> EvalReducer::Prepare(int trainer, const VariableHeader
         ShapeString(h.dims), " on pserver ", endpoint_));
   }
   absl::MutexLock lock(&mu_);
-  Round& r = rounds_[h.name];
-  if (r.added.empty()) r.added.assign(static_cast<size_t>(num_trainers_), false);
+  Round& r = RoundOf(h.name);
   if (r.added[static_cast<size_t>(trainer)]) {
     return absl::InvalidArgumentError(absl::StrCat("trainer ", trainer,
                                                    " sent evaluation partial '", h.name,
@@ -72,8 +77,7 @@ absl::Status EvalReducer::Add(int trainer, const std::string& name,
 void EvalReducer::Get(const std::string& name, RequestHandler::GetDone done,
                       std::vector<std::function<void()>>* run_after) {
   absl::MutexLock lock(&mu_);
-  Round& r = rounds_[name];
-  if (r.added.empty()) r.added.assign(static_cast<size_t>(num_trainers_), false);
+  Round& r = RoundOf(name);
   r.waiting.push_back(std::move(done));
   MaybeAnswer(name, run_after);
 }

@@ -61,6 +61,8 @@ class EvalReducer {
     Tensor sum;
     std::vector<RequestHandler::GetDone> waiting;
   };
+  // The round `name`, created with no partial added. Requires mu_.
+  Round& RoundOf(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers the round's gets and forgets it once complete. Requires mu_.
   void MaybeAnswer(const std::string& name, std::vector<std::function<void()>>* run_after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -549,11 +549,15 @@ absl::Status LocalTrainer::Score(
   return absl::OkStatus();
 }
 
+bool LocalTrainer::ReportsMetric(const char* metric) const {
+  return !model_.prediction.empty() &&
+         std::find(model_.metrics.begin(), model_.metrics.end(), metric) != model_.metrics.end();
+}
+
 absl::StatusOr<EvalResult> LocalTrainer::Evaluate(const data::Dataset& dataset) {
   const int64_t n = static_cast<int64_t>(dataset.examples.size());
   if (n == 0) return absl::InvalidArgumentError("LocalTrainer: the evaluation data set is empty");
-  const bool binary_accuracy =
-      std::find(model_.metrics.begin(), model_.metrics.end(), "accuracy") != model_.metrics.end();
+  const bool binary_accuracy = ReportsMetric("accuracy");
   std::vector<float> predictions, labels;
   int64_t classes = 0, correct = 0;
   double loss_sum = 0;
@@ -595,14 +599,9 @@ absl::StatusOr<EvalPartial> LocalTrainer::EvaluatePartial(const data::Dataset& d
   // every trainer's partial has the same shape (an empty share included): an AUC histogram
   // with "auc" (the prediction must then be a probability), accuracy with "accuracy" (top-1 of
   // class scores, or a [B, 1] prediction rounded at 0.5).
-  auto wants = [&](const char* metric) {
-    return !model_.prediction.empty() &&
-           std::find(model_.metrics.begin(), model_.metrics.end(), metric) !=
-               model_.metrics.end();
-  };
   EvalPartial partial;
-  partial.has_auc_histogram = wants("auc");
-  partial.has_accuracy = wants("accuracy");
+  partial.has_auc_histogram = ReportsMetric("auc");
+  partial.has_accuracy = ReportsMetric("accuracy");
   int64_t classes = 0;
   absl::Status bad;
   TS_RETURN_IF_ERROR(Score(absl::Span<const data::Example>(dataset.examples).subspan(

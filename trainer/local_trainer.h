@@ -168,13 +168,15 @@ class LocalTrainer {
 
  private:
   LocalTrainer(const OpRegistry* registry, ModelSpec model, Options options);
-  // Runs the evaluation program over `examples` in batches; `score(example, prediction, row,
-  // classes)` sees each example's prediction row (not called without a prediction). Sums the
+  // Runs the evaluation program over `examples` in batches; `binary_score(example, probability)`
+  // sees each example's score when the prediction is [B, 1] (not called otherwise). Sums the
   // loss (batch mean x batch size) into *loss_sum and counts correct top-1 / rounded predictions
   // into *correct; *classes is the prediction's width (0 without one).
   absl::Status Score(absl::Span<const data::Example> examples, double* loss_sum,
                      int64_t* correct, int64_t* classes,
                      const std::function<void(const data::Example&, double)>& binary_score);
+  // Whether the model names a prediction and lists `metric` among its metrics.
+  bool ReportsMetric(const char* metric) const;
   struct EpochRun;
   // Options::epochs epochs of TrainEpoch(data).
   template <typename Data>
