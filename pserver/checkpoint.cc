@@ -10,17 +10,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/io/checkpoint_io.h"
-#include "common/framework/op_desc.h"
-#include "common/ops/sharding.h"
 #include "common/base/status.h"
+#include "common/framework/op_desc.h"
+#include "common/io/checkpoint_io.h"
+#include "common/ops/sharding.h"
 #include "proto/tensor.pb.h"
 
 namespace tessera {
 
 namespace {
-
-namespace fmt = sparse_table_format;
 
 constexpr size_t kLifeRecordBytes = 20;  // int64 id | uint32 seen | uint32 count | uint32 pending
 
@@ -47,37 +45,6 @@ T GetLE(const char* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
-}
-
-// The records of export file bytes `data` whose id passes `keep`, as export file bytes.
-absl::StatusOr<std::string> FilterTableFile(const std::string& data, const std::string& path,
-                                            const std::function<bool(int64_t)>& keep,
-                                            int64_t* kept) {
-  auto bad = [&](const std::string& why) {
-    return absl::DataLossError(absl::StrCat("checkpoint file ", path, ": ", why));
-  };
-  if (data.size() < fmt::kHeaderBytes || std::memcmp(data.data(), fmt::kMagic, 8) != 0) {
-    return bad("not a sparse table file");
-  }
-  const uint32_t dim = GetLE<uint32_t>(data.data() + 16);
-  const uint32_t state_width = GetLE<uint32_t>(data.data() + 20);
-  const uint64_t count = GetLE<uint64_t>(data.data() + 24);
-  const uint64_t record = 8 + 4 * (uint64_t{dim} + state_width) + 4;
-  if (data.size() != fmt::kHeaderBytes + count * record)
-    return bad("size does not match its header");
-  std::string out = data.substr(0, fmt::kHeaderBytes);
-  uint64_t n = 0;
-  for (uint64_t k = 0; k < count; ++k) {
-    const char* r = data.data() + fmt::kHeaderBytes + k * record;
-    if (!keep(GetLE<int64_t>(r))) continue;
-    out.append(r, record);
-    ++n;
-  }
-  std::memcpy(&out[24], &n, 8);
-  const uint32_t crc = fmt::Crc32c(out.data(), 36);
-  std::memcpy(&out[36], &crc, 4);
-  *kept = static_cast<int64_t>(n);
-  return out;
 }
 
 struct SavedShard {
@@ -197,6 +164,7 @@ absl::Status SavePserverShard(io::FileSystem* fs, const std::string& dir,
     // The table's export bytes go through `fs` like every other file of the checkpoint.
     SparseTableExportOptions eo;
     eo.with_optimizer_state = true;
+    eo.keep_delta_cut = true;  // a checkpoint takes no rows from the next serving delta
     TS_RETURN_IF_ERROR(
         writer.WriteFile(absl::StrCat(prefix, ".", t.name, ".tbl"), t.table->ExportBytes(eo)));
     // Last-seen stamps and pending admission counts: 20-byte records.
@@ -345,15 +313,11 @@ absl::StatusOr<PserverRestored> RestorePserverShard(io::FileSystem* fs, const st
       TS_ASSIGN_OR_RETURN(std::string data, io::ReadVerified(fs, ckpt_dir, *f));
       const int n = target.num_pservers;
       const int me = t.shard;
-      int64_t kept = 0;
-      TS_ASSIGN_OR_RETURN(std::string mine,
-                          FilterTableFile(
-                              data, io::JoinPath(ckpt_dir, name),
-                              [&](int64_t id) { return ShardOf(id, n, method) == me; }, &kept));
-      if (kept == 0) continue;
-      auto loaded = t.table->ImportBytes(mine, io::JoinPath(ckpt_dir, name));
-      if (!loaded.ok()) return loaded.status();
-      result.table_rows += *loaded;
+      // Only the rows this pserver owns now (resharding).
+      auto mine = [&](int64_t id) { return ShardOf(id, n, method) == me; };
+      TS_ASSIGN_OR_RETURN(int64_t loaded,
+                          t.table->ImportBytes(data, io::JoinPath(ckpt_dir, name), mine));
+      result.table_rows += loaded;
     }
     // Then the last-seen stamps and pending admission counts of the ids it owns now.
     for (const auto& s : saved) {

@@ -11,6 +11,7 @@
 #include "common/io/checkpoint_io.h"
 #include "common/framework/op_desc.h"
 #include "common/base/status.h"
+#include "pserver/bundle_tables.h"
 #include "pserver/checkpoint.h"
 #include "transpiler/distribute_transpiler.h"
 
@@ -194,6 +195,11 @@ void ParameterServer::HandlePrefetch(const RequestMeta& meta, const std::string&
 
 void ParameterServer::HandleCheckpoint(const RequestMeta& meta, const std::string& name,
                                        DoneCallback done) {
+  int64_t export_step = 0;
+  bool delta = false;
+  if (io::ParseExportRequestName(name, &export_step, &delta)) {
+    return HandleExport(export_step, delta, std::move(done));
+  }
   // Least authority: a peer chooses only the step; the directory is this pserver's own.
   if (options_.checkpoint_dir.empty()) {
     done(absl::FailedPreconditionError(absl::StrCat(
@@ -219,12 +225,37 @@ void ParameterServer::HandleCheckpoint(const RequestMeta& meta, const std::strin
   });
 }
 
-absl::Status ParameterServer::SaveCheckpoint(const std::string& dir) {
-  io::FileSystem* fs = options_.fs != nullptr ? options_.fs : io::PosixFileSystem::Default();
-  PserverShardToSave shard;
-  shard.index = options_.pserver_index;
-  shard.num_pservers = options_.num_pservers;
-  shard.slices = DenseSlices(program_, options_.param_blocks);
+// A serving export (io::ExportRequestName): the peer chooses the step and the kind; the
+// directory is <this pserver's --export_dir>/export-<step>.
+void ParameterServer::HandleExport(int64_t step, bool delta, DoneCallback done) {
+  if (options_.export_dir.empty()) {
+    done(absl::FailedPreconditionError(absl::StrCat(
+        "pserver ", options_.endpoint, " refuses the export of step ", step,
+        ": it has no --export_dir (give the pservers the trainers' --export_dir)")));
+    return;
+  }
+  const std::string dir = io::JoinPath(options_.export_dir, io::ExportDirName(step));
+  checkpoint_pool_->Schedule([this, dir, delta, done = std::move(done)] {
+    io::FileSystem* fs = options_.fs != nullptr ? options_.fs : io::PosixFileSystem::Default();
+    absl::Status s = AtStepBoundary([&](int64_t) -> absl::Status {
+      // Trainer 0 created the directory when both share a file system; a pserver with its own
+      // disk creates it here.
+      TS_RETURN_IF_ERROR(fs->CreateDirs(dir));
+      std::vector<BundleTableRef> tables;
+      for (const PserverTableRef& t : applier_->TableRefs()) tables.push_back({t.name, t.table});
+      return WritePserverExport(fs, dir, options_.pserver_index, options_.num_pservers, delta,
+                                tables);
+    });
+    if (!s.ok()) {
+      s = absl::Status(s.code(), absl::StrCat("pserver ", options_.endpoint, " export to ", dir,
+                                              ": ", s.message()));
+    }
+    done(s);
+  });
+}
+
+absl::Status ParameterServer::AtStepBoundary(const std::function<absl::Status(int64_t)>& fn) {
+  int64_t step = 0;
   {
     absl::MutexLock lock(&mu_);
     auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -234,11 +265,9 @@ absl::Status ParameterServer::SaveCheckpoint(const std::string& dir) {
     if (!failure_.ok()) return failure_;
     checkpointing_ = true;
     barrier_.Pause();
-    shard.step = barrier_.step();
+    step = barrier_.step();
   }
-  applier_->CopyDense(shard.slices, &shard.dense);
-  shard.tables = applier_->TableRefs();
-  absl::Status s = SavePserverShard(fs, dir, shard);
+  absl::Status s = fn(step);
   std::vector<SyncBarrier::Reply> replies;
   {
     absl::MutexLock lock(&mu_);
@@ -248,6 +277,20 @@ absl::Status ParameterServer::SaveCheckpoint(const std::string& dir) {
   }
   for (SyncBarrier::Reply& r : replies) r.done(r.status);
   return s;
+}
+
+absl::Status ParameterServer::SaveCheckpoint(const std::string& dir) {
+  io::FileSystem* fs = options_.fs != nullptr ? options_.fs : io::PosixFileSystem::Default();
+  PserverShardToSave shard;
+  shard.index = options_.pserver_index;
+  shard.num_pservers = options_.num_pservers;
+  shard.slices = DenseSlices(program_, options_.param_blocks);
+  return AtStepBoundary([&](int64_t step) {
+    shard.step = step;
+    applier_->CopyDense(shard.slices, &shard.dense);
+    shard.tables = applier_->TableRefs();
+    return SavePserverShard(fs, dir, shard);
+  });
 }
 
 absl::Status ParameterServer::RestoreCheckpoint(const std::string& dir) {

@@ -93,6 +93,9 @@ struct ParameterServerOptions {
   // Where a remote Checkpoint request may write: it names a "ckpt-<step>" directory, which is
   // taken under this root (never a path of the peer's choosing). "" refuses every request.
   std::string checkpoint_dir;
+  // Where a remote serving-export request (io::ExportRequestName: "export-<step>:full|delta")
+  // writes this pserver's table files: <export_dir>/export-<step>. "" refuses every request.
+  std::string export_dir;
   // Observability (optional): told how long each sync send/fetch barrier request waited, from
   // its arrival to its release (or failure). Runs on any thread, possibly under the server's
   // lock: it must be quick and must not call the server.
@@ -161,9 +164,11 @@ class ParameterServer : public RequestHandler {
   // Fails the job, passing on the trainer's reason (so that a pserver that lost a peer, or a
   // trainer refused elsewhere, is named in every process's log).
   void HandleAbort(const RequestMeta& meta, const std::string& reason, DoneCallback done) override;
-  // `dir` is a "ckpt-<step>" name; the shard goes to <options.checkpoint_dir>/<dir>.
   void HandleRegister(const RequestMeta& meta, const JobFields& fields, uint64_t nonce,
                       DoneCallback done) override;
+  // `dir` is a "ckpt-<step>" name, whose shard goes to <options.checkpoint_dir>/<dir>, or a
+  // serving export's io::ExportRequestName, whose table files go to
+  // <options.export_dir>/export-<step> (pserver/bundle_tables.h).
   void HandleCheckpoint(const RequestMeta& meta, const std::string& dir,
                         DoneCallback done) override;
 
@@ -176,6 +181,10 @@ class ParameterServer : public RequestHandler {
   ParameterServer(const ProgramDesc& program, Scope* scope, const OpRegistry* registry,
                   ParameterServerOptions options);
   absl::Status Init();
+  void HandleExport(int64_t step, bool delta, DoneCallback done);
+  // Runs fn(step) with no optimization running and the next one held until it returns (a
+  // consistent state at a step boundary, for checkpoints and exports).
+  absl::Status AtStepBoundary(const std::function<absl::Status(int64_t step)>& fn);
   void RunSyncOptimize();
   void ServeGet(const std::string& name, const GetDone& done);
   void AsyncApply(int trainer, const std::string& grad, DoneCallback done);
@@ -210,7 +219,7 @@ class ParameterServer : public RequestHandler {
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool checkpointing_ ABSL_GUARDED_BY(mu_) = false;  // SaveCheckpoint running: no optimize
+  bool checkpointing_ ABSL_GUARDED_BY(mu_) = false;  // AtStepBoundary running: no optimize
   ParameterServerStats stats_ ABSL_GUARDED_BY(mu_);
   // Job handshake: each registered trainer's process nonce, and the first trainer's value of
   // each field this pserver does not know itself (with that trainer's id).
@@ -227,7 +236,7 @@ class ParameterServer : public RequestHandler {
   absl::Time first_request_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   const absl::Time created_ = absl::Now();  // for options_.startup_timeout
 
-  std::unique_ptr<ThreadPool> checkpoint_pool_;  // runs SaveCheckpoint off the RPC threads
+  std::unique_ptr<ThreadPool> checkpoint_pool_;  // checkpoints and exports, off the RPC threads
   std::thread watchdog_;
 };
 

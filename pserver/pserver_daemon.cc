@@ -1,9 +1,14 @@
 #include "pserver/pserver_daemon.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <atomic>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/io/checkpoint_io.h"
@@ -20,6 +25,47 @@ namespace tessera {
 namespace {
 // How long a failed pserver keeps answering requests with its failure before it exits.
 constexpr absl::Duration kFailureLinger = absl::Seconds(2);
+
+// The position of --current_endpoint in --pservers; -1 if it is not there.
+int PserverIndex(const ClusterConfig& config) {
+  for (size_t i = 0; i < config.pservers.size(); ++i) {
+    if (config.pservers[i] == config.current_endpoint) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Serves `handler` on --current_endpoint with the daemons' mutual TLS (--tls_*) and job token
+// (--job_token, --job_token_file) settings; `*server` is set before it starts, so that a caller's
+// shutdown finds it either way. `*security` gets what the log line says of them.
+absl::Status StartRpcServer(const ClusterConfig& config, RequestHandler* handler,
+                            RpcObserver* observer, std::unique_ptr<GrpcServer>* server,
+                            std::string* security) {
+  GrpcServerOptions so;
+  so.address = config.current_endpoint;
+  so.observer = observer;
+  TS_ASSIGN_OR_RETURN(so.security, LoadRpcSecurity(config.tls_cert, config.tls_key, config.tls_ca,
+                                                   config.job_token, config.job_token_file));
+  *security = absl::StrCat(so.security.tls() ? ", mutual TLS" : "",
+                           so.security.job_token.empty() ? "" : ", job token required");
+  *server = std::make_unique<GrpcServer>(so, handler);
+  return (*server)->Start();
+}
+
+// Serves `metrics` on http://<--current_endpoint's host>:<--metrics_port>/metrics when
+// --metrics_port is set (`*server` stays null otherwise), and logs where.
+absl::Status StartMetricsServer(const ClusterConfig& config, MetricsRegistry* metrics,
+                                std::ostream& log, std::unique_ptr<MetricsServer>* server) {
+  if (config.metrics_port <= 0) return absl::OkStatus();
+  MetricsServerOptions mo;
+  mo.host = config.current_endpoint.substr(0, config.current_endpoint.rfind(':'));
+  mo.port = config.metrics_port;
+  *server = std::make_unique<MetricsServer>(metrics, mo);
+  TS_RETURN_IF_ERROR((*server)->Start());
+  log << "pserver " << config.current_endpoint << ": metrics on http://" << mo.host << ":"
+      << (*server)->port() << "/metrics" << std::endl;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PserverProcess>> PserverProcess::Create(const ClusterConfig& config,
@@ -90,6 +136,7 @@ absl::Status PserverProcess::Init() {
   po.param_blocks = t.param_blocks();
   po.table_shard_method = config.table_shard_method;
   po.checkpoint_dir = config.checkpoint_dir;
+  po.export_dir = config.export_dir;
   po.fs = fs_;
   TS_ASSIGN_OR_RETURN(ps_, ParameterServer::Create(program, &scope_, registry_.get(), po));
   if (!config.init_from.empty()) {  // restore before serving anything
@@ -108,28 +155,13 @@ absl::Status PserverProcess::Init() {
 
 absl::Status PserverProcess::Start() {
   const ClusterConfig& config = config_;
-  GrpcServerOptions so;
-  so.address = config.current_endpoint;
-  so.observer = rpc_metrics_.get();
-  TS_ASSIGN_OR_RETURN(so.security, LoadRpcSecurity(config.tls_cert, config.tls_key, config.tls_ca,
-                                                   config.job_token, config.job_token_file));
-  server_ = std::make_unique<GrpcServer>(so, ps_.get());
-  TS_RETURN_IF_ERROR(server_->Start());
+  std::string security;
+  TS_RETURN_IF_ERROR(StartRpcServer(config, ps_.get(), rpc_metrics_.get(), &server_, &security));
   log_ << "pserver " << config.current_endpoint << ": serving " << blocks_
        << " parameter blocks for " << config.trainers << " trainers ("
-       << (config.sync_mode ? "sync" : "async") << ")" << (so.security.tls() ? ", mutual TLS" : "")
-       << (so.security.job_token.empty() ? "" : ", job token required") << std::endl;
-
-  if (config.metrics_port > 0) {
-    MetricsServerOptions mo;
-    mo.host = config.current_endpoint.substr(0, config.current_endpoint.rfind(':'));
-    mo.port = config.metrics_port;
-    metrics_server_ = std::make_unique<MetricsServer>(&metrics_, mo);
-    TS_RETURN_IF_ERROR(metrics_server_->Start());
-    log_ << "pserver " << config.current_endpoint << ": metrics on http://" << mo.host << ":"
-         << metrics_server_->port() << "/metrics" << std::endl;
-    AddMetricsCollector();
-  }
+       << (config.sync_mode ? "sync" : "async") << ")" << security << std::endl;
+  TS_RETURN_IF_ERROR(StartMetricsServer(config, &metrics_, log_, &metrics_server_));
+  if (metrics_server_ != nullptr) AddMetricsCollector();
   StartStatsLine();
   return absl::OkStatus();
 }
@@ -208,12 +240,8 @@ void PserverProcess::StartStatsLine() {
     }
     return c;
   };
-  int index = 0;
-  while (index < static_cast<int>(config_.pservers.size()) &&
-         config_.pservers[index] != config_.current_endpoint) {
-    ++index;
-  }
-  std::string who = absl::StrCat("pserver ", index, " (", config_.current_endpoint, ")");
+  std::string who =
+      absl::StrCat("pserver ", PserverIndex(config_), " (", config_.current_endpoint, ")");
   stats_logger_ = std::thread([this, sample, who] {
     ServerCounters last = sample();
     while (!stop_stats_.WaitForNotificationWithTimeout(absl::Seconds(config_.stats_interval_s))) {
@@ -270,9 +298,237 @@ absl::Status PserverProcess::Wait() {
   return result;
 }
 
+// The serving process.
+
+absl::StatusOr<std::unique_ptr<ServingPserverProcess>> ServingPserverProcess::Create(
+    const ClusterConfig& config, std::ostream& log, io::FileSystem* fs) {
+  std::unique_ptr<ServingPserverProcess> p(
+      new ServingPserverProcess(config, log, fs != nullptr ? fs : io::PosixFileSystem::Default()));
+  TS_RETURN_IF_ERROR(p->Init());
+  return p;
+}
+
+ServingPserverProcess::~ServingPserverProcess() { Stop(); }
+
+absl::Status ServingPserverProcess::Init() {
+  const ClusterConfig& config = config_;
+  shard_ = PserverIndex(config);
+  num_shards_ = static_cast<int>(config.pservers.size());
+  if (shard_ < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--current_endpoint=", config.current_endpoint,
+                     " is not in --pservers=", absl::StrJoin(config.pservers, ",")));
+  }
+  TS_ASSIGN_OR_RETURN(rpc_metrics_, RpcMetrics::Create(&metrics_, RpcSide::kServer,
+                                                       {{"endpoint", config.current_endpoint}}));
+  TableServerOptions to;
+  to.bundle = config.serve_bundle;
+  to.shard = shard_;
+  to.num_shards = num_shards_;
+  to.job_id = config.job_id;
+  to.endpoint = config.current_endpoint;
+  to.fs = fs_;
+  auto tables = TableServer::Create(to);
+  if (!tables.ok()) {
+    return absl::Status(tables.status().code(), absl::StrCat("--serve_bundle=", config.serve_bundle,
+                                                             ": ", tables.status().message()));
+  }
+  tables_ = *std::move(tables);
+  return absl::OkStatus();
+}
+
+int ServingPserverProcess::port() const { return server_ != nullptr ? server_->port() : 0; }
+
+absl::Status ServingPserverProcess::Start() {
+  const ClusterConfig& config = config_;
+  std::string security;
+  TS_RETURN_IF_ERROR(
+      StartRpcServer(config, tables_.get(), rpc_metrics_.get(), &server_, &security));
+  const ServedExport served = tables_->served();
+  log_ << "pserver " << config.current_endpoint << ": serving " << served.dir << " (step "
+       << served.step << "): " << served.tables << " tables, " << served.rows << " rows (shard "
+       << shard_ << " of " << num_shards_ << "), read-only" << security;
+  if (config.watch_bundle) {
+    log_ << ", watching " << config.serve_bundle << " every " << config.watch_bundle_interval_s
+         << " s";
+  }
+  log_ << std::endl;
+  TS_RETURN_IF_ERROR(StartMetricsServer(config, &metrics_, log_, &metrics_server_));
+  if (metrics_server_ != nullptr) AddMetricsCollector();
+  StartStatsLine();
+  if (config.watch_bundle) StartWatcher();
+  return absl::OkStatus();
+}
+
+void ServingPserverProcess::AddMetricsCollector() {
+  Labels labels = {{"endpoint", config_.current_endpoint}};
+  auto counter = [&](const char* name, const char* help) {
+    return *metrics_.GetCounter(name, help, labels);
+  };
+  auto gauge = [&](const char* name, const char* help) {
+    return *metrics_.GetGauge(name, help, labels);
+  };
+  Counter* prefetches = counter("tessera_pserver_prefetch_requests_total", "Prefetch requests.");
+  Counter* ids = counter("tessera_serving_ids_total", "Ids looked up by Prefetch requests.");
+  Counter* reloads = counter("tessera_serving_reloads_total",
+                             "Newer exports picked up without a restart (--watch_bundle).");
+  Counter* failed = counter("tessera_serving_failed_refreshes_total",
+                            "Looks for a newer export that failed (the served one stayed).");
+  Counter* unauthenticated =
+      counter("tessera_rpc_unauthenticated_total",
+              "Requests refused for a missing or wrong job token (UNAUTHENTICATED).");
+  Gauge* step = gauge("tessera_serving_export_step", "The step of the export served.");
+  Gauge* rows = gauge("tessera_pserver_table_rows", "Rows held by this pserver's table shards.");
+  Gauge* tables = gauge("tessera_serving_tables", "Tables served.");
+  // What the counters last published, so that each collection adds the difference.
+  struct Published {
+    absl::Mutex mu;
+    TableServerStats stats ABSL_GUARDED_BY(mu);
+    int64_t unauthenticated ABSL_GUARDED_BY(mu) = 0;
+  };
+  auto published = std::make_shared<Published>();
+  metrics_.AddCollector(
+      [this, published, prefetches, ids, reloads, failed, unauthenticated, step, rows, tables] {
+        absl::MutexLock lock(&published->mu);
+        const int64_t refused = server_->unauthenticated_requests();
+        unauthenticated->Increment(static_cast<double>(refused - published->unauthenticated));
+        published->unauthenticated = refused;
+        const TableServerStats now = tables_->stats();
+        const TableServerStats& last = published->stats;
+        prefetches->Increment(static_cast<double>(now.prefetches - last.prefetches));
+        ids->Increment(static_cast<double>(now.ids - last.ids));
+        reloads->Increment(static_cast<double>(now.reloads - last.reloads));
+        failed->Increment(static_cast<double>(now.failed_refreshes - last.failed_refreshes));
+        step->Set(static_cast<double>(now.served.step));
+        rows->Set(static_cast<double>(now.served.rows));
+        tables->Set(static_cast<double>(now.served.tables));
+        published->stats = now;
+      });
+}
+
+void ServingPserverProcess::StartStatsLine() {
+  // One line per --stats_interval_s: "pserver 0 (ep): 120 req/s, in 0.1 MB/s, out 2.3 MB/s,
+  // 0 errors, 120.0 prefetches/s, 30720 ids/s, step 42".
+  if (config_.stats_interval_s <= 0) return;
+  struct Sample {
+    absl::Time at;
+    RpcTotals rpc;
+    TableServerStats tables;
+  };
+  auto sample = [this] { return Sample{absl::Now(), rpc_metrics_->Totals(), tables_->stats()}; };
+  std::string who = absl::StrCat("pserver ", shard_, " (", config_.current_endpoint, ")");
+  stats_logger_ = std::thread([this, sample, who] {
+    Sample last = sample();
+    while (!stop_threads_.WaitForNotificationWithTimeout(absl::Seconds(config_.stats_interval_s))) {
+      Sample now = sample();
+      const double s = absl::ToDoubleSeconds(now.at - last.at);
+      auto rate = [s](int64_t after, int64_t before) {
+        return s > 0 ? static_cast<double>(after - before) / s : 0.0;
+      };
+      log_ << absl::StrFormat(
+                  "%s: %.0f req/s, in %.1f MB/s, out %.1f MB/s, %d errors, %.1f prefetches/s, "
+                  "%.0f ids/s, step %d",
+                  who, rate(now.rpc.requests, last.rpc.requests),
+                  rate(now.rpc.bytes_received, last.rpc.bytes_received) / 1e6,
+                  rate(now.rpc.bytes_sent, last.rpc.bytes_sent) / 1e6,
+                  now.rpc.errors - last.rpc.errors,
+                  rate(now.tables.prefetches, last.tables.prefetches),
+                  rate(now.tables.ids, last.tables.ids), now.tables.served.step)
+           << std::endl;
+      last = now;
+    }
+  });
+}
+
+void ServingPserverProcess::StartWatcher() {
+  watcher_ = std::thread([this] {
+    const std::string& ep = config_.current_endpoint;
+    std::string last_error;  // a failure is logged once until it changes or a refresh succeeds
+    while (!stop_threads_.WaitForNotificationWithTimeout(
+        absl::Seconds(config_.watch_bundle_interval_s))) {
+      const int64_t reloads = tables_->stats().reloads;
+      absl::Status s = tables_->Refresh();
+      const ServedExport served = tables_->served();
+      if (!s.ok()) {
+        if (s.message() != last_error) {
+          log_ << "pserver " << ep << ": still serving " << served.dir << " (step " << served.step
+               << "): " << s.message() << std::endl;
+          last_error = std::string(s.message());
+        }
+        continue;
+      }
+      last_error.clear();
+      if (tables_->stats().reloads == reloads) continue;
+      log_ << "pserver " << ep << ": now serving " << served.dir << " (step " << served.step << ", "
+           << (served.by_delta ? "delta" : "new base") << "): " << served.tables << " tables, "
+           << served.rows << " rows" << std::endl;
+    }
+  });
+}
+
+void ServingPserverProcess::RequestStop() {
+  if (!stop_asked_.exchange(true)) stop_requested_.Notify();
+}
+
+void ServingPserverProcess::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  stop_threads_.Notify();
+  // A refresh in progress (loading a new base) finishes first.
+  if (watcher_.joinable()) watcher_.join();
+  if (stats_logger_.joinable()) stats_logger_.join();
+  if (metrics_server_ != nullptr) metrics_server_->Shutdown();
+  if (server_ != nullptr) {
+    server_->Shutdown();
+    server_->Wait();
+  }
+}
+
+absl::Status ServingPserverProcess::Wait() {
+  stop_requested_.WaitForNotification();
+  Stop();
+  const TableServerStats stats = tables_->stats();
+  RpcTotals rpc = rpc_metrics_->Totals();
+  log_ << "pserver " << config_.current_endpoint << ": served " << stats.served.dir << " (step "
+       << stats.served.step << ") prefetches=" << stats.prefetches << " ids=" << stats.ids
+       << " reloads=" << stats.reloads << " failed_refreshes=" << stats.failed_refreshes
+       << " unauthenticated=" << (server_ != nullptr ? server_->unauthenticated_requests() : 0)
+       << " requests=" << rpc.requests << " bytes_in=" << rpc.bytes_received
+       << " bytes_out=" << rpc.bytes_sent << std::endl;
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The serving daemon: serves until SIGTERM or SIGINT. Both are blocked in this thread before any
+// other thread starts (every thread started after inherits the mask), so that only the sigwait
+// below receives them; the previous mask is restored on return.
+absl::Status RunServingPserver(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase) {
+  sigset_t stop_signals, previous;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
+  absl::Cleanup restore = [&previous] { pthread_sigmask(SIG_SETMASK, &previous, nullptr); };
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<ServingPserverProcess> process,
+                      ServingPserverProcess::Create(config, log));
+  TS_RETURN_IF_ERROR(process->Start());
+  phase->Started();
+  int sig = 0;
+  while (sigwait(&stop_signals, &sig) != 0) {
+  }
+  log << "pserver " << config.current_endpoint << ": " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
+      << ", stopping" << std::endl;
+  process->RequestStop();
+  return process->Wait();
+}
+
+}  // namespace
+
 absl::Status RunPserver(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase) {
-  TS_ASSIGN_OR_RETURN(std::unique_ptr<PserverProcess> process,
-                      PserverProcess::Create(config, log));
+  // Serving a bundle needs no model, program or trainer.
+  if (!config.serve_bundle.empty()) return RunServingPserver(config, log, phase);
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<PserverProcess> process, PserverProcess::Create(config, log));
   TS_RETURN_IF_ERROR(process->Start());
   // Serving, with everything local in place; from here on the pserver depends on its trainers.
   phase->Started();

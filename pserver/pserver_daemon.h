@@ -8,10 +8,20 @@
 //   Wait    blocks until every trainer completed (OK) or the job failed (the failure, after
 //           answering requests with it a moment), shuts the servers down, exports the tables
 //           (--table_export_dir) and logs the totals.
-// RunPserver is the daemon's body (DaemonMain): Create, Start, Wait.
+// ServingPserverProcess: a pserver serving its shard of an inference bundle's tables read-only
+// (--serve_bundle; pserver/table_server.h), with no model or program:
+//   Create  resolves the bundle and loads this pserver's shard of its tables (shard i of N: i is
+//           --current_endpoint's position in --pservers, N their number): configuration errors;
+//   Start   serves: gRPC on the endpoint (TLS and job token as PserverProcess), /metrics with
+//           --metrics_port, the --stats_interval_s line, and with --watch_bundle a thread that
+//           looks for a newer export every --watch_bundle_interval_s;
+//   Wait    blocks until RequestStop(), then shuts everything down and logs the totals.
+// RunPserver is the daemon's body (DaemonMain): with --serve_bundle the serving process, which
+// ends at SIGTERM or SIGINT (exit 0); else PserverProcess. Each is Create, Start, Wait.
 #ifndef TESSERA_PSERVER_PSERVER_DAEMON_H_
 #define TESSERA_PSERVER_PSERVER_DAEMON_H_
 
+#include <atomic>
 #include <memory>
 #include <ostream>
 #include <thread>
@@ -28,6 +38,7 @@
 #include "common/rpc/grpc/grpc_server.h"
 #include "common/rpc/rpc_metrics.h"
 #include "pserver/parameter_server.h"
+#include "pserver/table_server.h"
 
 namespace tessera {
 
@@ -75,7 +86,55 @@ class PserverProcess {
   bool stopped_ = false;
 };
 
-// Progress goes to `log`. Returns OK when training completed; the error otherwise.
+class ServingPserverProcess {
+ public:
+  // `config` must outlive the process; progress goes to `log`. `fs` (null: the local file
+  // system) holds the bundle and must outlive the process.
+  static absl::StatusOr<std::unique_ptr<ServingPserverProcess>> Create(
+      const ClusterConfig& config, std::ostream& log, io::FileSystem* fs = nullptr);
+  // Stops whatever Start started if Wait was not called.
+  ~ServingPserverProcess();
+
+  // A port in use, unreadable TLS files or a bad token fail here.
+  absl::Status Start();
+  // Makes Wait return; any thread, any number of times.
+  void RequestStop();
+  // Blocks until RequestStop(), then shuts down. OK.
+  absl::Status Wait();
+
+  TableServer* server() { return tables_.get(); }
+  // The bound gRPC port (after Start).
+  int port() const;
+
+ private:
+  ServingPserverProcess(const ClusterConfig& config, std::ostream& log, io::FileSystem* fs)
+      : config_(config), log_(log), fs_(fs) {}
+  absl::Status Init();
+  void AddMetricsCollector();
+  void StartStatsLine();
+  void StartWatcher();
+  void Stop();
+
+  const ClusterConfig& config_;
+  std::ostream& log_;
+  io::FileSystem* const fs_;
+  int shard_ = 0;
+  int num_shards_ = 1;
+  MetricsRegistry metrics_;
+  std::unique_ptr<RpcMetrics> rpc_metrics_;
+  std::unique_ptr<TableServer> tables_;
+  std::unique_ptr<GrpcServer> server_;
+  std::unique_ptr<MetricsServer> metrics_server_;
+  std::atomic<bool> stop_asked_{false};
+  absl::Notification stop_requested_;  // Wait may shut down
+  absl::Notification stop_threads_;    // the stats line and the watcher end
+  std::thread stats_logger_;
+  std::thread watcher_;
+  bool stopped_ = false;
+};
+
+// Progress goes to `log`. Returns OK when training completed (serving: stopped by a signal); the
+// error otherwise.
 absl::Status RunPserver(const ClusterConfig& config, std::ostream& log, DaemonPhase* phase);
 
 }  // namespace tessera

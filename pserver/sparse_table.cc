@@ -100,6 +100,12 @@ struct Pending {
   uint32_t seen = 0;
 };
 
+// An id EvictStale removed, with epoch_ at its removal.
+struct Tombstone {
+  int64_t id;
+  uint32_t epoch;
+};
+
 // Where a batch starts its walk over the shards: different per call and thread, so that
 // concurrent batches do not queue behind each other on the same shard locks in lockstep.
 int StartShardBits() {
@@ -207,6 +213,8 @@ struct alignas(64) SparseTable::Shard {
   int64_t evicted ABSL_GUARDED_BY(mu) = 0;
   int64_t dropped ABSL_GUARDED_BY(mu) = 0;
   int64_t refused ABSL_GUARDED_BY(mu) = 0;
+  // Ids evicted since the delta cut (some perhaps older, or with a row again; see "Deltas").
+  std::vector<Tombstone> tombstones ABSL_GUARDED_BY(mu);
   // Why the last CreateRow of this shard returned kNoSlot (read by ShardFull).
   enum class Failure { kNone, kFull, kBudget, kMemory };
   Failure failure ABSL_GUARDED_BY(mu) = Failure::kNone;
@@ -564,7 +572,6 @@ void SparseTable::RemoveRow(Shard& shard, uint32_t slot) const ABSL_NO_THREAD_SA
   h->seen = shard.free_head;
   shard.free_head = slot;
   --shard.size;
-  ++shard.evicted;
   if (options_.max_rows > 0) budget_used_.fetch_sub(1, std::memory_order_relaxed);
 }
 
@@ -700,6 +707,50 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
   return absl::OkStatus();
 }
 
+absl::Status SparseTable::LookupReadOnly(absl::Span<const int64_t> ids, float* out) const {
+  if (ids.empty()) return absl::OkStatus();
+  if (out == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SparseTable::LookupReadOnly of ", ids.size(), " ids with a null output"));
+  }
+  if (ids.size() >= Partition::kEnd) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SparseTable::LookupReadOnly batch of ", ids.size(), " ids is too large"));
+  }
+  thread_local Partition part;
+  thread_local std::vector<uint32_t> missing;  // first occurrences without a row
+  PartitionIds(ids, &part);
+  PrefetchBuckets(part);
+  constexpr size_t kKeepIds = size_t{1} << 20;  // as PartitionIds: huge batches give it back
+  if (ids.size() <= kKeepIds && missing.capacity() > kKeepIds) missing = {};
+  missing.clear();
+  const size_t row_bytes = sizeof(float) * dim_;
+  for (ShardWalk walk(this, part, /*shared=*/true); walk.Next();) {
+    const int s = walk.shard();
+    const Shard& shard = shards_[s];
+    const uint32_t b = part.begin[s], e = part.begin[s + 1];
+    FindSlots(shard, ids, &part, b, e);
+    for (uint32_t k = b; k < e; ++k) {
+      const uint32_t pos = part.order[k];
+      if (part.slot[k] == kNoSlot) {
+        missing.push_back(pos);
+        continue;
+      }
+      std::memcpy(out + static_cast<size_t>(pos) * dim_,
+                  SlotPtr(shard, part.slot[k]) + kRowHeaderBytes, row_bytes);
+    }
+  }
+  // Initial values outside the locks.
+  for (uint32_t pos : missing) InitValues(ids[pos], out + static_cast<size_t>(pos) * dim_);
+  for (uint32_t pos : part.order) {
+    const float* src = out + static_cast<size_t>(pos) * dim_;
+    for (uint32_t j = part.next[pos]; j != Partition::kEnd; j = part.next[j]) {
+      std::memcpy(out + static_cast<size_t>(j) * dim_, src, row_bytes);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const float* grads,
                                          float lr, int64_t step, float scale) {
   if (opt_ == Opt::kAdam && step < 1) {
@@ -798,8 +849,8 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
   return absl::OkStatus();
 }
 
-SparseTable::ShardWalk::ShardWalk(SparseTable* table, const Partition& part)
-    : table_(table), part_(part), first_(table->StartShard()) {
+SparseTable::ShardWalk::ShardWalk(const SparseTable* table, const Partition& part, bool shared)
+    : table_(table), part_(part), first_(table->StartShard()), shared_(shared) {
   thread_local std::vector<int> busy;
   busy.clear();
   busy_ = &busy;
@@ -808,7 +859,14 @@ SparseTable::ShardWalk::ShardWalk(SparseTable* table, const Partition& part)
 SparseTable::ShardWalk::~ShardWalk() { Release(); }
 
 void SparseTable::ShardWalk::Release() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  if (shard_ >= 0) table_->shards_[shard_].mu.Unlock();
+  if (shard_ >= 0) {
+    absl::Mutex& mu = table_->shards_[shard_].mu;
+    if (shared_) {
+      mu.ReaderUnlock();
+    } else {
+      mu.Unlock();
+    }
+  }
   shard_ = -1;
 }
 
@@ -818,7 +876,8 @@ bool SparseTable::ShardWalk::Next() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   while (i_ < num_shards) {
     const int s = (first_ + i_++) & table_->shard_mask_;
     if (part_.begin[s] == part_.begin[s + 1]) continue;
-    if (table_->shards_[s].mu.TryLock()) {
+    absl::Mutex& mu = table_->shards_[s].mu;
+    if (shared_ ? mu.ReaderTryLock() : mu.TryLock()) {
       shard_ = s;
       return true;
     }
@@ -826,7 +885,12 @@ bool SparseTable::ShardWalk::Next() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   }
   if (next_busy_ < busy_->size()) {
     shard_ = (*busy_)[next_busy_++];
-    table_->shards_[shard_].mu.Lock();
+    absl::Mutex& mu = table_->shards_[shard_].mu;
+    if (shared_) {
+      mu.ReaderLock();
+    } else {
+      mu.Lock();
+    }
     return true;
   }
   return false;
@@ -847,10 +911,15 @@ int64_t SparseTable::EvictStale() {
   for (int s = 0; s <= shard_mask_; ++s) {
     Shard& shard = shards_[s];
     absl::MutexLock lock(&shard.mu);
+    // Read under the lock: an export that visited this shard before has moved both already.
+    const bool keep = tombstones_.load(std::memory_order_relaxed);
+    const uint32_t epoch = epoch_.load(std::memory_order_relaxed);
     for (uint32_t slot = 0; slot < shard.used_slots; ++slot) {
       const RowHeader* h = reinterpret_cast<const RowHeader*>(SlotPtr(shard, slot));
       if (h->epoch != 0 && stale(h->seen)) {
+        if (keep) shard.tombstones.push_back({h->id, epoch});
         RemoveRow(shard, slot);
+        ++shard.evicted;
         ++removed;
       }
     }
@@ -865,19 +934,35 @@ int64_t SparseTable::WriteExport(const SparseTableExportOptions& export_options,
   const bool with_state = export_options.with_optimizer_state && state_width_ > 0;
   const int64_t state_width = with_state ? state_width_ : 0;
   const size_t record_bytes = 8 + sizeof(float) * (dim_ + state_width) + 4;
+  const bool only_changed = export_options.only_changed;
   uint64_t count = 0;
   std::vector<char> buffer;
+  // The trailer: uint64 n, then the ids (from offset 8), then the checksum.
+  std::string trailer(only_changed ? 8 : 0, '\0');
+  std::vector<int64_t> dead;
   for (int s = 0; s <= shard_mask_; ++s) {
     buffer.clear();
     {
       Shard& shard = shards_[s];
       absl::MutexLock lock(&shard.mu);
+      if (only_changed) {
+        // Ids evicted since the cut without a row now (a row again is a record, if changed).
+        dead.clear();
+        for (const Tombstone& t : shard.tombstones) {
+          if (t.epoch > since && FindSlot(shard, t.id, HashId(t.id)) == kNoSlot) {
+            dead.push_back(t.id);
+          }
+        }
+        std::sort(dead.begin(), dead.end());
+        dead.erase(std::unique(dead.begin(), dead.end()), dead.end());
+        trailer.append(reinterpret_cast<const char*>(dead.data()), sizeof(int64_t) * dead.size());
+      }
       buffer.reserve(record_bytes * shard.size);
       for (uint32_t slot = 0; slot < shard.used_slots; ++slot) {
         const char* p = SlotPtr(shard, slot);
         const RowHeader* h = reinterpret_cast<const RowHeader*>(p);
         if (h->epoch == 0) continue;
-        if (export_options.only_changed && h->epoch <= since) continue;
+        if (only_changed && h->epoch <= since) continue;
         const size_t at = buffer.size();
         buffer.resize(at + record_bytes);
         char* r = buffer.data() + at;
@@ -889,10 +974,18 @@ int64_t SparseTable::WriteExport(const SparseTableExportOptions& export_options,
     count += buffer.size() / record_bytes;
     if (!append(buffer.data(), buffer.size())) return -1;
   }
+  if (only_changed) {
+    Put<uint64_t>(trailer.data(), (trailer.size() - 8) / sizeof(int64_t));
+    char crc[4];
+    Put<uint32_t>(crc, fmt::Crc32c(trailer.data(), trailer.size()));
+    trailer.append(crc, sizeof(crc));
+    if (!append(trailer.data(), trailer.size())) return -1;
+  }
   std::memset(header, 0, fmt::kHeaderBytes);
   std::memcpy(header, fmt::kMagic, 8);
   Put<uint32_t>(header + 8, fmt::kVersion);
-  Put<uint32_t>(header + 12, export_options.only_changed ? fmt::kFlagOnlyChanged : 0);
+  Put<uint32_t>(header + 12,
+                only_changed ? fmt::kFlagOnlyChanged | fmt::kFlagTombstones : uint32_t{0});
   Put<uint32_t>(header + 16, static_cast<uint32_t>(dim_));
   Put<uint32_t>(header + 20, static_cast<uint32_t>(state_width));
   Put<uint64_t>(header + 24, count);
@@ -901,12 +994,33 @@ int64_t SparseTable::WriteExport(const SparseTableExportOptions& export_options,
   return static_cast<int64_t>(count);
 }
 
+uint32_t SparseTable::BeginExport(const SparseTableExportOptions& export_options) {
+  if (export_options.keep_delta_cut) return 0;
+  // Deltas begin (from here on, a row evicted after this export copied it needs a tombstone),
+  // and rows changed from here on record epoch + 1, so the next only_changed export sees them.
+  // Both are stored before any shard is copied, so a shard's writers see them after its copy.
+  tombstones_.store(true, std::memory_order_relaxed);
+  return epoch_.fetch_add(1);
+}
+
+void SparseTable::EndExport(const SparseTableExportOptions& export_options, uint32_t epoch) {
+  if (export_options.keep_delta_cut) return;
+  last_export_epoch_ = epoch;
+  for (int s = 0; s <= shard_mask_; ++s) {
+    Shard& shard = shards_[s];
+    absl::MutexLock lock(&shard.mu);
+    std::vector<Tombstone>& t = shard.tombstones;
+    t.erase(std::remove_if(t.begin(), t.end(),
+                           [epoch](const Tombstone& x) { return x.epoch <= epoch; }),
+            t.end());
+  }
+}
+
 absl::StatusOr<int64_t> SparseTable::Export(const std::string& path,
                                             const SparseTableExportOptions& export_options) {
   absl::MutexLock export_lock(&export_mu_);
   const uint32_t since = last_export_epoch_;
-  // Rows changed from here on record epoch + 1, so the next only_changed export sees them.
-  const uint32_t epoch = epoch_.fetch_add(1);
+  const uint32_t epoch = BeginExport(export_options);
 
   static std::atomic<uint64_t> temp_counter{0};
   const std::string temp = absl::StrCat(path, ".tmp.", ::getpid(), ".", temp_counter.fetch_add(1));
@@ -943,14 +1057,14 @@ absl::StatusOr<int64_t> SparseTable::Export(const std::string& path,
     ::fsync(dir_fd);
     ::close(dir_fd);
   }
-  last_export_epoch_ = epoch;
+  EndExport(export_options, epoch);
   return count;
 }
 
 std::string SparseTable::ExportBytes(const SparseTableExportOptions& export_options) {
   absl::MutexLock export_lock(&export_mu_);
   const uint32_t since = last_export_epoch_;
-  const uint32_t epoch = epoch_.fetch_add(1);
+  const uint32_t epoch = BeginExport(export_options);
   std::string out(fmt::kHeaderBytes, '\0');
   char header[fmt::kHeaderBytes];
   WriteExport(
@@ -961,11 +1075,12 @@ std::string SparseTable::ExportBytes(const SparseTableExportOptions& export_opti
       },
       header);
   std::memcpy(out.data(), header, sizeof(header));
-  last_export_epoch_ = epoch;
+  EndExport(export_options, epoch);
   return out;
 }
 
-absl::StatusOr<int64_t> SparseTable::Import(const std::string& path) {
+absl::StatusOr<int64_t> SparseTable::Import(const std::string& path,
+                                            const std::function<bool(int64_t)>& keep) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return absl::NotFoundError(
@@ -977,27 +1092,30 @@ absl::StatusOr<int64_t> SparseTable::Import(const std::string& path) {
     return absl::UnavailableError(
         absl::StrCat("sparse table file ", path, ": cannot stat: ", ErrnoText()));
   }
-  return ImportFrom(path, static_cast<uint64_t>(st.st_size),
-                    [fd](char* dst, size_t n, uint64_t offset) {
-                      return ReadAllAt(fd, dst, n, offset);
-                    });
+  return ImportFrom(
+      path, static_cast<uint64_t>(st.st_size),
+      [fd](char* dst, size_t n, uint64_t offset) { return ReadAllAt(fd, dst, n, offset); }, keep);
 }
 
-absl::StatusOr<int64_t> SparseTable::ImportBytes(absl::string_view bytes,
-                                                 const std::string& name) {
-  return ImportFrom(name, bytes.size(), [bytes](char* dst, size_t n, uint64_t offset) {
-    if (offset > bytes.size() || n > bytes.size() - offset) {
-      errno = 0;  // "unexpected end of file"
-      return false;
-    }
-    std::memcpy(dst, bytes.data() + offset, n);
-    return true;
-  });
+absl::StatusOr<int64_t> SparseTable::ImportBytes(absl::string_view bytes, const std::string& name,
+                                                 const std::function<bool(int64_t)>& keep) {
+  return ImportFrom(
+      name, bytes.size(),
+      [bytes](char* dst, size_t n, uint64_t offset) {
+        if (offset > bytes.size() || n > bytes.size() - offset) {
+          errno = 0;  // "unexpected end of file"
+          return false;
+        }
+        std::memcpy(dst, bytes.data() + offset, n);
+        return true;
+      },
+      keep);
 }
 
 absl::StatusOr<int64_t> SparseTable::ImportFrom(
     const std::string& path, uint64_t size,
-    const std::function<bool(char*, size_t, uint64_t)>& read_at) {
+    const std::function<bool(char*, size_t, uint64_t)>& read_at,
+    const std::function<bool(int64_t)>& keep) {
   auto corrupt = [&](uint64_t offset, const std::string& what) {
     return absl::DataLossError(
         absl::StrCat("sparse table file ", path, ": ", what, " at offset ", offset));
@@ -1024,6 +1142,10 @@ absl::StatusOr<int64_t> SparseTable::ImportFrom(
   if (Get<uint32_t>(header + 36) != fmt::Crc32c(header, 36)) {
     return corrupt(36, "header checksum mismatch");
   }
+  const uint32_t flags = Get<uint32_t>(header + 12);
+  if ((flags & ~(fmt::kFlagOnlyChanged | fmt::kFlagTombstones)) != 0) {
+    return corrupt(12, absl::StrCat("unsupported flags ", flags, " (known: bits 0 and 1)"));
+  }
   const uint32_t dim = Get<uint32_t>(header + 16);
   if (dim != dim_) {
     return corrupt(16, absl::StrCat("dim ", dim, " does not match the table's dim ", dim_));
@@ -1044,33 +1166,85 @@ absl::StatusOr<int64_t> SparseTable::ImportFrom(
                    absl::StrCat("truncated: record ", max_count, " of ", count, " is incomplete (",
                                 size, " bytes)"));
   }
-  const uint64_t expected = fmt::kHeaderBytes + count * record_bytes;
-  if (size != expected) {
-    return corrupt(expected, absl::StrCat(size - expected, " unexpected bytes after the last of ",
-                                          count, " records"));
+  const uint64_t records_end = fmt::kHeaderBytes + count * record_bytes;
+  // The tombstone trailer, checked whole (and the ids that pass `keep` kept) before any row.
+  std::vector<int64_t> dead;
+  if ((flags & fmt::kFlagTombstones) == 0) {
+    if (size != records_end) {
+      return corrupt(records_end,
+                     absl::StrCat(size - records_end, " unexpected bytes after the last of ", count,
+                                  " records"));
+    }
+  } else {
+    const uint64_t rest = size - records_end;
+    if (rest < fmt::kTrailerFixedBytes) {
+      return corrupt(
+          records_end,
+          absl::StrCat("truncated tombstone trailer (", rest, " bytes after the last of ", count,
+                       " records, need at least ", fmt::kTrailerFixedBytes, ")"));
+    }
+    char n_bytes[8];
+    if (!read_at(n_bytes, sizeof(n_bytes), records_end)) return read_error(records_end);
+    const uint64_t n = Get<uint64_t>(n_bytes);
+    const uint64_t max_n = (rest - fmt::kTrailerFixedBytes) / sizeof(int64_t);
+    if (n > max_n) {
+      return corrupt(records_end,
+                     absl::StrCat("truncated tombstone trailer: its count of ", n,
+                                  " ids does not fit in the ", rest, " bytes after the records"));
+    }
+    const uint64_t ids_bytes = n * sizeof(int64_t);
+    const uint64_t expected = records_end + fmt::kTrailerFixedBytes + ids_bytes;
+    if (size != expected) {
+      return corrupt(expected,
+                     absl::StrCat(size - expected,
+                                  " unexpected bytes after the tombstone trailer of ", n, " ids"));
+    }
+    std::string trailer(static_cast<size_t>(rest), '\0');
+    if (!read_at(trailer.data(), trailer.size(), records_end)) return read_error(records_end);
+    if (Get<uint32_t>(trailer.data() + 8 + ids_bytes) !=
+        fmt::Crc32c(trailer.data(), 8 + ids_bytes)) {
+      return corrupt(records_end + 8 + ids_bytes,
+                     absl::StrCat("tombstone trailer checksum mismatch (", n, " ids from offset ",
+                                  records_end, ")"));
+    }
+    dead.reserve(static_cast<size_t>(n));
+    for (uint64_t i = 0; i < n; ++i) {
+      const int64_t id = Get<int64_t>(trailer.data() + 8 + i * sizeof(int64_t));
+      if (!keep || keep(id)) dead.push_back(id);
+    }
   }
 
   // Whole records per read.
   const uint64_t per_read = std::max<uint64_t>(1, (uint64_t{4} << 20) / record_bytes);
   std::vector<char> buffer(per_read * record_bytes);
-  std::vector<int64_t> ids;
-  // Pass 0 validates every record; pass 1 loads them (re-checking the checksums).
+  std::vector<int64_t> ids;     // the records of a read that pass `keep`
+  std::vector<uint32_t> which;  // parallel to ids: the record's index in the read
+  int64_t loaded = 0;
+  // Pass 0 validates every record; then the tombstones are applied (first, so that the rows
+  // they free make room under max_rows); pass 1 loads the records (re-checking the checksums).
   for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) RemoveIds(dead);
     for (uint64_t first = 0; first < count; first += per_read) {
       const uint64_t n = std::min(per_read, count - first);
       const uint64_t offset = fmt::kHeaderBytes + first * record_bytes;
       if (!read_at(buffer.data(), n * record_bytes, offset)) return read_error(offset);
-      ids.resize(n);
+      ids.clear();
+      which.clear();
       for (uint64_t k = 0; k < n; ++k) {
         const char* r = buffer.data() + k * record_bytes;
-        ids[k] = Get<int64_t>(r);
+        const int64_t id = Get<int64_t>(r);
         if (Get<uint32_t>(r + record_bytes - 4) != fmt::Crc32c(r, record_bytes - 4)) {
           return corrupt(offset + k * record_bytes,
-                         absl::StrCat("record ", first + k, " (id ", ids[k], ") checksum mismatch",
+                         absl::StrCat("record ", first + k, " (id ", id, ") checksum mismatch",
                                       pass == 1 ? " (file changed)" : ""));
         }
+        if (pass == 1 && (!keep || keep(id))) {
+          ids.push_back(id);
+          which.push_back(static_cast<uint32_t>(k));
+        }
       }
-      if (pass == 0) continue;
+      if (pass == 0 || ids.empty()) continue;
+      loaded += static_cast<int64_t>(ids.size());
       Partition part;
       PartitionIds(ids, &part);
       PrefetchBuckets(part);
@@ -1098,7 +1272,7 @@ absl::StatusOr<int64_t> SparseTable::ImportFrom(
           h->seen = seen;
           h->epoch = kImportedEpoch;
           float* values = reinterpret_cast<float*>(p + kRowHeaderBytes);
-          const char* r = buffer.data() + static_cast<size_t>(last) * record_bytes;
+          const char* r = buffer.data() + static_cast<size_t>(which[last]) * record_bytes;
           std::memcpy(values, r + 8, sizeof(float) * (dim_ + state_width));
           if (state_width == 0 && state_width_ > 0) {
             std::memset(values + dim_, 0, sizeof(float) * state_width_);
@@ -1107,7 +1281,28 @@ absl::StatusOr<int64_t> SparseTable::ImportFrom(
       }
     }
   }
-  return static_cast<int64_t>(count);
+  return loaded;
+}
+
+void SparseTable::RemoveIds(absl::Span<const int64_t> ids) {
+  // In batches that a Partition indexes with 32 bits, each shard locked once per batch.
+  constexpr size_t kBatch = size_t{1} << 20;
+  Partition part;
+  for (size_t first = 0; first < ids.size(); first += kBatch) {
+    const absl::Span<const int64_t> batch = ids.subspan(first, kBatch);
+    PartitionIds(batch, &part);
+    PrefetchBuckets(part);
+    for (int s = 0; s <= shard_mask_; ++s) {
+      const uint32_t b = part.begin[s], e = part.begin[s + 1];
+      if (b == e) continue;
+      Shard& shard = shards_[s];
+      absl::MutexLock lock(&shard.mu);
+      FindSlots(shard, batch, &part, b, e);  // rows never move: the slots stay valid
+      for (uint32_t k = b; k < e; ++k) {
+        if (part.slot[k] != kNoSlot) RemoveRow(shard, part.slot[k]);
+      }
+    }
+  }
 }
 
 void SparseTable::ExportLifecycle(std::vector<SparseTableLifecycleRecord>* out) const {
@@ -1183,7 +1378,8 @@ SparseTableStats SparseTable::Stats() const {
         static_cast<int64_t>(shard.chunks.size()) * chunk_bytes +
         static_cast<int64_t>(shard.chunks.capacity() * sizeof(void*)) +
         static_cast<int64_t>(shard.capacity * sizeof(Bucket)) +
-        static_cast<int64_t>(shard.pending.capacity() * (sizeof(std::pair<int64_t, Pending>) + 1));
+        static_cast<int64_t>(shard.pending.capacity() * (sizeof(std::pair<int64_t, Pending>) + 1)) +
+        static_cast<int64_t>(shard.tombstones.capacity() * sizeof(Tombstone));
   }
   return st;
 }

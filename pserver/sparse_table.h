@@ -51,6 +51,13 @@
 //    clock (the largest `step` given to ApplyGradients or AdvanceStep), or the last T seconds
 //    of options.clock. At most one of the two may be set.
 //
+// Deltas. A row records the export epoch of its last change; an export without keep_delta_cut
+// (the start of a serving export chain: full, then only_changed ones) moves the "delta cut", and
+// an only_changed export lists the rows changed since the cut plus, as tombstones, the ids
+// evicted since the cut that hold no row now. From the first export without keep_delta_cut on,
+// EvictStale keeps each id it removes with its epoch (16 bytes, in the shard) until an export
+// without keep_delta_cut has passed it; a table that is never exported that way keeps none.
+//
 // Thread safety: every method is thread-safe. Lookups and updates of ids in different shards
 // run in parallel; a batch locks each shard it touches once, and visits a shard that another
 // batch holds after its other shards rather than waiting for it. Export copies one shard at a time
@@ -129,18 +136,22 @@ struct SparseTableStats {
 };
 
 struct SparseTableExportOptions {
-  // Only rows created or updated since the last successful Export (of either kind). Rows
-  // evicted since then are not listed.
+  // Only rows created or updated since the last successful export without keep_delta_cut (of
+  // either kind), then the ids evicted since then that hold no row now (tombstones).
   bool only_changed = false;
   // Also write each row's optimizer state (to resume training; serving needs values only).
   bool with_optimizer_state = false;
+  // This export does not start the next delta: a later only_changed export still lists
+  // everything changed since the previous export without it (checkpoints set it).
+  bool keep_delta_cut = false;
 };
 
 // Export file format (version 1, little-endian, no padding):
 //   header, 40 bytes:
 //     char[8]  magic "TSSPTBL\0"
 //     uint32   version = 1
-//     uint32   flags: bit 0 = only rows changed since the previous export
+//     uint32   flags: bit 0 = only rows changed since the previous export,
+//                     bit 1 = a tombstone trailer follows the records (only_changed exports)
 //     uint32   dim
 //     uint32   state_width: floats of optimizer state per record (0 = values only)
 //     uint64   count: number of records
@@ -148,12 +159,17 @@ struct SparseTableExportOptions {
 //     uint32   CRC-32C of the preceding 36 bytes
 //   count records of 8 + 4 * (dim + state_width) + 4 bytes:
 //     int64 id | float32 values[dim] | float32 state[state_width] | uint32 CRC-32C of the rest
-// Ids are unique within a file; the file size is exactly 40 + count * record size.
+//   with flag bit 1, a tombstone trailer of 12 + 8 * n bytes: the ids whose rows a reader removes
+//     uint64 n | int64 ids[n] | uint32 CRC-32C of the trailer's preceding 8 + 8 * n bytes
+// Ids are unique within a file (records and tombstones are disjoint); the file size is exactly
+// 40 + count * record size, plus 12 + 8 * n with the trailer. Other flag bits are refused.
 namespace sparse_table_format {
 inline constexpr char kMagic[8] = {'T', 'S', 'S', 'P', 'T', 'B', 'L', '\0'};
 inline constexpr uint32_t kVersion = 1;
 inline constexpr size_t kHeaderBytes = 40;
 inline constexpr uint32_t kFlagOnlyChanged = 1;
+inline constexpr uint32_t kFlagTombstones = 2;
+inline constexpr size_t kTrailerFixedBytes = 12;  // uint64 n + uint32 CRC-32C
 // CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), as in iSCSI / ext4; extends `crc`.
 uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
 }  // namespace sparse_table_format
@@ -193,29 +209,41 @@ class SparseTable {
   void AdvanceStep(int64_t step);
   int64_t step() const { return step_.load(std::memory_order_relaxed); }
 
+  // Writes the values of the rows of `ids` to out[i * dim, (i + 1) * dim), and the initial
+  // values for ids the table does not hold, without creating, marking seen or counting anything
+  // (serving). InvalidArgument if out is null for a non-empty batch.
+  absl::Status LookupReadOnly(absl::Span<const int64_t> ids, float* out) const;
+
   // Removes the rows and pending admission counts not seen within the last evict_after_steps
   // steps (clock - last seen >= T) or evict_after_seconds seconds. Returns the rows removed;
-  // 0 when eviction is off. Freed slots are reused by later rows.
+  // 0 when eviction is off. Freed slots are reused by later rows. Once deltas have begun (see
+  // "Deltas" above) each removed id is kept for the next only_changed export's tombstones.
   int64_t EvictStale();
 
-  // Writes the table (or the rows changed since the last export) to `path` atomically (temp
-  // file in the same directory, fsync, rename). Returns the number of rows written; an error
-  // naming the file on I/O failure (the previous file, if any, is then left as it was).
+  // Writes the table (or the rows changed, and the ids evicted, since the delta cut) to `path`
+  // atomically (temp file in the same directory, fsync, rename). Returns the number of rows
+  // written; an error naming the file on I/O failure (the previous file, if any, is then left
+  // as it was, and the delta cut does not move).
   absl::StatusOr<int64_t> Export(const std::string& path,
                                  const SparseTableExportOptions& export_options);
 
   // Loads every record of an export file into the table (overwriting existing rows; rows are
   // admitted regardless of admission_threshold and do not count as changed for the next
-  // only_changed export). State is loaded if the file has it, else it starts at zero. The file
-  // is validated completely before any row is touched: errors name the file and the byte
-  // offset of the problem. Returns the number of records loaded.
-  absl::StatusOr<int64_t> Import(const std::string& path);
+  // only_changed export), and removes the rows of its tombstones (ids without a row are
+  // skipped; removals are neither evictions nor tombstones of this table). State is loaded if
+  // the file has it, else it starts at zero. With `keep`, only the records and tombstones whose
+  // id passes are applied. The file is validated completely before any row is touched: errors
+  // name the file and the byte offset of the problem. Returns the number of records loaded.
+  absl::StatusOr<int64_t> Import(const std::string& path,
+                                 const std::function<bool(int64_t)>& keep = nullptr);
 
   // The same export and import in memory, so that callers write and read the bytes through their
-  // own io::FileSystem (checkpoints). ExportBytes counts as an export for only_changed; errors
-  // of ImportBytes name `name` and the byte offset, exactly as Import names its file.
+  // own io::FileSystem (checkpoints). ExportBytes moves the delta cut as Export does (unless
+  // keep_delta_cut); errors of ImportBytes name `name` and the byte offset, exactly as Import
+  // names its file.
   std::string ExportBytes(const SparseTableExportOptions& export_options);
-  absl::StatusOr<int64_t> ImportBytes(absl::string_view bytes, const std::string& name);
+  absl::StatusOr<int64_t> ImportBytes(absl::string_view bytes, const std::string& name,
+                                      const std::function<bool(int64_t)>& keep = nullptr);
 
   // Appends the last-seen stamp of every row, and every pending admission count, to `out`.
   void ExportLifecycle(std::vector<SparseTableLifecycleRecord>* out) const;
@@ -228,7 +256,8 @@ class SparseTable {
   bool PeekRow(int64_t id, float* values, float* state = nullptr) const;
 
   int64_t Size() const;
-  // Bytes allocated by the table: arenas (whole chunks), hash maps, pending admission counts.
+  // Bytes allocated by the table: arenas (whole chunks), hash maps, pending admission counts,
+  // kept tombstones.
   int64_t MemoryBytes() const;
   SparseTableStats Stats() const;
   // Optimizer state floats per row (0, dim or 2 * dim).
@@ -257,7 +286,8 @@ class SparseTable {
   // in [b, e), prefetching each row found, before the caller touches any of them.
   void FindSlots(const Shard& shard, absl::Span<const int64_t> ids, Partition* part, uint32_t b,
                  uint32_t e) const;
-  // Visits the shards that hold ids of a partition, each once, with its lock held:
+  // Visits the shards that hold ids of a partition, each once, with its lock held (a reader
+  // lock if `shared`):
   //   for (ShardWalk walk(this, part); walk.Next();) { ... shards_[walk.shard()] ... }
   // From a per-call first shard on; a shard whose lock another batch holds is visited after
   // the others rather than waited for, so that concurrent batches (a trainer's lookup and
@@ -265,7 +295,7 @@ class SparseTable {
   // destructor release the shard visited last. One walk per thread at a time.
   class ShardWalk {
    public:
-    ShardWalk(SparseTable* table, const Partition& part);
+    ShardWalk(const SparseTable* table, const Partition& part, bool shared = false);
     ~ShardWalk();
     ShardWalk(const ShardWalk&) = delete;
     ShardWalk& operator=(const ShardWalk&) = delete;
@@ -275,9 +305,10 @@ class SparseTable {
 
    private:
     void Release();
-    SparseTable* const table_;
+    const SparseTable* const table_;
     const Partition& part_;
     const int first_;
+    const bool shared_;
     int i_ = 0;
     int shard_ = -1;
     std::vector<int>* busy_;  // thread-local
@@ -289,7 +320,10 @@ class SparseTable {
   // With `initialize` false the caller writes values and state.
   uint32_t CreateRow(Shard& shard, int64_t id, uint64_t hash, uint32_t seen, uint32_t epoch,
                      bool initialize = true) const;
+  // Frees a row's slot and map entry (size, row budget and free list follow); counts nothing.
   void RemoveRow(Shard& shard, uint32_t slot) const;
+  // Removes the rows of `ids` (an id without a row is skipped), as Import does for tombstones.
+  void RemoveIds(absl::Span<const int64_t> ids);
   void ApplyOptimizer(char* slot, const float* grad, float lr, float lr_t) const;
   // The current "last seen" stamp (step or seconds) to record for rows touched now.
   uint32_t SeenStamp() const;
@@ -298,16 +332,24 @@ class SparseTable {
   int StartShard() const;
   absl::Status ShardFull(int shard_index) const;
   // Export's records (after a kHeaderBytes header the caller reserves) go to `append`, shard by
-  // shard; returns the record count, or -1 when `append` failed. Fills `header` last. Needs
-  // export_mu_.
+  // shard, then (only_changed) the tombstone trailer; returns the record count, or -1 when
+  // `append` failed. Fills `header` last. Needs export_mu_.
   int64_t WriteExport(const SparseTableExportOptions& export_options, uint32_t since,
                       const std::function<bool(const char*, size_t)>& append, char* header)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(export_mu_);
+  // Starts an export: returns the epoch to pass to EndExport (moving the epoch and turning
+  // tombstones on unless keep_delta_cut).
+  uint32_t BeginExport(const SparseTableExportOptions& export_options)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(export_mu_);
+  // After a successful export without keep_delta_cut: moves the delta cut to `epoch` and drops
+  // the tombstones it passed.
+  void EndExport(const SparseTableExportOptions& export_options, uint32_t epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(export_mu_);
   // Import from `size` bytes that `read_at(dst, n, offset)` reads (false: a read error, errno
   // set); messages name `name`.
-  absl::StatusOr<int64_t> ImportFrom(
-      const std::string& name, uint64_t size,
-      const std::function<bool(char*, size_t, uint64_t)>& read_at);
+  absl::StatusOr<int64_t> ImportFrom(const std::string& name, uint64_t size,
+                                     const std::function<bool(char*, size_t, uint64_t)>& read_at,
+                                     const std::function<bool(int64_t)>& keep);
 
   const SparseTableOptions options_;
   const Opt opt_;
@@ -325,10 +367,13 @@ class SparseTable {
   std::atomic<int64_t> step_{0};
   // Rows held, counted against options_.max_rows (kept only when it is set).
   mutable std::atomic<int64_t> budget_used_{0};
-  // Export epochs: a row records the epoch of its last change; an export advances epoch_, and
-  // after success rows with epoch > last_export_epoch_ (guarded by export_mu_) are "changed".
-  // Imported rows get epoch 1, which never counts as changed; epoch 0 marks free slots.
+  // Export epochs: a row records the epoch of its last change; an export without
+  // keep_delta_cut advances epoch_, and after success rows with epoch > last_export_epoch_ (the
+  // delta cut, guarded by export_mu_) are "changed". Imported rows get epoch 1, which never
+  // counts as changed; epoch 0 marks free slots. Evicted ids are kept with the epoch_ of their
+  // removal once tombstones_ is set (by the first export without keep_delta_cut).
   std::atomic<uint32_t> epoch_{2};
+  std::atomic<bool> tombstones_{false};
   absl::Mutex export_mu_;
   uint32_t last_export_epoch_ ABSL_GUARDED_BY(export_mu_) = 1;
 };

@@ -3,6 +3,7 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -21,10 +22,10 @@
 #include "absl/time/time.h"
 #include "common/framework/executor.h"
 #include "common/framework/op_desc.h"
+#include "common/framework/scope.h"
 #include "common/ops/counter_rng.h"
 #include "common/ops/ops.h"
 #include "common/ops/optimizer_rules.h"
-#include "common/framework/scope.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -712,6 +713,363 @@ std::vector<int64_t> Populate(SparseTable* table, int n) {
   return ids;
 }
 
+// An export file's contents.
+struct ParsedExport {
+  uint32_t flags = 0;
+  std::map<int64_t, std::vector<float>> rows;  // values and state
+  std::vector<int64_t> tombstones;             // sorted
+};
+
+ParsedExport Parse(const std::string& bytes, int64_t dim) {
+  ParsedExport p;
+  if (bytes.size() < 40) {
+    ADD_FAILURE() << "export of " << bytes.size() << " bytes";
+    return p;
+  }
+  uint32_t state_width;
+  uint64_t count;
+  std::memcpy(&p.flags, bytes.data() + 12, 4);
+  std::memcpy(&state_width, bytes.data() + 20, 4);
+  std::memcpy(&count, bytes.data() + 24, 8);
+  const size_t width = static_cast<size_t>(dim) + state_width;
+  const size_t record = 8 + 4 * width + 4;
+  size_t at = 40;
+  for (uint64_t k = 0; k < count && at + record <= bytes.size(); ++k, at += record) {
+    int64_t id;
+    std::memcpy(&id, bytes.data() + at, 8);
+    std::vector<float>& row = p.rows[id];
+    row.resize(width);
+    std::memcpy(row.data(), bytes.data() + at + 8, 4 * width);
+  }
+  EXPECT_EQ(p.rows.size(), count) << "ids must be unique";
+  if ((p.flags & sparse_table_format::kFlagTombstones) != 0 && at + 8 <= bytes.size()) {
+    uint64_t n;
+    std::memcpy(&n, bytes.data() + at, 8);
+    for (uint64_t i = 0; i < n && at + 16 + 8 * i <= bytes.size(); ++i) {
+      int64_t id;
+      std::memcpy(&id, bytes.data() + at + 8 + 8 * i, 8);
+      p.tombstones.push_back(id);
+    }
+    at += 12 + 8 * n;
+  }
+  EXPECT_EQ(bytes.size(), at);
+  std::sort(p.tombstones.begin(), p.tombstones.end());
+  return p;
+}
+
+std::vector<int64_t> Sorted(std::vector<int64_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+std::vector<int64_t> Keys(const ParsedExport& p) {
+  std::vector<int64_t> ids;
+  for (const auto& [id, unused] : p.rows) ids.push_back(id);
+  return ids;
+}
+
+// `replica` holds exactly the rows of a full export of `table` (ids, values bit for bit).
+void ExpectSameRows(const SparseTable& replica, SparseTable& table, const std::string& when) {
+  const int64_t dim = table.options().dim;
+  const ParsedExport full = Parse(table.ExportBytes({false, false, /*keep_delta_cut=*/true}), dim);
+  EXPECT_EQ(replica.Size(), table.Size()) << when;
+  EXPECT_EQ(replica.Size(), static_cast<int64_t>(full.rows.size())) << when;
+  std::vector<float> got(dim);
+  for (const auto& [id, want] : full.rows) {
+    ASSERT_TRUE(replica.PeekRow(id, got.data())) << when << ": no row " << id;
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * dim), 0)
+        << when << ": id " << id;
+  }
+}
+
+std::vector<int64_t> Concat(std::initializer_list<std::vector<int64_t>> parts) {
+  std::vector<int64_t> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+std::vector<int64_t> IdRange(int64_t first, int64_t last) {
+  std::vector<int64_t> ids;
+  for (int64_t i = first; i <= last; ++i) ids.push_back(i * 7919);
+  return ids;
+}
+
+// A base and three deltas, with eviction (of rows in the base, of rows exported in a delta, of
+// a row evicted and created again) and checkpoint exports (keep_delta_cut) in between: a
+// replica loading the chain in order holds exactly the table's rows after each delta.
+TEST(SparseTableTest, BaseAndDeltasWithTombstonesRebuildTheTable) {
+  SparseTableOptions o = Opts(4, "adagrad");
+  o.num_shards = 4;
+  o.evict_after_steps = 2;
+  auto table = MakeTable(o);
+  auto replica = MakeTable(Opts(4, "adagrad"));
+  const std::vector<int64_t> keep = Concat({IdRange(1, 8), {kMin64, kMax64}});  // always trained
+  const std::vector<int64_t> old = IdRange(11, 20);   // in the base, then evicted
+  const std::vector<int64_t> new1 = IdRange(31, 36);  // new in delta 1, evicted in window 2
+  const std::vector<int64_t> new2 = IdRange(41, 44);  // new in delta 2, evicted in window 3
+  const int64_t r = -5;  // in the base, evicted in window 1, created again in window 2
+  const int64_t x = -6;  // in the base, changed in delta 1, evicted in window 2
+  const int64_t z = -7;  // new in delta 1, evicted and created again in window 2, evicted in 3
+  auto train = [&](const std::vector<int64_t>& ids, int64_t step) {
+    const std::vector<float> g = RandomFloats(ids.size() * 4, 1000 + step);
+    ASSERT_TRUE(table->ApplyGradients(ids, g.data(), 0.1f, step).ok());
+  };
+  auto load = [&](const std::string& bytes, const std::string& name) {
+    absl::StatusOr<int64_t> n = replica->ImportBytes(bytes, name);
+    ASSERT_TRUE(n.ok()) << n.status();
+  };
+
+  train(Concat({keep, old, {r, x}}), 1);
+  const std::string base = table->ExportBytes({});
+  EXPECT_EQ(Parse(base, 4).flags, 0u);
+  load(base, "base");
+  ExpectSameRows(*replica, *table, "base");
+
+  // Window 1.
+  train(Concat({keep, new1, {x, z}}), 2);
+  table->ExportBytes({false, true, /*keep_delta_cut=*/true});  // a checkpoint
+  table->AdvanceStep(3);
+  EXPECT_EQ(table->EvictStale(), static_cast<int64_t>(old.size()) + 1);  // old and r
+  const std::string delta1 = table->ExportBytes({/*only_changed=*/true, false});
+  ParsedExport d1 = Parse(delta1, 4);
+  EXPECT_EQ(d1.flags, sparse_table_format::kFlagOnlyChanged | sparse_table_format::kFlagTombstones);
+  EXPECT_EQ(Keys(d1), Sorted(Concat({keep, new1, {x, z}})));
+  EXPECT_EQ(d1.tombstones, Sorted(Concat({old, {r}})));
+  load(delta1, "delta1");
+  ExpectSameRows(*replica, *table, "delta 1");
+
+  // Window 2.
+  train(Concat({keep, new2, {r}}), 4);
+  EXPECT_EQ(table->EvictStale(), static_cast<int64_t>(new1.size()) + 2);  // new1, x and z
+  std::vector<float> out(4);
+  const std::vector<int64_t> zs = {z};
+  ASSERT_TRUE(table->Lookup(zs, out.data()).ok());  // created again: a record, no tombstone
+  // A checkpoint's only_changed export lists what the next delta will.
+  const std::string peek = table->ExportBytes({true, false, /*keep_delta_cut=*/true});
+  const std::string path2 = TempPath("delta2.tbl");
+  absl::StatusOr<int64_t> n = table->Export(path2, {true, false});
+  ASSERT_TRUE(n.ok()) << n.status();
+  const std::string delta2 = ReadFile(path2);
+  EXPECT_EQ(peek, delta2);
+  ParsedExport d2 = Parse(delta2, 4);
+  EXPECT_EQ(*n, static_cast<int64_t>(d2.rows.size()));
+  EXPECT_EQ(Keys(d2), Sorted(Concat({keep, new2, {r, z}})));
+  EXPECT_EQ(d2.tombstones, Sorted(Concat({new1, {x}})));
+  EXPECT_EQ(delta2.size(), 40 + d2.rows.size() * (8 + 4 * 4 + 4) + 12 + 8 * d2.tombstones.size());
+  n = replica->Import(path2);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, static_cast<int64_t>(d2.rows.size()));
+  ExpectSameRows(*replica, *table, "delta 2");
+
+  // Window 3.
+  train(Concat({keep, {r}}), 5);
+  table->AdvanceStep(6);
+  EXPECT_EQ(table->EvictStale(), static_cast<int64_t>(new2.size()) + 1);  // new2 and z
+  table->ExportBytes({false, true, /*keep_delta_cut=*/true});             // a checkpoint
+  const std::string delta3 = table->ExportBytes({true, false});
+  ParsedExport d3 = Parse(delta3, 4);
+  EXPECT_EQ(Keys(d3), Sorted(Concat({keep, {r}})));
+  EXPECT_EQ(d3.tombstones, Sorted(Concat({new2, {z}})));
+  load(delta3, "delta3");
+  ExpectSameRows(*replica, *table, "delta 3");
+  EXPECT_EQ(replica->Size(), static_cast<int64_t>(keep.size()) + 1);
+  // Tombstones removed by an import are not evictions of the replica.
+  EXPECT_EQ(replica->Stats().evicted_rows, 0);
+
+  // Passed tombstones are dropped: nothing changed, nothing evicted since delta 3.
+  const ParsedExport empty = Parse(table->ExportBytes({true, false}), 4);
+  EXPECT_TRUE(empty.rows.empty());
+  EXPECT_TRUE(empty.tombstones.empty());
+}
+
+// A table with some rows in a base export, then a delta with tombstones.
+struct DeltaFixture {
+  std::unique_ptr<SparseTable> table;
+  std::string base, delta;
+  std::vector<int64_t> changed, evicted;
+};
+
+DeltaFixture MakeDelta() {
+  DeltaFixture f;
+  SparseTableOptions o = Opts(4);
+  o.evict_after_steps = 1;
+  f.table = MakeTable(o);
+  const std::vector<int64_t> all = IdRange(1, 20);
+  std::vector<float> g = RandomFloats(all.size() * 4, 7);
+  EXPECT_TRUE(f.table->ApplyGradients(all, g.data(), 0.1f, 1).ok());
+  f.base = f.table->ExportBytes({});
+  f.changed = IdRange(1, 10);
+  g = RandomFloats(f.changed.size() * 4, 8);
+  EXPECT_TRUE(f.table->ApplyGradients(f.changed, g.data(), 0.1f, 2).ok());
+  f.evicted = IdRange(11, 20);
+  EXPECT_EQ(f.table->EvictStale(), static_cast<int64_t>(f.evicted.size()));
+  f.delta = f.table->ExportBytes({true, false});
+  return f;
+}
+
+TEST(SparseTableTest, ImportRefusesACorruptTombstoneTrailerAndChangesNothing) {
+  DeltaFixture f = MakeDelta();
+  const size_t record = 8 + 4 * 4 + 4;
+  const size_t trailer = 40 + f.changed.size() * record;
+  ASSERT_EQ(f.delta.size(), trailer + 12 + 8 * f.evicted.size());
+  std::string flipped = f.delta;
+  flipped[trailer + 8 + 8 * 3 + 2] ^= 0x10;  // a byte of the fourth id
+  const std::string truncated = f.delta.substr(0, f.delta.size() - 4);
+  for (const auto& [bytes, needle] :
+       {std::make_pair(flipped, std::string("checksum mismatch")),
+        std::make_pair(flipped, absl::StrCat("offset ", trailer + 8 + 8 * f.evicted.size())),
+        std::make_pair(truncated, absl::StrCat("offset ", trailer))}) {
+    auto replica = MakeTable(Opts(4));
+    ASSERT_TRUE(replica->ImportBytes(f.base, "base").ok());
+    const std::string before = replica->ExportBytes({false, false, true});
+    absl::StatusOr<int64_t> n = replica->ImportBytes(bytes, "ckpt/delta.tbl");
+    EXPECT_EQ(n.status().code(), absl::StatusCode::kDataLoss) << n.status();
+    EXPECT_NE(n.status().message().find("ckpt/delta.tbl"), std::string::npos) << n.status();
+    EXPECT_NE(n.status().message().find(needle), std::string::npos) << n.status();
+    // From a file: the same refusal, naming it.
+    const std::string path = TempPath("bad_delta.tbl");
+    WriteFile(path, bytes);
+    n = replica->Import(path);
+    EXPECT_EQ(n.status().code(), absl::StatusCode::kDataLoss) << n.status();
+    EXPECT_NE(n.status().message().find(path), std::string::npos) << n.status();
+    EXPECT_NE(n.status().message().find(needle), std::string::npos) << n.status();
+    // Neither a record nor a tombstone was applied.
+    EXPECT_EQ(replica->ExportBytes({false, false, true}), before);
+    EXPECT_EQ(replica->Size(), 20);
+  }
+  // The intact delta applies.
+  auto replica = MakeTable(Opts(4));
+  ASSERT_TRUE(replica->ImportBytes(f.base, "base").ok());
+  ASSERT_TRUE(replica->ImportBytes(f.delta, "delta").ok());
+  ExpectSameRows(*replica, *f.table, "intact delta");
+}
+
+TEST(SparseTableTest, ImportWithAFilterAppliesOnlyThePassingIds) {
+  DeltaFixture f = MakeDelta();
+  auto even = [](int64_t id) { return (id & 1) == 0; };  // ids i * 7919: even for even i
+  // The base: only the even ids become rows.
+  auto replica = MakeTable(Opts(4));
+  absl::StatusOr<int64_t> n = replica->ImportBytes(f.base, "base", even);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 10);
+  EXPECT_EQ(replica->Size(), 10);
+  for (int64_t id : IdRange(1, 20)) EXPECT_EQ(replica->PeekRow(id, nullptr), even(id)) << id;
+
+  // The delta: even records overwrite, even tombstones remove; odd ones are left alone.
+  auto full = MakeTable(Opts(4));
+  ASSERT_TRUE(full->ImportBytes(f.base, "base").ok());
+  const std::string path = TempPath("filtered_delta.tbl");
+  WriteFile(path, f.delta);
+  n = full->Import(path, even);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 5);
+  EXPECT_EQ(full->Size(), 20 - 5);
+  auto base_only = MakeTable(Opts(4));
+  ASSERT_TRUE(base_only->ImportBytes(f.base, "base").ok());
+  for (int64_t id : f.changed) {
+    EXPECT_EQ(Row(*full, id), even(id) ? Row(*f.table, id) : Row(*base_only, id)) << id;
+  }
+  for (int64_t id : f.evicted) EXPECT_EQ(full->PeekRow(id, nullptr), !even(id)) << id;
+}
+
+TEST(SparseTableTest, LookupReadOnlyCreatesAndTouchesNothing) {
+  SparseTableOptions o = Opts(4, "adagrad");
+  o.admission_threshold = 2;
+  o.evict_after_steps = 2;
+  auto table = MakeTable(o);
+  const std::vector<int64_t> held = IdRange(1, 30);
+  std::vector<float> out(held.size() * 4);
+  ASSERT_TRUE(table->Lookup(held, out.data()).ok());
+  ASSERT_TRUE(table->Lookup(held, out.data()).ok());  // admitted
+  const std::vector<float> g = RandomFloats(held.size() * 4, 5);
+  ASSERT_TRUE(table->ApplyGradients(held, g.data(), 0.1f, 1).ok());
+  ASSERT_EQ(table->Size(), 30);
+  const SparseTableStats before = table->Stats();
+  table->AdvanceStep(2);  // a lookup now would mark rows seen at step 2
+
+  // Held rows, unseen ids (the extremes among them) and repeats of both.
+  const std::vector<int64_t> ids = {held[3], -77, held[0], kMin64, held[3], -77, kMax64, held[29]};
+  std::vector<float> got(ids.size() * 4);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(table->LookupReadOnly(ids, got.data()).ok());
+  auto fresh = MakeTable(Opts(4, "adagrad"));  // what a Lookup gives an id it never saw
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::vector<float> want(4);
+    if (!table->PeekRow(ids[i], want.data())) {
+      const std::vector<int64_t> one = {ids[i]};
+      ASSERT_TRUE(fresh->Lookup(one, want.data()).ok());
+    }
+    EXPECT_EQ(std::memcmp(got.data() + 4 * i, want.data(), sizeof(float) * 4), 0) << ids[i];
+  }
+  // The held rows' values are what Lookup returns.
+  const std::vector<int64_t> some = {held[3], held[0]};
+  std::vector<float> looked(8);
+  ASSERT_TRUE(table->Lookup(some, looked.data()).ok());
+  EXPECT_EQ(std::memcmp(looked.data(), got.data(), sizeof(float) * 4), 0);
+  EXPECT_EQ(std::memcmp(looked.data() + 4, got.data() + 8, sizeof(float) * 4), 0);
+
+  const SparseTableStats after = table->Stats();
+  EXPECT_EQ(table->Size(), 30);
+  EXPECT_EQ(after.created_rows, before.created_rows);
+  EXPECT_EQ(after.pending_ids, before.pending_ids);  // unseen ids not counted for admission
+  EXPECT_EQ(after.refused_rows, before.refused_rows);
+  // Nothing was marked seen (all rows were last seen at step 1): at step 3 every row that only
+  // LookupReadOnly saw ages out, and the two that Lookup saw at step 2 stay.
+  table->AdvanceStep(3);
+  EXPECT_EQ(table->EvictStale(), 28);
+  EXPECT_TRUE(table->LookupReadOnly({}, nullptr).ok());
+  EXPECT_EQ(table->LookupReadOnly(some, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Serving reads beside training, imports and eviction: every row read is whole (each row's
+// values are all equal here, whatever happened to it).
+TEST(SparseTableTest, LookupReadOnlyRunsBesideWritersAndReadsWholeRows) {
+  SparseTableOptions o = Opts(8);
+  o.initializer.kind = SparseTableInitializer::kConstant;
+  o.initializer.value = 0;
+  o.num_shards = 4;
+  o.evict_after_steps = 3;
+  auto table = MakeTable(o);
+  std::vector<int64_t> ids(200);
+  for (int i = 0; i < 200; ++i) ids[i] = i * 7919 - 500;
+  auto grads = [&](float v, size_t rows) {
+    std::vector<float> g(rows * 8);
+    for (size_t i = 0; i < rows; ++i)
+      std::fill_n(g.begin() + i * 8, 8, v + static_cast<float>(i % 3));
+    return g;
+  };
+  auto source = MakeTable(o);
+  const std::vector<float> five = grads(-5, ids.size());
+  ASSERT_TRUE(source->ApplyGradients(ids, five.data(), 1.0f, 1).ok());
+  const std::string rows = source->ExportBytes({});
+
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (int step = 1; step <= 300; ++step) {
+      const size_t n = 50 + step % 150;
+      const std::vector<float> g = grads(static_cast<float>(step % 7), n);
+      EXPECT_TRUE(
+          table->ApplyGradients(absl::MakeConstSpan(ids).subspan(0, n), g.data(), 1.0f, step).ok());
+      if (step % 10 == 0) EXPECT_TRUE(table->ImportBytes(rows, "rows").ok());
+      if (step % 5 == 0) table->EvictStale();
+    }
+    done = true;
+  });
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&] {
+      std::vector<float> out(ids.size() * 8);
+      while (!done.load()) {
+        ASSERT_TRUE(table->LookupReadOnly(ids, out.data()).ok());
+        for (size_t i = 0; i < ids.size(); ++i) {
+          for (int j = 1; j < 8; ++j) ASSERT_EQ(out[i * 8 + j], out[i * 8]) << "id " << ids[i];
+        }
+      }
+    });
+  }
+  writer.join();
+  for (auto& t : readers) t.join();
+}
+
 TEST(SparseTableTest, ExportRoundTripsIntoAFreshTable) {
   SparseTableOptions o = Opts(4, "adagrad");
   auto table = MakeTable(o);
@@ -818,8 +1176,18 @@ TEST(SparseTableTest, ExportBytesAreTheExportFileAndImportBack) {
     EXPECT_EQ(Row(*fresh, id), Row(*table, id)) << id;
     EXPECT_EQ(State(*fresh, id), State(*table, id)) << id;
   }
-  // ExportBytes is an export for only_changed: nothing changed since.
-  EXPECT_EQ(table->ExportBytes({/*only_changed=*/true, false}).size(), 40u);
+  // ExportBytes is an export for only_changed: nothing changed since (an empty delta: the header
+  // and an empty tombstone trailer).
+  EXPECT_EQ(table->ExportBytes({/*only_changed=*/true, false}).size(), 40u + 12u);
+  // One with keep_delta_cut (a checkpoint's) is not: the change stays in the next delta.
+  const std::vector<int64_t> one = {ids[3]};
+  const std::vector<float> g = RandomFloats(4, 21);
+  ASSERT_TRUE(table->ApplyGradients(one, g.data(), 0.1f, 3).ok());
+  auto count_of = [](const std::string& b) { return Parse(b, 4).rows.size(); };
+  EXPECT_EQ(count_of(table->ExportBytes({false, true, /*keep_delta_cut=*/true})), ids.size());
+  EXPECT_EQ(count_of(table->ExportBytes({true, false, /*keep_delta_cut=*/true})), 1u);
+  EXPECT_EQ(count_of(table->ExportBytes({true, false})), 1u);
+  EXPECT_EQ(count_of(table->ExportBytes({true, false})), 0u);
 }
 
 TEST(SparseTableTest, ImportRejectsCorruptFilesNamingFileAndOffset) {

@@ -4,6 +4,7 @@
 #   - no //trainer target depends on //pserver, and no //pserver target on //trainer;
 #   - //transpiler and common/ depend on no runner (pserver, trainer), example or cluster wiring;
 #   - the pserver binary links no trainer and no example code (it loads model files);
+#   - serving/ (tessera_predict) sits above the runners: nothing below it depends on it;
 #   - inside common/, the bottom two layers stay below the rest: common/base depends on nothing
 #     of the repository, common/framework's libraries only on base and proto.
 # Prints one "//tests:layering_check PASSED|FAILED" line (counted with the tests) and, on
@@ -37,6 +38,8 @@ rule "common/base -> anything of the repository" \
   "filter('^//(common/(framework|ops|layers|device|io|rpc|collective|data|metrics|config)|proto)', deps(kind(cc_library, //common/base/...)))"
 rule "common/framework -> common/ layers above it" \
   "filter('^//common/(ops|layers|device|io|rpc|collective|data|metrics|config)', deps(kind(cc_library, //common/framework/...)))"
+rule "anything below serving -> serving" \
+  "filter('^//serving', deps(//pserver/... + //trainer/... + //transpiler/... + //common/... + //cluster/...) except $tests_and_cc)"
 rule "tessera_pserver links trainer or example code" \
   "filter('^//(trainer|examples)', deps(//pserver:tessera_pserver))"
 rm -f /tmp/tessera-layering.err

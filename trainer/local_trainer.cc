@@ -588,8 +588,9 @@ absl::StatusOr<EvalResult> LocalTrainer::Evaluate(const data::Dataset& dataset) 
   return result;
 }
 
-absl::StatusOr<EvalPartial> LocalTrainer::EvaluatePartial(const data::Dataset& dataset,
-                                                          int64_t begin, int64_t end) {
+absl::StatusOr<EvalPartial> LocalTrainer::EvaluatePartial(
+    const data::Dataset& dataset, int64_t begin, int64_t end,
+    const std::function<void(const data::Example&, double)>& on_prediction) {
   const int64_t n = static_cast<int64_t>(dataset.examples.size());
   if (begin < 0 || end < begin || end > n) {
     return absl::InvalidArgumentError(absl::StrCat("evaluation range [", begin, ", ", end,
@@ -608,6 +609,7 @@ absl::StatusOr<EvalPartial> LocalTrainer::EvaluatePartial(const data::Dataset& d
                                static_cast<size_t>(begin), static_cast<size_t>(end - begin)),
                            &partial.loss_sum, &partial.correct, &classes,
                            [&](const data::Example& e, double prob) {
+                             if (on_prediction) on_prediction(e, prob);
                              if (!partial.has_auc_histogram || !bad.ok()) return;
                              bad = partial.auc.Update(absl::Span<const double>(&prob, 1),
                                                       absl::Span<const float>(&e.label, 1));

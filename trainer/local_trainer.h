@@ -150,9 +150,12 @@ class LocalTrainer {
   absl::StatusOr<EvalResult> Evaluate(const data::Dataset& dataset);
   // This trainer's share of a distributed evaluation: examples [begin, end) of `dataset`
   // scored as Evaluate does, with the AUC as a histogram (EvalPartial). An empty range gives an
-  // empty partial (a trainer with no share still takes part in the sum).
-  absl::StatusOr<EvalPartial> EvaluatePartial(const data::Dataset& dataset, int64_t begin,
-                                              int64_t end);
+  // empty partial (a trainer with no share still takes part in the sum). `on_prediction` (may
+  // be empty) sees each example with its score when the prediction is [B, 1], in order
+  // (tessera_predict writes them out).
+  absl::StatusOr<EvalPartial> EvaluatePartial(
+      const data::Dataset& dataset, int64_t begin, int64_t end,
+      const std::function<void(const data::Example&, double)>& on_prediction = nullptr);
 
   // The variables (parameters, optimizer state, last step's activations).
   Scope* scope() { return &scope_; }

@@ -330,8 +330,19 @@ absl::Status TrainerProcess::SetUpCheckpoints() {
       return p.global_step % config_.checkpoint_every == 0 ? SaveCheckpoint(p) : absl::OkStatus();
     };
   }
+  // Inference bundles (trainer/bundle_export.h): trainer 0, after the step's checkpoint.
+  if (config.trainer_id == 0 && !config.export_dir.empty()) {
+    TS_ASSIGN_OR_RETURN(exporter_, BundleExporter::Create(config, model_, fs, pserver_clients, &log_));
+    if (config.export_every_steps > 0) {
+      trainer_options_.on_step_end = [this, checkpoint = std::move(trainer_options_.on_step_end)](
+                                         const TrainPosition& p) -> absl::Status {
+        if (checkpoint) TS_RETURN_IF_ERROR(checkpoint(p));
+        return p.global_step % config_.export_every_steps == 0 ? Export() : absl::OkStatus();
+      };
+    }
+  }
   // Evaluations during training (--eval_every_steps, --eval_every_epoch), after the step's
-  // checkpoint. Every trainer takes part (its share of the held-out set).
+  // checkpoint and export. Every trainer takes part (its share of the held-out set).
   if (config.eval_every_steps > 0 || config.eval_every_epoch) {
     trainer_options_.on_step_end = [this, checkpoint = std::move(trainer_options_.on_step_end)](
                                        const TrainPosition& p) -> absl::Status {
@@ -348,6 +359,10 @@ absl::Status TrainerProcess::SetUpCheckpoints() {
 
 absl::Status TrainerProcess::SaveCheckpoint(const TrainPosition& p) {
   return checkpoints_->Save(rpc_.Meta(), p);
+}
+
+absl::Status TrainerProcess::Export() {
+  return exporter_->Export(rpc_.Meta(), trainer_->global_step(), *trainer_->scope());
 }
 
 // Prometheus metrics (--metrics_port), updated after every step.
@@ -549,6 +564,7 @@ absl::Status TrainerProcess::Train() {
     TS_RETURN_IF_ERROR(
         SaveCheckpoint(TrainPosition{trainer_->global_step(), trainer_->epochs_done(), 0}));
   }
+  if (exporter_ != nullptr) TS_RETURN_IF_ERROR(Export());
   // The held-out evaluation at the end (unless one just ran at this step).
   if (last_eval_step_ != trainer_->global_step()) TS_RETURN_IF_ERROR(Evaluate());
   return absl::OkStatus();

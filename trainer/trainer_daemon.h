@@ -38,6 +38,7 @@
 #include "common/framework/op_registry.h"
 #include "common/rpc/grpc/grpc_client.h"
 #include "common/rpc/rpc_metrics.h"
+#include "trainer/bundle_export.h"
 #include "trainer/checkpoints.h"
 #include "trainer/collective_ops.h"
 #include "trainer/communicator.h"
@@ -101,6 +102,8 @@ class TrainerProcess {
   absl::Status Evaluate();
   // Checkpoint of position `p` (trainer 0 with --checkpoint_dir).
   absl::Status SaveCheckpoint(const TrainPosition& p);
+  // An inference bundle of the current step (trainer 0 with --export_dir).
+  absl::Status Export();
   // Releases what runs threads or talks to peers, in the order of the old procedure's locals
   // going out of scope, then writes the trace. Idempotent.
   void Stop();
@@ -134,6 +137,7 @@ class TrainerProcess {
   std::optional<TrainPosition> resume_;  // --init_from's position
   bool checkpointing_ = false;
   std::unique_ptr<CheckpointWriter> checkpoints_;
+  std::unique_ptr<BundleExporter> exporter_;  // trainer 0 with --export_dir
   std::unique_ptr<MetricsServer> metrics_server_;
   Gauge* eval_loss_ = nullptr;  // --metrics_port only
   Gauge* eval_auc_ = nullptr;

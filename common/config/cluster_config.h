@@ -124,6 +124,19 @@ struct ClusterConfig {
   int64_t checkpoint_every = 0;  // trainer 0: steps between checkpoints (0 = at the end only)
   int64_t checkpoint_keep = 2;   // trainer 0: complete checkpoints kept (>= 1)
   std::string init_from;         // pserver and trainer: restore this checkpoint at start
+  // Inference bundles (README "Serving"): trainer 0 commits <export_dir>/export-<step> every
+  // export_every_steps steps (0 = only at the end) and keeps the newest export_keep (with the
+  // exports their delta chains need); every export_full_every-th export is a full one, the
+  // others deltas. The pservers write their table shards under their own export_dir.
+  std::string export_dir;           // pservers and trainer 0: "" = no export
+  int64_t export_every_steps = 0;   // trainer 0: steps between exports (0 = at the end only)
+  int64_t export_keep = 3;          // trainer 0: complete exports kept (>= 1)
+  int64_t export_full_every = 1;    // trainer 0: a full export every N exports (1 = always)
+  // Serving (pserver): load this pserver's shard of a bundle's tables and answer Prefetch only;
+  // with watch_bundle, poll it every watch_bundle_interval_s for newer exports.
+  std::string serve_bundle;
+  bool watch_bundle = false;
+  double watch_bundle_interval_s = 10;
   // Devices (trainer).
   std::string device = "cpu";  // cpu | gpu: where the trainer's ops run
   std::string devices;         // gpu: GPU ordinals, e.g. "1" ("" = 0); one for now

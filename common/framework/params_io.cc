@@ -1,13 +1,14 @@
 #include "common/framework/params_io.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status.h"
 #include "common/framework/program_io.h"
 #include "proto/tensor.pb.h"
 
 namespace tessera {
 
-absl::Status SaveVariables(const Scope& scope, const std::vector<std::string>& names,
-                           const std::string& path) {
+absl::StatusOr<std::string> SerializeVariables(const Scope& scope,
+                                               const std::vector<std::string>& names) {
   TensorMap map;
   for (const auto& name : names) {
     const Variable* v = scope.FindVar(name);
@@ -18,22 +19,34 @@ absl::Status SaveVariables(const Scope& scope, const std::vector<std::string>& n
   }
   std::string bytes;
   if (!map.SerializeToString(&bytes)) return absl::InternalError("cannot serialize tensors");
-  return WriteStringToFileAtomic(path, bytes);
+  return bytes;
 }
 
-absl::StatusOr<std::map<std::string, Tensor>> LoadVariables(const std::string& path) {
-  auto bytes = ReadFileToString(path);
-  if (!bytes.ok()) return bytes.status();
+absl::StatusOr<std::map<std::string, Tensor>> ParseVariables(const std::string& bytes,
+                                                             const std::string& source) {
   TensorMap map;
-  if (!map.ParseFromString(*bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a tensor file"));
+  if (!map.ParseFromString(bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not a tensor file"));
   }
   std::map<std::string, Tensor> out;
   for (const auto& [name, proto] : map.tensors()) {
     absl::Status s = TensorFromProto(proto, &out[name]);
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", name, ": ", s.message()));
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": ", name, ": ", s.message()));
+    }
   }
   return out;
+}
+
+absl::Status SaveVariables(const Scope& scope, const std::vector<std::string>& names,
+                           const std::string& path) {
+  TS_ASSIGN_OR_RETURN(std::string bytes, SerializeVariables(scope, names));
+  return WriteStringToFileAtomic(path, bytes);
+}
+
+absl::StatusOr<std::map<std::string, Tensor>> LoadVariables(const std::string& path) {
+  TS_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  return ParseVariables(bytes, path);
 }
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
 #include "common/io/checkpoint_io.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -162,24 +163,51 @@ absl::Status ManifestWriter::Commit(const std::string& manifest_name) {
   return WriteFileAtomic(fs_, JoinPath(dir_, manifest_name), SerializeManifest(manifest_));
 }
 
-std::string CheckpointDirName(int64_t step) { return absl::StrFormat("ckpt-%010d", step); }
-
-std::string PserverFilePrefix(int index, int num) {
-  return absl::StrCat("pserver-", index, "-of-", num);
+std::string StepDirName(absl::string_view prefix, int64_t step) {
+  return absl::StrFormat("%s%010d", prefix, step);
 }
 
-int64_t CheckpointStep(const std::string& name) {
-  if (name.size() <= 5 || name.compare(0, 5, "ckpt-") != 0) return -1;
-  int64_t step;
-  for (char c : name.substr(5)) {
+int64_t StepOfDirName(absl::string_view prefix, absl::string_view name) {
+  if (name.size() <= prefix.size() || !absl::StartsWith(name, prefix)) return -1;
+  absl::string_view digits = name.substr(prefix.size());
+  for (char c : digits) {
     if (c < '0' || c > '9') return -1;
   }
-  if (!absl::SimpleAtoi(name.substr(5), &step)) return -1;
+  int64_t step;
+  if (!absl::SimpleAtoi(digits, &step)) return -1;
   return step;
 }
 
-absl::StatusOr<std::string> BeginCheckpoint(FileSystem* fs, const std::string& root, int64_t step) {
-  const std::string dir = JoinPath(root, CheckpointDirName(step));
+absl::StatusOr<std::vector<StepDir>> ListStepDirs(FileSystem* fs, const std::string& root,
+                                                  absl::string_view prefix) {
+  TS_ASSIGN_OR_RETURN(std::vector<std::string> names, fs->ListDir(root));
+  std::vector<StepDir> out;
+  for (const auto& n : names) {
+    StepDir d;
+    d.step = StepOfDirName(prefix, n);
+    if (d.step < 0) continue;
+    d.dir = JoinPath(root, n);
+    const std::string manifest = JoinPath(d.dir, kManifestName);
+    d.has_manifest = fs->Exists(manifest);
+    if (d.has_manifest) {
+      auto m = ReadManifest(fs, manifest);
+      if (m.ok()) {
+        d.manifest = std::move(*m);
+      } else {
+        d.manifest_error = m.status();
+      }
+    }
+    out.push_back(std::move(d));
+  }
+  std::sort(out.begin(), out.end(), [](const StepDir& a, const StepDir& b) {
+    return a.step != b.step ? a.step > b.step : a.dir > b.dir;
+  });
+  return out;
+}
+
+absl::StatusOr<std::string> BeginStepDir(FileSystem* fs, const std::string& root,
+                                         absl::string_view prefix, int64_t step) {
+  const std::string dir = JoinPath(root, StepDirName(prefix, step));
   if (fs->Exists(dir)) {
     TS_RETURN_IF_ERROR(fs->DeleteRecursively(JoinPath(dir, kManifestName)));
     TS_RETURN_IF_ERROR(fs->SyncDir(dir));
@@ -190,69 +218,76 @@ absl::StatusOr<std::string> BeginCheckpoint(FileSystem* fs, const std::string& r
   return dir;
 }
 
-namespace {
-
-// (step, complete) of every ckpt-* under root, newest first. A manifest that exists but does
-// not parse (damaged: manifests are written atomically) is reported in *damaged (the first).
-absl::StatusOr<std::vector<std::pair<int64_t, bool>>> ListCheckpoints(
-    FileSystem* fs, const std::string& root, absl::Status* damaged = nullptr) {
-  TS_ASSIGN_OR_RETURN(std::vector<std::string> names, fs->ListDir(root));
-  std::vector<std::pair<int64_t, bool>> out;
-  for (const auto& n : names) {
-    int64_t step = CheckpointStep(n);
-    if (step < 0) continue;
-    const std::string manifest = JoinPath(JoinPath(root, n), kManifestName);
-    bool complete = false;
-    if (fs->Exists(manifest)) {
-      auto m = ReadManifest(fs, manifest);
-      complete = m.ok();
-      if (!m.ok() && damaged != nullptr && damaged->ok()) *damaged = m.status();
-    }
-    out.push_back({step, complete});
-  }
-  std::sort(out.rbegin(), out.rend());
-  return out;
-}
-
-}  // namespace
-
-absl::Status FinishCheckpoint(FileSystem* fs, const std::string& root, int64_t step, int keep) {
+absl::Status FinishStepDir(FileSystem* fs, const std::string& root, absl::string_view prefix,
+                           int64_t step, int keep, const StepDirKeepExtension& extend) {
   TS_RETURN_IF_ERROR(
-      WriteFileAtomic(fs, JoinPath(root, kLatestName), CheckpointDirName(step) + "\n"));
-  TS_ASSIGN_OR_RETURN(auto all, ListCheckpoints(fs, root));
+      WriteFileAtomic(fs, JoinPath(root, kLatestName), StepDirName(prefix, step) + "\n"));
+  TS_ASSIGN_OR_RETURN(std::vector<StepDir> all, ListStepDirs(fs, root, prefix));
+  std::set<int64_t> kept = {step};
   int complete = 0;
-  for (const auto& [s, ok] : all) {
-    if (s > step) continue;  // not ours to judge
-    if (ok && ++complete <= std::max(1, keep)) continue;
-    if (s == step) continue;
-    TS_RETURN_IF_ERROR(fs->DeleteRecursively(JoinPath(root, CheckpointDirName(s))));
+  for (const StepDir& d : all) {
+    if (d.step > step) continue;  // not ours to judge
+    if (d.complete() && ++complete <= std::max(1, keep)) kept.insert(d.step);
+  }
+  if (extend) extend(all, &kept);
+  for (const StepDir& d : all) {
+    if (d.step > step || kept.count(d.step) > 0) continue;
+    TS_RETURN_IF_ERROR(fs->DeleteRecursively(d.dir));
   }
   return absl::OkStatus();
 }
 
-absl::Status AbandonCheckpoint(FileSystem* fs, const std::string& root, int64_t step) {
-  const std::string dir = JoinPath(root, CheckpointDirName(step));
+absl::Status AbandonStepDir(FileSystem* fs, const std::string& root, absl::string_view prefix,
+                            int64_t step) {
+  const std::string dir = JoinPath(root, StepDirName(prefix, step));
   if (fs->Exists(JoinPath(dir, kManifestName))) return absl::OkStatus();  // committed
   return fs->DeleteRecursively(dir);
 }
 
-absl::StatusOr<std::string> ResolveCheckpoint(FileSystem* fs, const std::string& path) {
+absl::StatusOr<std::string> ResolveStepDir(FileSystem* fs, const std::string& path,
+                                           absl::string_view prefix, absl::string_view what) {
   if (fs->Exists(JoinPath(path, kManifestName))) return path;
-  absl::Status damaged;
-  auto all = ListCheckpoints(fs, path, &damaged);
+  auto all = ListStepDirs(fs, path, prefix);
   if (!all.ok()) {
     return absl::NotFoundError(
-        absl::StrCat("no checkpoint at ", path, ": ", all.status().message()));
+        absl::StrCat("no ", what, " at ", path, ": ", all.status().message()));
   }
-  for (const auto& [s, ok] : *all) {
-    // The newest with a manifest; a damaged newest one is an error, not silently skipped.
-    if (!ok && !damaged.ok() &&
-        absl::StrContains(damaged.message(), JoinPath(path, CheckpointDirName(s)))) {
-      return damaged;
-    }
-    if (ok) return JoinPath(path, CheckpointDirName(s));
+  for (const StepDir& d : *all) {
+    // The newest with a manifest; a damaged one is an error, not silently skipped.
+    if (!d.has_manifest) continue;
+    if (!d.manifest_error.ok()) return d.manifest_error;
+    return d.dir;
   }
-  return absl::NotFoundError(absl::StrCat("no complete checkpoint (ckpt-*/MANIFEST) under ", path));
+  return absl::NotFoundError(
+      absl::StrCat("no complete ", what, " (", prefix, "*/MANIFEST) under ", path));
+}
+
+namespace {
+constexpr char kCheckpointPrefix[] = "ckpt-";
+}  // namespace
+
+std::string CheckpointDirName(int64_t step) { return StepDirName(kCheckpointPrefix, step); }
+
+std::string PserverFilePrefix(int index, int num) {
+  return absl::StrCat("pserver-", index, "-of-", num);
+}
+
+int64_t CheckpointStep(const std::string& name) { return StepOfDirName(kCheckpointPrefix, name); }
+
+absl::StatusOr<std::string> BeginCheckpoint(FileSystem* fs, const std::string& root, int64_t step) {
+  return BeginStepDir(fs, root, kCheckpointPrefix, step);
+}
+
+absl::Status FinishCheckpoint(FileSystem* fs, const std::string& root, int64_t step, int keep) {
+  return FinishStepDir(fs, root, kCheckpointPrefix, step, keep, nullptr);
+}
+
+absl::Status AbandonCheckpoint(FileSystem* fs, const std::string& root, int64_t step) {
+  return AbandonStepDir(fs, root, kCheckpointPrefix, step);
+}
+
+absl::StatusOr<std::string> ResolveCheckpoint(FileSystem* fs, const std::string& path) {
+  return ResolveStepDir(fs, path, kCheckpointPrefix, "checkpoint");
 }
 
 absl::Status CommitTrainerCheckpoint(FileSystem* fs, const std::string& dir,

@@ -17,7 +17,9 @@
 #define TESSERA_COMMON_IO_CHECKPOINT_IO_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -76,6 +78,54 @@ class ManifestWriter {
   std::string dir_;
   Manifest manifest_;
 };
+
+// Step directories: "<prefix><step, 10 digits>" under a root, complete iff their MANIFEST exists
+// and parses. Checkpoints ("ckpt-", below) and inference exports ("export-", bundle.h) share
+// these; each kind adds its own keep rule and commit.
+
+// "<prefix>0000000042".
+std::string StepDirName(absl::string_view prefix, int64_t step);
+// The step of a "<prefix><step>" name (digits only); -1 if `name` is not one.
+int64_t StepOfDirName(absl::string_view prefix, absl::string_view name);
+
+// One "<prefix><step>" directory found under a root.
+struct StepDir {
+  int64_t step = 0;
+  std::string dir;            // <root>/<prefix><step>
+  bool has_manifest = false;  // its MANIFEST exists
+  // Why an existing MANIFEST is unusable (DataLoss naming it: manifests are written
+  // atomically, so one that does not parse is damaged); OK otherwise.
+  absl::Status manifest_error;
+  Manifest manifest;  // the parsed MANIFEST when complete()
+  bool complete() const { return has_manifest && manifest_error.ok(); }
+};
+
+// Every <prefix>* directory under `root`, newest first, each manifest read. The ListDir error
+// (naming `root`) if `root` cannot be listed.
+absl::StatusOr<std::vector<StepDir>> ListStepDirs(FileSystem* fs, const std::string& root,
+                                                  absl::string_view prefix);
+// Creates <root>/<prefix><step>, or empties it (manifest first, so it stops being complete before
+// anything else goes) if an earlier attempt left it. Returns the directory.
+absl::StatusOr<std::string> BeginStepDir(FileSystem* fs, const std::string& root,
+                                         absl::string_view prefix, int64_t step);
+// After <root>/<prefix><step> is committed: writes LATEST ("<prefix><step>\n") first, then
+// keeps the newest max(1, keep) complete directories at or below `step` (and `step` itself),
+// plus whatever `extend` (may be null) adds to the kept steps given the listing; deletes the
+// other complete ones at or below `step` and the incomplete ones older than `step`. Directories
+// newer than `step` are never touched.
+using StepDirKeepExtension =
+    std::function<void(const std::vector<StepDir>& all, std::set<int64_t>* kept)>;
+absl::Status FinishStepDir(FileSystem* fs, const std::string& root, absl::string_view prefix,
+                           int64_t step, int keep, const StepDirKeepExtension& extend);
+// Removes <root>/<prefix><step> unless it is complete (holds its MANIFEST).
+absl::Status AbandonStepDir(FileSystem* fs, const std::string& root, absl::string_view prefix,
+                            int64_t step);
+// `path` itself if it holds a MANIFEST, else the newest complete <prefix>* under it; a damaged
+// newest manifest is its DataLoss error, not skipped. NotFound naming `path` ("no <what> at
+// <path>: ..." when it cannot be listed, "no complete <what> (<prefix>*/MANIFEST) under <path>"
+// when it holds none).
+absl::StatusOr<std::string> ResolveStepDir(FileSystem* fs, const std::string& path,
+                                           absl::string_view prefix, absl::string_view what);
 
 // "ckpt-0000000042".
 std::string CheckpointDirName(int64_t step);
