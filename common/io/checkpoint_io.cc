@@ -76,7 +76,7 @@ std::string SerializeManifest(const Manifest& manifest) {
 
 absl::StatusOr<Manifest> ParseManifest(absl::string_view text, const std::string& path) {
   auto bad = [&](const std::string& why) {
-    return absl::DataLossError(absl::StrCat("checkpoint manifest ", path, ": ", why));
+    return absl::DataLossError(absl::StrCat("manifest ", path, ": ", why));
   };
   const size_t end_at = text.rfind("end ");
   if (end_at == absl::string_view::npos || (end_at > 0 && text[end_at - 1] != '\n')) {
@@ -121,16 +121,16 @@ absl::StatusOr<std::string> ReadVerified(FileSystem* fs, const std::string& dir,
   auto data = fs->ReadFile(path);
   if (!data.ok()) {
     return absl::Status(data.status().code(),
-                        absl::StrCat("checkpoint file ", path, ": ", data.status().message()));
+                        absl::StrCat("file ", path, ": ", data.status().message()));
   }
   if (static_cast<int64_t>(data->size()) != entry.size) {
-    return absl::DataLossError(absl::StrCat("checkpoint file ", path, ": size ", data->size(),
+    return absl::DataLossError(absl::StrCat("file ", path, ": size ", data->size(),
                                             " bytes, manifest says ", entry.size,
                                             " (truncated or replaced)"));
   }
   if (Crc32c(*data) != entry.crc32c) {
     return absl::DataLossError(
-        absl::StrCat("checkpoint file ", path, ": checksum mismatch (corrupt)"));
+        absl::StrCat("file ", path, ": checksum mismatch (corrupt)"));
   }
   return std::move(*data);
 }
@@ -148,7 +148,7 @@ absl::Status ManifestWriter::AddExisting(const std::string& name) {
   auto data = fs_->ReadFile(path);
   if (!data.ok()) {
     return absl::Status(data.status().code(),
-                        absl::StrCat("checkpoint file ", path, ": ", data.status().message()));
+                        absl::StrCat("file ", path, ": ", data.status().message()));
   }
   manifest_.files.push_back({name, static_cast<int64_t>(data->size()), Crc32c(*data)});
   return absl::OkStatus();

@@ -10,12 +10,12 @@
 # tests/run_all.sh counts with the Bazel tests.
 #
 # Environment: FUZZ_SECONDS (default 60) per target; FUZZ_TARGETS (default "codec program
-# criteo formats model_file"); FUZZ_JOBS (default 2) parallel compilations; CXX (default clang++).
+# criteo formats model_file bundle"); FUZZ_JOBS (default 2) parallel compilations; CXX (default clang++).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
-FUZZ_TARGETS="${FUZZ_TARGETS:-codec program criteo formats model_file}"
+FUZZ_TARGETS="${FUZZ_TARGETS:-codec program criteo formats model_file bundle}"
 FUZZ_JOBS="${FUZZ_JOBS:-2}"
 FUZZ_ARTIFACTS="${FUZZ_ARTIFACTS:-/tmp/tessera-fuzz-artifacts}"
 CXX="${CXX:-clang++}"
@@ -54,12 +54,21 @@ SRCS[program]="common/framework/tensor.cc common/framework/place.cc common/frame
   common/layers/program_builder.cc
   transpiler/distribute_transpiler.cc"
 SRCS[model_file]="${SRCS[program]} common/layers/model_file.cc common/layers/optimizer.cc common/layers/backward.cc"
+SRCS[bundle]="common/io/bundle.cc common/io/checkpoint_io.cc common/io/file_system.cc common/io/crc32c.cc
+  pserver/sparse_table.cc pserver/chunk_arena.cc"
 declare -A PROTOS
 PROTOS[codec]="tensor program pserver"
 PROTOS[criteo]=""
 PROTOS[formats]=""
 PROTOS[program]="tensor program"
 PROTOS[model_file]="tensor program model"
+PROTOS[bundle]="tensor program"
+# Extra compiler flags of a source, as the copts of its Bazel library.
+src_cflags() {
+  case "$1" in
+    pserver/sparse_table.cc) echo "-DEIGEN_FAST_MATH=0" ;;
+  esac
+}
 
 ABSL_PKGS="absl_strings absl_str_format absl_synchronization absl_status absl_statusor absl_time
   absl_hash absl_raw_hash_set absl_random_random"
@@ -85,11 +94,11 @@ for t in $FUZZ_TARGETS; do
 done
 for p in tensor program pserver model; do all_srcs+=("$work/gen/proto/$p.pb.cc"); done
 obj_of() { echo "$work/obj/$(echo "$1" | sed "s|^$work/||; s|/|_|g; s|\.cc$|.o|")"; }
-export -f obj_of
+export -f obj_of src_cflags
 export work CXX CXXFLAGS SAN
 printf '%s\n' "${all_srcs[@]}" | sort -u | xargs -P "$FUZZ_JOBS" -I{} bash -c '
   src="$1"; obj="$(obj_of "$src")"
-  $CXX $CXXFLAGS $SAN -fsanitize=fuzzer-no-link -c "$src" -o "$obj" ||
+  $CXX $CXXFLAGS $(src_cflags "$src") $SAN -fsanitize=fuzzer-no-link -c "$src" -o "$obj" ||
     { echo "run_fuzzers: cannot compile $src" >&2; exit 255; }' _ {} &
 # In the background so that a signal reaches the traps (and cleanup) at once.
 if ! wait $!; then echo "//tests/fuzz:build (clang) FAILED"; exit 1; fi
