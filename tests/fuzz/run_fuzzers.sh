@@ -10,7 +10,8 @@
 # tests/run_all.sh counts with the Bazel tests.
 #
 # Environment: FUZZ_SECONDS (default 60) per target; FUZZ_TARGETS (default "codec program
-# criteo formats model_file bundle"); FUZZ_JOBS (default 2) parallel compilations; CXX (default clang++).
+# criteo formats model_file bundle"); FUZZ_JOBS (default 2) parallel compilations; CXX (default
+# clang++).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
