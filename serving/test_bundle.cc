@@ -15,6 +15,7 @@
 #include "common/layers/layers.h"
 #include "common/layers/program_builder.h"
 #include "pserver/bundle_tables.h"
+#include "trainer/bundle_export.h"
 #include "trainer/local_trainer.h"
 
 namespace tessera {
@@ -75,20 +76,6 @@ absl::StatusOr<std::unique_ptr<SparseTable>> MakeTestTable(int64_t vocab, int64_
   return table;
 }
 
-std::vector<std::string> DenseInputsOf(const ProgramDesc& program) {
-  const BlockDesc& block = program.blocks(0);
-  std::set<std::string> produced, out;
-  for (const OpDesc& op : block.ops()) {
-    for (const std::string& in : AllInputArgs(op)) {
-      if (produced.count(in) > 0) continue;
-      const VarDesc* v = FindVarDesc(block, in);
-      if (v != nullptr && v->persistable() && !v->is_distributed()) out.insert(in);
-    }
-    for (const std::string& o : AllOutputArgs(op)) produced.insert(o);
-  }
-  return {out.begin(), out.end()};
-}
-
 absl::StatusOr<std::string> WriteTestBundle(io::FileSystem* fs, const std::string& root,
                                             const ModelSpec& model, const Scope& params,
                                             SparseTable* table, const TestBundleOptions& options) {
@@ -111,7 +98,7 @@ absl::StatusOr<std::string> WriteTestBundle(io::FileSystem* fs, const std::strin
     return absl::InternalError("cannot serialize a program");
   }
   std::vector<std::string> dense;
-  for (const std::string& name : DenseInputsOf(score)) {
+  for (const std::string& name : BundleDenseInputs(score)) {
     if (name != options.omit_param) dense.push_back(name);
   }
   TS_ASSIGN_OR_RETURN(files[io::kDenseParamsName], SerializeVariables(params, dense));

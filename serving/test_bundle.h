@@ -40,10 +40,6 @@ SparseTableOptions TestTableOptions(int64_t dim);
 // from their initial values (the other ids are not held).
 absl::StatusOr<std::unique_ptr<SparseTable>> MakeTestTable(int64_t vocab, int64_t dim);
 
-// The persistable variables that `program` reads before any op writes them, except distributed
-// tables: what dense.params holds.
-std::vector<std::string> DenseInputsOf(const ProgramDesc& program);
-
 struct TestBundleOptions {
   int64_t step = 42;
   int64_t batch_size = 16;

@@ -14,22 +14,6 @@ namespace tessera {
 
 namespace {
 
-// The variables `program` reads that the bundle must carry: persistable, not a distributed
-// table (its rows are on the pservers), produced by no op before their use.
-std::vector<std::string> DenseInputs(const ProgramDesc& program) {
-  const BlockDesc& block = program.blocks(0);
-  std::set<std::string> produced, out;
-  for (const OpDesc& op : block.ops()) {
-    for (const std::string& in : AllInputArgs(op)) {
-      if (produced.count(in) > 0) continue;
-      const VarDesc* v = FindVarDesc(block, in);
-      if (v != nullptr && v->persistable() && !v->is_distributed()) out.insert(in);
-    }
-    for (const std::string& o : AllOutputArgs(op)) produced.insert(o);
-  }
-  return {out.begin(), out.end()};
-}
-
 bool HasDistributedTable(const ProgramDesc& program) {
   for (const VarDesc& v : program.blocks(0).vars()) {
     if (v.is_distributed()) return true;
@@ -44,6 +28,20 @@ absl::StatusOr<std::string> Serialized(const ProgramDesc& program) {
 }
 
 }  // namespace
+
+std::vector<std::string> BundleDenseInputs(const ProgramDesc& program) {
+  const BlockDesc& block = program.blocks(0);
+  std::set<std::string> produced, out;
+  for (const OpDesc& op : block.ops()) {
+    for (const std::string& in : AllInputArgs(op)) {
+      if (produced.count(in) > 0) continue;
+      const VarDesc* v = FindVarDesc(block, in);
+      if (v != nullptr && v->persistable() && !v->is_distributed()) out.insert(in);
+    }
+    for (const std::string& o : AllOutputArgs(op)) produced.insert(o);
+  }
+  return {out.begin(), out.end()};
+}
 
 absl::StatusOr<std::unique_ptr<BundleExporter>> BundleExporter::Create(
     const ClusterConfig& config, const ModelSpec& model, io::FileSystem* fs,
@@ -75,7 +73,7 @@ absl::StatusOr<std::unique_ptr<BundleExporter>> BundleExporter::Create(
   e->fixed_files_[io::kModelSpecName] = *std::move(spec);
   TS_ASSIGN_OR_RETURN(e->fixed_files_[io::kPredictProgramName], Serialized(predict));
   TS_ASSIGN_OR_RETURN(e->fixed_files_[io::kScoreProgramName], Serialized(score));
-  e->dense_ = DenseInputs(score);
+  e->dense_ = BundleDenseInputs(score);
   return e;
 }
 

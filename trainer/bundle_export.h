@@ -27,8 +27,13 @@
 #include "common/framework/scope.h"
 #include "common/io/file_system.h"
 #include "common/rpc/client.h"
+#include "proto/program.pb.h"
 
 namespace tessera {
+
+// The persistable variables that `program` reads before any op writes them, except distributed
+// tables (their rows are on the pservers): what an export's dense.params holds.
+std::vector<std::string> BundleDenseInputs(const ProgramDesc& program);
 
 class BundleExporter {
  public:

@@ -235,7 +235,9 @@ absl::StatusOr<BundleModel> ParseBundleModel(absl::string_view text, const std::
       return absl::InvalidArgumentError(
           absl::StrCat("model spec ", path, " line ", line_no, ": ", why));
     };
-    std::vector<std::string> f = absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+    // Every character SerializeBundleModel refuses inside a value separates fields here.
+    std::vector<std::string> f =
+        absl::StrSplit(line, absl::ByAnyChar(" \t\r\v\f"), absl::SkipEmpty());
     if (f.empty()) continue;
     const std::string& key = f[0];
     const bool repeated = key == "metric" || key == "slot" || key == "multi_slot";

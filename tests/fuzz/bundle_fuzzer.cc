@@ -272,6 +272,7 @@ void ImportInto(SparseTable* table, absl::string_view bytes, bool filtered) {
   for (const auto& [id, r] : last) {
     Require(table->PeekRow(id, values.data(), state.data()), "a loaded record is a row");
     Require(std::memcmp(values.data(), r + 8, 4 * dim) == 0, "a row has its record's values");
+    if (table_state == 0) continue;
     if (state_width > 0) {
       std::memcpy(want_state.data(), r + 8 + 4 * dim, 4 * state_width);
     } else {
