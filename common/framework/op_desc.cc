@@ -112,7 +112,7 @@ void RenameOpOutput(OpDesc* op, absl::string_view from, absl::string_view to) {
 
 const OpDesc::Attr* FindAttr(const OpDesc& op, absl::string_view name) {
   for (const auto& a : op.attrs()) {
-    if (a.name() == name) return &a;
+    if (SameName(a.name(), name)) return &a;
   }
   return nullptr;
 }

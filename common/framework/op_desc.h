@@ -4,6 +4,7 @@
 #define TESSERA_COMMON_FRAMEWORK_OP_DESC_H_
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,30 @@
 #include "proto/program.pb.h"
 
 namespace tessera {
+
+// a == b, inline: for the short slot and attribute names that kernels look up several times
+// per op run. Names of up to 16 characters are compared with two loads per side (overlapping
+// when shorter than 8 or 16), not byte by byte or through memcmp.
+inline bool SameName(absl::string_view a, absl::string_view b) {
+  const size_t n = a.size();
+  if (n != b.size()) return false;
+  const char* p = a.data();
+  const char* q = b.data();
+  auto load = [](const char* s, auto word) {
+    std::memcpy(&word, s, sizeof(word));
+    return word;
+  };
+  if (n >= 8 && n <= 16) {
+    return load(p, uint64_t{0}) == load(q, uint64_t{0}) &&
+           load(p + n - 8, uint64_t{0}) == load(q + n - 8, uint64_t{0});
+  }
+  if (n >= 4 && n < 8) {
+    return load(p, uint32_t{0}) == load(q, uint32_t{0}) &&
+           load(p + n - 4, uint32_t{0}) == load(q + n - 4, uint32_t{0});
+  }
+  if (n > 0 && n < 4) return p[0] == q[0] && p[n / 2] == q[n / 2] && p[n - 1] == q[n - 1];
+  return n == 0 || std::memcmp(p, q, n) == 0;
+}
 
 // Name of the gradient of `var` ("x" -> "x@GRAD").
 std::string GradVarName(absl::string_view var);

@@ -1,11 +1,12 @@
 #include "common/framework/op_registry.h"
 
+#include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
 
 namespace tessera {
 
 namespace {
-bool RealArg(const std::string& a) { return !a.empty() && a != kEmptyVarName; }
+bool RealArg(absl::string_view a) { return !a.empty() && a != absl::string_view(kEmptyVarName); }
 
 using Slots = google::protobuf::RepeatedPtrField<OpDesc::Var>;
 
@@ -14,7 +15,7 @@ using Slots = google::protobuf::RepeatedPtrField<OpDesc::Var>;
 const google::protobuf::RepeatedPtrField<std::string>* SlotArguments(const Slots& slots,
                                                                      absl::string_view slot) {
   for (const auto& s : slots) {
-    if (s.parameter() == slot) return &s.arguments();
+    if (SameName(s.parameter(), slot)) return &s.arguments();
   }
   return nullptr;
 }
@@ -35,48 +36,111 @@ bool AnyRealArg(const Slots& slots, absl::string_view slot) {
   return false;
 }
 
-int ArgCount(const Slots& slots, absl::string_view slot) {
+void ResolveSlots(const Slots& slots, const Scope& scope, std::vector<OpArgs::Slot>* table,
+                  std::vector<Variable*>* out) {
+  for (const auto& s : slots) {
+    OpArgs::Slot entry;
+    entry.parameter = s.parameter();
+    entry.begin = static_cast<int>(out->size());
+    entry.size = s.arguments_size();
+    for (const std::string& a : s.arguments()) {
+      const bool real = RealArg(a);
+      entry.any_real |= real;
+      out->push_back(real ? scope.FindVar(a) : nullptr);
+    }
+    table->push_back(entry);
+  }
+}
+
+// The first slot named `slot` in a resolved table (as SlotArguments finds it), or null.
+const OpArgs::Slot* FindSlot(const std::vector<OpArgs::Slot>& table, absl::string_view slot) {
+  for (const OpArgs::Slot& s : table) {
+    if (SameName(s.parameter, slot)) return &s;
+  }
+  return nullptr;
+}
+
+// The resolved variable of argument i of `slot` (the fast path of InputVar/OutputVar), or null
+// when there is none: the slow path then looks the name up and reports errors.
+Variable* ResolvedVar(const std::vector<OpArgs::Slot>& table, const std::vector<Variable*>& vars,
+                      absl::string_view slot, int i) {
+  const OpArgs::Slot* s = FindSlot(table, slot);
+  if (s == nullptr || i < 0 || i >= s->size) return nullptr;
+  return vars[static_cast<size_t>(s->begin + i)];
+}
+
+// How many arguments `slot` binds: from the resolved table when there is one.
+int ArgCount(const std::vector<OpArgs::Slot>* table, const Slots& slots, absl::string_view slot) {
+  if (table != nullptr) {
+    const OpArgs::Slot* s = FindSlot(*table, slot);
+    return s == nullptr ? 0 : s->size;
+  }
   const auto* args = SlotArguments(slots, slot);
   return args == nullptr ? 0 : args->size();
 }
 
-// Argument i of `slot` among all arguments of `slots` in order (as OpArgs holds them), or -1.
-int FlatIndex(const Slots& slots, absl::string_view slot, int i) {
-  int offset = 0;
-  for (const auto& s : slots) {
-    if (s.parameter() == slot) return i >= 0 && i < s.arguments_size() ? offset + i : -1;
-    offset += s.arguments_size();
+// The slow paths of InputVar, Input, OutputVar and Output: by name in the scope (an op run
+// without resolved arguments, or a variable created since), and every error. Out of line, so
+// that the fast paths stay small.
+ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<const Variable*> InputVarByName(const OpContext& ctx,
+                                                                       absl::string_view slot,
+                                                                       int i) {
+  const std::string& name = ArgAt(ctx.op().inputs(), slot, i);
+  if (!RealArg(name)) {
+    return ctx.Error(absl::StrCat("input slot ", slot, "[", i, "] is not bound"));
   }
-  return -1;
+  const Variable* v = ctx.scope()->FindVar(name);
+  if (v == nullptr || !v->IsInitialized()) {
+    return ctx.Error(absl::StrCat("input ", slot, " variable '", name,
+                                  "' is absent from the scope (not fed or not computed yet)"));
+  }
+  return v;
 }
 
-// The resolved variable of argument i of `slot`, or null.
-Variable* Resolved(const std::vector<Variable*>* resolved, const Slots& slots,
-                   absl::string_view slot, int i) {
-  if (resolved == nullptr) return nullptr;
-  const int at = FlatIndex(slots, slot, i);
-  return at >= 0 && at < static_cast<int>(resolved->size()) ? (*resolved)[at] : nullptr;
+ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<const Tensor*> InputByName(const OpContext& ctx,
+                                                                  absl::string_view slot, int i) {
+  auto v = ctx.InputVar(slot, i);
+  if (!v.ok()) return v.status();
+  const Tensor* t = (*v)->GetIf<Tensor>();
+  if (t == nullptr || !t->initialized()) {
+    return ctx.Error(absl::StrCat("input ", slot, " variable '", ctx.InputName(slot, i),
+                                  "' is not an initialized dense tensor"));
+  }
+  return t;
 }
 
-void ResolveSlots(const Slots& slots, const Scope& scope, std::vector<Variable*>* out) {
-  for (const auto& s : slots) {
-    for (const std::string& a : s.arguments()) {
-      out->push_back(RealArg(a) ? scope.FindVar(a) : nullptr);
-    }
+ABSL_ATTRIBUTE_NOINLINE absl::StatusOr<Variable*> OutputVarByName(const OpContext& ctx,
+                                                                  absl::string_view slot, int i) {
+  const std::string& name = ArgAt(ctx.op().outputs(), slot, i);
+  if (!RealArg(name)) {
+    return ctx.Error(absl::StrCat("output slot ", slot, "[", i, "] is not bound"));
   }
+  Variable* v = ctx.scope()->FindVar(name);
+  if (v == nullptr) v = ctx.scope()->Var(name);
+  return v;
 }
 }  // namespace
 
 OpArgs ResolveOpArgs(const OpDesc& op, const Scope& scope) {
   OpArgs args;
-  ResolveSlots(op.inputs(), scope, &args.inputs);
-  ResolveSlots(op.outputs(), scope, &args.outputs);
+  ResolveSlots(op.inputs(), scope, &args.input_slots, &args.inputs);
+  ResolveSlots(op.outputs(), scope, &args.output_slots, &args.outputs);
   return args;
 }
 
-bool OpContext::HasInput(absl::string_view slot) const { return AnyRealArg(op_.inputs(), slot); }
+bool OpContext::HasInput(absl::string_view slot) const {
+  if (args_ != nullptr) {
+    const OpArgs::Slot* s = FindSlot(args_->input_slots, slot);
+    return s != nullptr && s->any_real;
+  }
+  return AnyRealArg(op_.inputs(), slot);
+}
 
 bool OpContext::HasOutput(absl::string_view slot) const {
+  if (args_ != nullptr) {
+    const OpArgs::Slot* s = FindSlot(args_->output_slots, slot);
+    return s != nullptr && s->any_real;
+  }
   return AnyRealArg(op_.outputs(), slot);
 }
 
@@ -88,33 +152,25 @@ std::string OpContext::OutputName(absl::string_view slot, int i) const {
 }
 
 absl::StatusOr<const Variable*> OpContext::InputVar(absl::string_view slot, int i) const {
-  const std::string& name = ArgAt(op_.inputs(), slot, i);
-  if (!RealArg(name)) {
-    return Error(absl::StrCat("input slot ", slot, "[", i, "] is not bound"));
+  if (args_ != nullptr) {
+    const Variable* v = ResolvedVar(args_->input_slots, args_->inputs, slot, i);
+    if (v != nullptr && v->IsInitialized()) return v;
   }
-  const Variable* v = Resolved(args_ == nullptr ? nullptr : &args_->inputs, op_.inputs(), slot, i);
-  if (v == nullptr) v = scope_->FindVar(name);
-  if (v == nullptr || !v->IsInitialized()) {
-    return Error(absl::StrCat("input ", slot, " variable '", name,
-                              "' is absent from the scope (not fed or not computed yet)"));
-  }
-  return v;
+  return InputVarByName(*this, slot, i);
 }
 
 absl::StatusOr<const Tensor*> OpContext::Input(absl::string_view slot, int i) const {
-  auto v = InputVar(slot, i);
-  if (!v.ok()) return v.status();
-  const Tensor* t = (*v)->GetIf<Tensor>();
-  if (t == nullptr || !t->initialized()) {
-    return Error(absl::StrCat("input ", slot, " variable '", InputName(slot, i),
-                              "' is not an initialized dense tensor"));
+  if (args_ != nullptr) {
+    const Variable* v = ResolvedVar(args_->input_slots, args_->inputs, slot, i);
+    const Tensor* t = v == nullptr ? nullptr : v->GetIf<Tensor>();
+    if (t != nullptr && t->initialized()) return t;
   }
-  return t;
+  return InputByName(*this, slot, i);
 }
 
 absl::StatusOr<std::vector<const Tensor*>> OpContext::Inputs(absl::string_view slot) const {
   std::vector<const Tensor*> out;
-  const int n = ArgCount(op_.inputs(), slot);
+  const int n = ArgCount(args_ == nullptr ? nullptr : &args_->input_slots, op_.inputs(), slot);
   for (int i = 0; i < n; ++i) {
     auto t = Input(slot, i);
     if (!t.ok()) return t.status();
@@ -124,25 +180,27 @@ absl::StatusOr<std::vector<const Tensor*>> OpContext::Inputs(absl::string_view s
 }
 
 absl::StatusOr<Variable*> OpContext::OutputVar(absl::string_view slot, int i) {
-  const std::string& name = ArgAt(op_.outputs(), slot, i);
-  if (!RealArg(name)) {
-    return Error(absl::StrCat("output slot ", slot, "[", i, "] is not bound"));
+  if (args_ != nullptr) {
+    Variable* v = ResolvedVar(args_->output_slots, args_->outputs, slot, i);
+    if (v != nullptr) return v;
   }
-  Variable* v = Resolved(args_ == nullptr ? nullptr : &args_->outputs, op_.outputs(), slot, i);
-  if (v == nullptr) v = scope_->FindVar(name);
-  if (v == nullptr) v = scope_->Var(name);
-  return v;
+  return OutputVarByName(*this, slot, i);
 }
 
 absl::StatusOr<Tensor*> OpContext::Output(absl::string_view slot, int i) {
-  auto v = OutputVar(slot, i);
-  if (!v.ok()) return v.status();
-  return (*v)->GetMutable<Tensor>();
+  Variable* v =
+      args_ == nullptr ? nullptr : ResolvedVar(args_->output_slots, args_->outputs, slot, i);
+  if (v == nullptr) {
+    auto by_name = OutputVarByName(*this, slot, i);
+    if (!by_name.ok()) return by_name.status();
+    v = *by_name;
+  }
+  return v->GetMutable<Tensor>();
 }
 
 absl::StatusOr<std::vector<Tensor*>> OpContext::Outputs(absl::string_view slot) {
   std::vector<Tensor*> out;
-  const int n = ArgCount(op_.outputs(), slot);
+  const int n = ArgCount(args_ == nullptr ? nullptr : &args_->output_slots, op_.outputs(), slot);
   for (int i = 0; i < n; ++i) {
     auto t = Output(slot, i);
     if (!t.ok()) return t.status();
@@ -153,8 +211,8 @@ absl::StatusOr<std::vector<Tensor*>> OpContext::Outputs(absl::string_view slot) 
 
 void OpContext::NoteAttrType(absl::string_view name, bool ok) const {
   if (!ok && attr_status_.ok()) {
-    attr_status_ = absl::InvalidArgumentError(
-        absl::StrCat("attribute '", name, "' has the wrong type"));
+    attr_status_ =
+        absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' has the wrong type"));
   }
 }
 

@@ -27,7 +27,19 @@ inline constexpr char kEmptyVarName[] = "@EMPTY@";
 // The variables an op's arguments name in one scope, resolved ahead of its runs (the
 // Executor's cache): parallel to the op's input (output) arguments, slot after slot in the
 // OpDesc's order; null where an argument is empty or the scope had no such variable then.
+// The slot tables let a kernel find a slot's arguments without reading the OpDesc.
 struct OpArgs {
+  // One slot of the op: its name (a view into the OpDesc, which must outlive this), where its
+  // arguments start in `inputs` (`outputs`), how many there are, and whether any is real (not
+  // empty, not kEmptyVarName).
+  struct Slot {
+    absl::string_view parameter;
+    int begin = 0;
+    int size = 0;
+    bool any_real = false;
+  };
+  std::vector<Slot> input_slots;
+  std::vector<Slot> output_slots;
   std::vector<Variable*> inputs;
   std::vector<Variable*> outputs;
 };

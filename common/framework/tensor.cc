@@ -108,14 +108,20 @@ void DieIfFailed(const absl::Status& s, const char* method) {
 }
 }  // namespace
 
-Tensor::Tensor(DataType dtype, Shape shape) { Resize(dtype, std::move(shape)); }
+Tensor::Tensor(DataType dtype, Shape shape) : shape_(std::move(shape)) { Resize(dtype, shape_); }
 
-void Tensor::Resize(DataType dtype, Shape shape) {
-  DieIfFailed(TryResize(dtype, std::move(shape)), "Resize");
+void Tensor::Resize(DataType dtype, absl::Span<const int64_t> shape) {
+  // Unchanged (a kernel's output on every step after the first): nothing to do.
+  if (initialized_ && dtype == dtype_ && buffer_ != nullptr &&
+      absl::MakeConstSpan(shape_) == shape) {
+    return;
+  }
+  DieIfFailed(TryResize(dtype, shape), "Resize");
 }
 
-absl::Status Tensor::TryResize(DataType dtype, Shape shape) {
-  const size_t need = static_cast<size_t>(NumElements(shape)) * SizeOf(dtype);
+absl::Status Tensor::TryResize(DataType dtype, absl::Span<const int64_t> shape) {
+  const int64_t numel = NumElements(shape);
+  const size_t need = static_cast<size_t>(numel) * SizeOf(dtype);
   if (buffer_ == nullptr || capacity_ < need) {
     absl::StatusOr<std::shared_ptr<char>> buffer = AllocateOn(place_, need);
     if (!buffer.ok()) return buffer.status();  // the tensor is left as it was
@@ -123,8 +129,9 @@ absl::Status Tensor::TryResize(DataType dtype, Shape shape) {
     capacity_ = Capacity(need);
   }
   dtype_ = dtype;
-  shape_ = std::move(shape);
-  numel_ = NumElements(shape_);
+  // Reuses shape_'s storage; `shape` may be shape_ itself.
+  if (shape.data() != shape_.data()) shape_.assign(shape.begin(), shape.end());
+  numel_ = numel;
   initialized_ = true;
   return absl::OkStatus();
 }
@@ -208,12 +215,10 @@ std::string Tensor::DebugString() const {
   return absl::StrCat(DataTypeName(dtype_), ShapeString(shape_));
 }
 
-void Tensor::CheckType(DataType t) const {
-  if (t != dtype_ && initialized_) {
-    std::fprintf(stderr, "tessera: tensor of type %s accessed as %s\n",
-                 DataTypeName(dtype_).c_str(), DataTypeName(t).c_str());
-    std::abort();
-  }
+void Tensor::DieTypeMismatch(DataType t) const {
+  std::fprintf(stderr, "tessera: tensor of type %s accessed as %s\n", DataTypeName(dtype_).c_str(),
+               DataTypeName(t).c_str());
+  std::abort();
 }
 
 void TensorToProto(const Tensor& t, TensorProto* proto) {
@@ -248,7 +253,7 @@ absl::Status TensorFromProto(const TensorProto& proto, Tensor* t) {
         " bytes of data, has ", proto.data().size()));
   }
   t->ResetPlace(Place::Cpu());  // the bytes land on the host (no-op for host tensors)
-  t->Resize(proto.dtype(), std::move(shape));
+  t->Resize(proto.dtype(), shape);
   if (want > 0) std::memcpy(t->raw_data(), proto.data().data(), want);
   return absl::OkStatus();
 }

@@ -78,8 +78,10 @@ class Tensor {
 
   // Sets type and shape. Reallocates only when the buffer is too small (then contents are
   // unspecified and any sharing with other tensors ends); otherwise keeps buffer and contents,
-  // so in-place kernels (Out and X the same tensor) may Resize their output safely.
-  void Resize(DataType dtype, Shape shape);
+  // so in-place kernels (Out and X the same tensor) may Resize their output safely. Takes a
+  // view (a Shape, `{2, 3}` or a shape()): a tensor resized to its own type and shape, as a
+  // kernel's output is on every step, allocates nothing.
+  void Resize(DataType dtype, absl::Span<const int64_t> shape);
 
   // Device failures. On the host, Resize, ResetPlace, CopyFrom and SetZero cannot fail (out of
   // host memory throws std::bad_alloc, as new does). On a GPU place they go through the
@@ -91,7 +93,7 @@ class Tensor {
   // typed and shaped like `other` with unspecified contents; TrySetZero, unspecified contents.
   // Placement (common/device/placement.h) and device kernels use them, so that an op on a GPU
   // that runs out of memory fails with a Status naming the device and the op.
-  absl::Status TryResize(DataType dtype, Shape shape);
+  absl::Status TryResize(DataType dtype, absl::Span<const int64_t> shape);
   absl::Status TryResetPlace(const Place& place);
   absl::Status TryCopyFrom(const Tensor& other);
   absl::Status TrySetZero();
@@ -156,7 +158,11 @@ class Tensor {
   std::string DebugString() const;
 
  private:
-  void CheckType(DataType t) const;
+  // CHECK-fails on a mismatch (inline: typed access is on every kernel's path).
+  void CheckType(DataType t) const {
+    if (t != dtype_ && initialized_) DieTypeMismatch(t);
+  }
+  [[noreturn]] void DieTypeMismatch(DataType t) const;
 
   DataType dtype_ = FLOAT32;
   Shape shape_;

@@ -1,5 +1,6 @@
 #include "common/layers/backward.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/container/flat_hash_map.h"
@@ -35,6 +36,47 @@ absl::flat_hash_set<std::string> VarsNeedingGrad(const BlockDesc& block, int las
     }
   }
   return needs;
+}
+
+// The only argument of `slot`, or "" unless there is exactly one.
+std::string OnlyArg(const std::vector<std::string>& args) {
+  return args.size() == 1 ? args[0] : std::string();
+}
+
+// elementwise_add_grad computes X@GRAD = Out@GRAD, and skips the copy when both are one variable.
+// The name X@GRAD may then be bound to Out@GRAD's variable when that changes no value anybody
+// reads: this op is X@GRAD's only producer (no accumulation), X is a dense temporary computed by
+// a forward op (not a parameter, not fed: nobody asks for X@GRAD by name), Out too, and X and
+// Out have one declared type and shape. Returns Out@GRAD's name then, else "".
+std::string InPlaceAddGrad(const OpDesc& g, const BlockDesc& block,
+                           const absl::flat_hash_set<std::string>& computed,
+                           const std::map<std::string, int>& producers) {
+  if (g.type() != "elementwise_add_grad") return "";
+  const std::string x = OnlyArg(OpInputs(g, "X")), out = OnlyArg(OpInputs(g, "Out"));
+  const std::string dx = OnlyArg(OpOutputs(g, "X@GRAD"));
+  const std::string dout = OnlyArg(OpInputs(g, "Out@GRAD"));
+  if (!IsReal(x) || !IsReal(out) || !IsReal(dx) || !IsReal(dout) || x == out || dx == dout) {
+    return "";
+  }
+  auto p = producers.find(dx);
+  if (p == producers.end() || p->second != 1) return "";
+  if (!computed.contains(x) || !computed.contains(out)) return "";
+  const VarDesc* xv = FindVarDesc(block, x);
+  const VarDesc* ov = FindVarDesc(block, out);
+  if (xv == nullptr || ov == nullptr) return "";
+  for (const VarDesc* v : {xv, ov}) {
+    if (v->persistable() || v->trainable() || v->is_sparse() || v->is_distributed() ||
+        v->type() != DENSE_TENSOR) {
+      return "";
+    }
+  }
+  if (xv->dtype() != ov->dtype() ||
+      !std::equal(xv->shape().begin(), xv->shape().end(), ov->shape().begin(), ov->shape().end())) {
+    return "";
+  }
+  const VarDesc* gv = FindVarDesc(block, dout);
+  if (gv != nullptr && gv->type() != DENSE_TENSOR) return "";
+  return dout;
 }
 
 }  // namespace
@@ -110,6 +152,13 @@ absl::StatusOr<std::vector<ParamGrad>> AppendBackward(ProgramDesc* program,
       if (IsReal(a)) ++producers[a];
     }
   }
+  // Variables the forward ops compute (up to the loss).
+  absl::flat_hash_set<std::string> computed;
+  for (int i = 0; i <= loss_op; ++i) {
+    for (const auto& a : AllOutputArgs(block->ops(i))) {
+      if (IsReal(a)) computed.insert(a);
+    }
+  }
   std::map<std::string, std::vector<std::string>> renamed;
   auto declare_grad = [&](const std::string& grad, const std::string& like) {
     if (FindVarDesc(*block, grad) != nullptr) return;
@@ -146,6 +195,16 @@ absl::StatusOr<std::vector<ParamGrad>> AppendBackward(ProgramDesc* program,
   for (size_t k = 0; k < grads.size(); ++k) {
     OpDesc& g = grads[k];
     const OpDesc& fwd = block->ops(grads_fwd[k]);
+    // X@GRAD of an elementwise_add_grad in place of its Out@GRAD where that is safe: no copy,
+    // one buffer less. Later grad ops read Out@GRAD instead.
+    const std::string in_place = InPlaceAddGrad(g, *block, computed, producers);
+    if (!in_place.empty()) {
+      const std::string dx = OpOutput(g, "X@GRAD");
+      SetOpOutputs(&g, "X@GRAD", {in_place});
+      for (size_t later = k + 1; later < grads.size(); ++later) {
+        RenameOpInput(&grads[later], dx, in_place);
+      }
+    }
     // Output gradients of the forward op that nothing produced are zero.
     for (const auto& out : AllOutputArgs(fwd)) {
       std::string dout = GradVarName(out);
@@ -162,7 +221,7 @@ absl::StatusOr<std::vector<ParamGrad>> AppendBackward(ProgramDesc* program,
     std::vector<std::string> finished;
     for (auto& slot : *g.mutable_outputs()) {
       for (auto& a : *slot.mutable_arguments()) {
-        if (!IsReal(a)) continue;
+        if (!IsReal(a) || a == in_place) continue;  // in place: produced already
         std::string original = a;
         declare_grad(original, original);
         if (producers[original] > 1) {

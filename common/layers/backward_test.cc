@@ -114,6 +114,51 @@ TEST_F(BackwardTest, SharedVariableGradientsAreSummed) {
   EXPECT_TRUE(tagged);
 }
 
+// The bias add's X@GRAD is bound to its Out@GRAD (the kernel then copies nothing) where nothing
+// else writes it, and its reader takes Out@GRAD; a temporary used twice keeps its own summed
+// gradient.
+TEST_F(BackwardTest, ElementwiseAddGradRunsInPlaceWhenSafe) {
+  ProgramDesc main, startup;
+  ProgramBuilder b(&main, &startup);
+  std::string x = layers::Data(b, "x", {-1, 3}, FLOAT64);
+  layers::FcOptions o;
+  o.name = "fc";
+  std::string h = layers::Fc(b, x, 4, o);  // mul -> fc.mul, elementwise_add -> fc.pre_act
+  b.CreateParameter("c", {4}, Initializer::Constant(1), FLOAT64);
+  // fc.pre_act is used by two adds: its gradient has two producers.
+  std::string s = layers::ElementwiseAdd(b, layers::ElementwiseAdd(b, h, "c"), h);
+  std::string loss = layers::Mean(b, s);
+  ASSERT_TRUE(AppendBackward(&main, *registry_, loss).ok());
+  int in_place = 0;
+  for (const auto& op : main.blocks(0).ops()) {
+    if (op.type() != "elementwise_add_grad") continue;
+    const std::string dx = OpOutput(op, "X@GRAD"), dout = OpInput(op, "Out@GRAD");
+    if (OpInput(op, "X") == "fc.mul") {
+      EXPECT_EQ(dx, dout);  // fc.mul@GRAD is fc.pre_act@GRAD's variable
+      ++in_place;
+    } else if (OpInput(op, "X") == h) {
+      EXPECT_NE(dx, dout);  // a renamed contribution to the summed fc.pre_act@GRAD
+    }
+  }
+  EXPECT_EQ(in_place, 1);
+  EXPECT_EQ(FindVarDesc(main.blocks(0), "fc.mul@GRAD"), nullptr);
+  for (const auto& op : main.blocks(0).ops()) {
+    if (op.type() == "mul_grad") EXPECT_EQ(OpInput(op, "Out@GRAD"), GradVarName(h));
+  }
+  // The gradients are those of loss = mean(2 (x W + b) + c): dW = 2 x^T 1 / (n * 4).
+  Scope scope;
+  ASSERT_TRUE(exec_.Run(startup, 0, &scope).ok());
+  const int n = 3;
+  Tensor xt = RandomTensor({n, 3}, -1, 1, 11);
+  scope.Var("x")->GetMutable<Tensor>()->CopyFrom(xt);
+  ASSERT_TRUE(exec_.Run(main, 0, &scope).ok());
+  Matrix dw = ToMatrix(scope.FindVar("fc.w@GRAD")->Get<Tensor>());
+  Matrix want = 2.0 * ToMatrix(xt).transpose() * Matrix::Ones(n, 4) / (n * 4.0);
+  EXPECT_NEAR((dw - want).cwiseAbs().maxCoeff(), 0.0, 1e-12);
+  Matrix db = ToMatrix(scope.FindVar("fc.b@GRAD")->Get<Tensor>());
+  for (int j = 0; j < 4; ++j) EXPECT_NEAR(db(0, j), 2.0 * n / (n * 4.0), 1e-12);
+}
+
 TEST_F(BackwardTest, UnknownLossIsAnError) {
   ProgramDesc main, startup;
   ProgramBuilder b(&main, &startup);

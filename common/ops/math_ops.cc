@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "Eigen/Core"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/ops/kernel_util.h"
+#include "common/ops/small_gemm.h"
 
 namespace tessera {
 
@@ -61,6 +65,38 @@ void Gemm(bool ta, bool tb, T alpha, const ConstEigenMatrix<T>& a, const ConstEi
   }
 }
 
+// dst [rows, cols] = a [rows, 1] * b [1, cols]: a product with inner dimension 1 (the backward
+// of a layer with one output, or a layer with one input), when Eigen would compute it with its
+// GEMM or GEMV kernels (EIGEN_GEMM_TO_COEFFBASED_THRESHOLD): those add each product a[i] * b[j]
+// to a zeroed destination, which this does too, for the same bits (a product of -0 is stored as
+// +0), without zeroing the destination, packing the operands and sizing blocks first. Smaller
+// products take Eigen's coefficient-based path, whose handling of -0 depends on alignment: they
+// are left to Eigen.
+bool IsOuterProduct(int64_t inner, int64_t rows, int64_t cols) {
+  return inner == 1 && inner + rows + cols >= EIGEN_GEMM_TO_COEFFBASED_THRESHOLD;
+}
+
+template <typename T>
+void OuterProduct(const T* a, const T* b, int64_t rows, int64_t cols, T* dst) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const T ai = a[i];
+    T* d = dst + i * cols;
+    for (int64_t j = 0; j < cols; ++j) d[j] = ai * b[j] + T(0);
+  }
+}
+
+// SmallGemm for float products it handles (the same bits as Eigen's; small_gemm.h); false for
+// doubles and other shapes, which go to Eigen.
+template <typename T>
+bool SmallProduct(const T* a, int64_t a_row_stride, int64_t a_col_stride, const T* b, int64_t m,
+                  int64_t k, int64_t n, T* c) {
+  if constexpr (std::is_same_v<T, float>) {
+    return SmallGemm(a, a_row_stride, a_col_stride, b, m, k, n, c);
+  } else {
+    return false;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // mul: Out = X (as a matrix of x_num_col_dims row dims) * Y (as a matrix of y_num_col_dims row
 // dims). Out shape = X.dims[:x_num_col_dims] + Y.dims[y_num_col_dims:].
@@ -102,11 +138,20 @@ absl::Status Mul(OpContext& ctx) {
   TS_ASSIGN_OR_RETURN(MulDims d, GetMulDims(ctx, *x, *y));
   TS_ASSIGN_OR_RETURN(Tensor * out, ctx.Output("Out"));
   if (out == x || out == y) return ctx.Error("Out must not be the same variable as X or Y");
-  Shape shape(x->shape().begin(), x->shape().begin() + d.xn);
+  // X's leading dims, then Y's trailing ones (on the stack: Resize then allocates nothing when
+  // Out has this shape already, as it does on every step after the first).
+  absl::InlinedVector<int64_t, 8> shape(x->shape().begin(), x->shape().begin() + d.xn);
   shape.insert(shape.end(), y->shape().begin() + d.yn, y->shape().end());
-  out->Resize(x->dtype(), std::move(shape));
+  out->Resize(x->dtype(), shape);
   return DispatchFloat(ctx, "X", x->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if (IsOuterProduct(d.k, d.m, d.n)) {
+      OuterProduct<T>(x->data<T>(), y->data<T>(), d.m, d.n, out->data<T>());
+      return absl::OkStatus();
+    }
+    if (SmallProduct(x->data<T>(), d.k, 1, y->data<T>(), d.m, d.k, d.n, out->data<T>())) {
+      return absl::OkStatus();
+    }
     EigenMatrix<T> o(out->data<T>(), d.m, d.n);
     o.noalias() =
         ConstEigenMatrix<T>(x->data<T>(), d.m, d.k) * ConstEigenMatrix<T>(y->data<T>(), d.k, d.n);
@@ -132,12 +177,21 @@ absl::Status MulGrad(OpContext& ctx) {
     using T = typename decltype(tag)::type;
     ConstEigenMatrix<T> g(dout->data<T>(), d.m, d.n);
     if (dx != nullptr) {
-      EigenMatrix<T> gx(dx->data<T>(), d.m, d.k);
-      gx.noalias() = g * ConstEigenMatrix<T>(y->data<T>(), d.k, d.n).transpose();
+      if (IsOuterProduct(d.n, d.m, d.k)) {  // [m, 1] * [1, k]: Y has one column
+        OuterProduct<T>(dout->data<T>(), y->data<T>(), d.m, d.k, dx->data<T>());
+      } else {
+        EigenMatrix<T> gx(dx->data<T>(), d.m, d.k);
+        gx.noalias() = g * ConstEigenMatrix<T>(y->data<T>(), d.k, d.n).transpose();
+      }
     }
     if (dy != nullptr) {
-      EigenMatrix<T> gy(dy->data<T>(), d.k, d.n);
-      gy.noalias() = ConstEigenMatrix<T>(x->data<T>(), d.m, d.k).transpose() * g;
+      if (IsOuterProduct(d.m, d.k, d.n)) {  // [k, 1] * [1, n]: X has one row
+        OuterProduct<T>(x->data<T>(), dout->data<T>(), d.k, d.n, dy->data<T>());
+      } else if (!SmallProduct(x->data<T>(), 1, d.k, dout->data<T>(), d.k, d.m, d.n,
+                               dy->data<T>())) {  // X^T [k, m] * dOut [m, n]
+        EigenMatrix<T> gy(dy->data<T>(), d.k, d.n);
+        gy.noalias() = ConstEigenMatrix<T>(x->data<T>(), d.m, d.k).transpose() * g;
+      }
     }
     return absl::OkStatus();
   });
@@ -279,8 +333,9 @@ absl::StatusOr<BcastDims> GetBcastDims(const OpContext& ctx, const Tensor& x, co
   if (d.same) return d;
   int64_t axis = ctx.IntAttr("axis", -1);
   if (axis == -1) axis = x.rank() - y.rank();
-  Shape ys = y.shape();
-  while (!ys.empty() && ys.back() == 1) ys.pop_back();
+  // Y's dims without trailing 1s (a view: no copy).
+  absl::Span<const int64_t> ys = y.shape();
+  while (!ys.empty() && ys.back() == 1) ys.remove_suffix(1);
   bool ok = axis >= 0 && y.rank() <= x.rank() && axis + static_cast<int64_t>(ys.size()) <= x.rank();
   for (size_t i = 0; ok && i < ys.size(); ++i) ok = x.dim(axis + i) == ys[i];
   if (!ok) {
@@ -315,15 +370,98 @@ struct MulFn {
   }
 };
 
+// Short rows (a bias of 1 to 128 values added to each example): an Eigen expression or a
+// vectorized loop per row costs more to set up than the row takes to compute. Instead, kWidth
+// columns at a time (a compile-time count, unrolled: their y values stay in registers), over all
+// rows; the same operation on each element, so the same bits.
+template <int kWidth, typename T, typename F>
+inline void BroadcastColumns(const T* x, const T* y, T* out, int64_t rows, int64_t n, F f) {
+  T yb[kWidth];
+#pragma GCC unroll 64
+  for (int j = 0; j < kWidth; ++j) yb[j] = y[j];
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* xr = x + i * n;
+    T v[kWidth];  // all of a row's values before any store: `out` may be `x`
+#pragma GCC unroll 64
+    for (int j = 0; j < kWidth; ++j) v[j] = f(xr[j], yb[j]);
+#pragma GCC unroll 64
+    for (int j = 0; j < kWidth; ++j) out[i * n + j] = v[j];
+  }
+}
+
+// Column sums dy[j] = sum_i g[i, j] for kWidth columns, row after row (the order of the loop
+// they replace, so the same bits), in registers instead of through dy on every row.
+template <int kWidth, typename T>
+inline void SumColumns(const T* g, int64_t rows, int64_t n, T* dy) {
+  T acc[kWidth] = {};
+  for (int64_t i = 0; i < rows; ++i) {
+#pragma GCC unroll 64
+    for (int j = 0; j < kWidth; ++j) acc[j] += g[i * n + j];
+  }
+#pragma GCC unroll 64
+  for (int j = 0; j < kWidth; ++j) dy[j] = acc[j];
+}
+
+// The kernels above for one block of columns [j, j + kWidth) of a [rows, n] view.
+template <typename T, typename F>
+struct BroadcastBlock {
+  const T* x;
+  const T* y;
+  T* out;
+  int64_t rows, n;
+  F f;
+  template <int kWidth>
+  void Run(int64_t j) const {
+    BroadcastColumns<kWidth>(x + j, y + j, out + j, rows, n, f);
+  }
+};
+template <typename T>
+struct SumBlock {
+  const T* g;
+  int64_t rows, n;
+  T* dy;
+  template <int kWidth>
+  void Run(int64_t j) const {
+    SumColumns<kWidth>(g + j, rows, n, dy + j);
+  }
+};
+
+// block.Run<width>(j) for the last `width` (< kMax + 1) columns, a compile-time width.
+template <int kMax, typename Block>
+void RunLastColumns(const Block& block, int64_t j, int64_t width) {
+  if constexpr (kMax > 0) {
+    if (width == kMax) {
+      block.template Run<kMax>(j);
+    } else {
+      RunLastColumns<kMax - 1>(block, j, width);
+    }
+  }
+}
+
+// block.Run<width>(j) over columns [0, n): blocks 8 AVX registers wide, then one register wide,
+// then the rest.
+template <typename T, typename Block>
+void ForColumnBlocks(int64_t n, const Block& block) {
+  constexpr int kRegister = 32 / sizeof(T);  // values in one AVX register
+  int64_t j = 0;
+  for (; j + 8 * kRegister <= n; j += 8 * kRegister) block.template Run<8 * kRegister>(j);
+  for (; j + kRegister <= n; j += kRegister) block.template Run<kRegister>(j);
+  RunLastColumns<kRegister - 1>(block, j, n - j);
+}
+
 // out[i, j, k] = f(x[i, j, k], y[j]). `out` may alias `x` (elementwise, in order).
 template <typename T, typename F>
 void Broadcast(const BcastDims& d, const T* x, const T* y, T* out, F f) {
   if (d.same) {
     EigenVector<T>(out, d.n) = f(ConstEigenVector<T>(x, d.n), ConstEigenVector<T>(y, d.n));
+  } else if (d.post == 1 && d.n <= 128) {
+    ForColumnBlocks<T>(d.n, BroadcastBlock<T, F>{x, y, out, d.pre, d.n, f});
   } else if (d.post == 1) {
-    ConstEigenVector<T> yv(y, d.n);
+    // Plain loops, the inner one vectorized: the same operation on each element.
     for (int64_t i = 0; i < d.pre; ++i) {
-      EigenVector<T>(out + i * d.n, d.n) = f(ConstEigenVector<T>(x + i * d.n, d.n), yv);
+      const T* xr = x + i * d.n;
+      T* orow = out + i * d.n;
+      for (int64_t j = 0; j < d.n; ++j) orow[j] = f(xr[j], y[j]);
     }
   } else {
     for (int64_t i = 0; i < d.pre; ++i) {
@@ -350,14 +488,14 @@ void ReduceToY(const BcastDims& d, const T* g, const T* x, T scale, T* dy) {
     } else {
       out = scale * ConstEigenVector<T>(g, d.n) * ConstEigenVector<T>(x, d.n);
     }
+  } else if (d.post == 1 && x == nullptr) {
+    // Column sums of a [pre, n] view, row after row as below (SumColumns), then the scale.
+    ForColumnBlocks<T>(d.n, SumBlock<T>{g, d.pre, d.n, dy});
+    if (scale != T(1)) out *= scale;
   } else if (d.post == 1) {
     out.setZero();
     for (int64_t i = 0; i < d.pre; ++i) {
-      if (x == nullptr) {
-        out += ConstEigenVector<T>(g + i * d.n, d.n);
-      } else {
-        out += ConstEigenVector<T>(g + i * d.n, d.n) * ConstEigenVector<T>(x + i * d.n, d.n);
-      }
+      out += ConstEigenVector<T>(g + i * d.n, d.n) * ConstEigenVector<T>(x + i * d.n, d.n);
     }
     if (scale != T(1)) out *= scale;
   } else {

@@ -1,8 +1,13 @@
 #include "common/ops/math_ops.h"
 
+#include <cmath>
+#include <cstring>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "Eigen/Core"
 #include "common/framework/executor.h"
 #include "common/ops/grad_check.h"
 #include "common/ops/ops.h"
@@ -132,6 +137,97 @@ TEST_F(MathOpsTest, MulGradSkipsUnboundOutputs) {
     want += Get("x").data<double>()[i * 4 + 2] * Get("o@GRAD").data<double>()[i * 2 + 1];
   }
   EXPECT_NEAR(dw.data<double>()[2 * 2 + 1], want, 1e-12);
+}
+
+// Products with inner dimension 1 (X with one column, or the gradients of Y with one column and
+// of X with one row) give the bits Eigen's product gives, -0 products included, above and below
+// Eigen's coefficient-based threshold, in float and double.
+template <typename T>
+void CheckInnerDimensionOne(const Executor& exec, Scope* scope) {
+  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  // Values with zeros of both signs and negatives, so that some products are -0.
+  auto feed = [&](const std::string& name, const Shape& shape, int seed) {
+    Tensor* t = scope->Var(name)->GetMutable<Tensor>();
+    t->Resize(DataTypeOf<T>::value, shape);
+    for (int64_t i = 0; i < t->numel(); ++i) {
+      const int r = static_cast<int>((i * 7 + seed * 13) % 5);
+      t->data<T>()[i] = r == 0 ? T(0) : r == 1 ? -T(0) : T(r - 3) * T(0.37) * T(i + 1);
+    }
+  };
+  auto map = [&](const std::string& name, int64_t rows, int64_t cols) {
+    return Eigen::Map<const Mat>(scope->FindVar(name)->Get<Tensor>().data<T>(), rows, cols);
+  };
+  auto same_bits = [&](const std::string& name, const Mat& want) {
+    const Tensor& t = scope->FindVar(name)->Get<Tensor>();
+    return t.numel() == want.size() &&
+           std::memcmp(t.data<T>(), want.data(), sizeof(T) * want.size()) == 0;
+  };
+  for (const auto& [m, n] : std::vector<std::pair<int64_t, int64_t>>{
+           {32, 100}, {256, 1}, {1, 100}, {3, 4}, {1, 1}, {7, 13}}) {
+    SCOPED_TRACE(testing::Message() << "m=" << m << " n=" << n << " bytes=" << sizeof(T));
+    // Forward: [m, 1] * [1, n].
+    feed("x", {m, 1}, 1);
+    feed("w", {1, n}, 2);
+    ASSERT_TRUE(
+        exec.RunOp(MakeOp("mul", {{"X", {"x"}}, {"Y", {"w"}}}, {{"Out", {"o"}}}), scope).ok());
+    Mat want(m, n);
+    want.noalias() = map("x", m, 1) * map("w", 1, n);
+    EXPECT_TRUE(same_bits("o", want));
+    // dX = dOut [m, 1] * Y^T [1, n] for Y [n, 1]; dY = X^T [n, 1] * dOut [1, m] for X [1, n].
+    feed("y1", {n, 1}, 3);
+    feed("g1", {m, 1}, 4);
+    feed("xm", {m, n}, 5);
+    OpDesc gx = MakeOp("mul_grad", {{"X", {"xm"}}, {"Y", {"y1"}}, {"Out@GRAD", {"g1"}}},
+                       {{"X@GRAD", {"xm@GRAD"}}, {"Y@GRAD", {kEmptyVarName}}});
+    ASSERT_TRUE(exec.RunOp(gx, scope).ok());
+    want.noalias() = map("g1", m, 1) * map("y1", n, 1).transpose();
+    EXPECT_TRUE(same_bits("xm@GRAD", want));
+    feed("x1", {1, n}, 6);
+    feed("w2", {n, m}, 7);
+    feed("g2", {1, m}, 8);
+    OpDesc gy = MakeOp("mul_grad", {{"X", {"x1"}}, {"Y", {"w2"}}, {"Out@GRAD", {"g2"}}},
+                       {{"X@GRAD", {kEmptyVarName}}, {"Y@GRAD", {"w2@GRAD"}}});
+    ASSERT_TRUE(exec.RunOp(gy, scope).ok());
+    Mat want_y(n, m);
+    want_y.noalias() = map("x1", 1, n).transpose() * map("g2", 1, m);
+    EXPECT_TRUE(same_bits("w2@GRAD", want_y));
+  }
+}
+
+TEST_F(MathOpsTest, MulInnerDimensionOneMatchesEigenBitwise) {
+  CheckInnerDimensionOne<float>(exec_, &scope_);
+  CheckInnerDimensionOne<double>(exec_, &scope_);
+}
+
+// mul and mul_grad (Y@GRAD) on the small float shapes SmallGemm takes give Eigen's bits.
+TEST_F(MathOpsTest, MulSmallShapesMatchEigenBitwise) {
+  using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  for (const auto& [m, k, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {32, 10, 100}, {5, 7, 28}, {64, 64, 32}, {13, 3, 20}}) {
+    SCOPED_TRACE(testing::Message() << "m=" << m << " k=" << k << " n=" << n);
+    std::vector<float> xv(static_cast<size_t>(m * k)), wv(static_cast<size_t>(k * n)),
+        gv(static_cast<size_t>(m * n));
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.7f * i);
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = std::cos(0.3f * i);
+    for (size_t i = 0; i < gv.size(); ++i) gv[i] = std::sin(1.3f * i + 0.5f);
+    Feed("x", FloatTensor({m, k}, xv));
+    Feed("w", FloatTensor({k, n}, wv));
+    Feed("o@GRAD", FloatTensor({m, n}, gv));
+    ASSERT_TRUE(
+        exec_.RunOp(MakeOp("mul", {{"X", {"x"}}, {"Y", {"w"}}}, {{"Out", {"o"}}}), &scope_).ok());
+    Mat want(m, n);
+    want.noalias() =
+        Eigen::Map<const Mat>(xv.data(), m, k) * Eigen::Map<const Mat>(wv.data(), k, n);
+    EXPECT_EQ(std::memcmp(Get("o").data<float>(), want.data(), sizeof(float) * want.size()), 0);
+    OpDesc g = MakeOp("mul_grad", {{"X", {"x"}}, {"Y", {"w"}}, {"Out@GRAD", {"o@GRAD"}}},
+                      {{"X@GRAD", {kEmptyVarName}}, {"Y@GRAD", {"w@GRAD"}}});
+    ASSERT_TRUE(exec_.RunOp(g, &scope_).ok());
+    Mat want_w(k, n);
+    want_w.noalias() =
+        Eigen::Map<const Mat>(xv.data(), m, k).transpose() * Eigen::Map<const Mat>(gv.data(), m, n);
+    EXPECT_EQ(
+        std::memcmp(Get("w@GRAD").data<float>(), want_w.data(), sizeof(float) * want_w.size()), 0);
+  }
 }
 
 // ---------------------------------------------------------------------------------- matmul

@@ -78,15 +78,18 @@ struct GradView {
 template <typename T>
 absl::Status PrepareGrad(const OpContext& ctx, const Tensor& param, GradView<T>* view) {
   TS_ASSIGN_OR_RETURN(const Variable* gv, ctx.InputVar("Grad"));
+  if (const Tensor* g = gv->GetIf<Tensor>()) {
+    if (g->initialized() && g->dtype() == param.dtype() && g->numel() == param.numel()) {
+      view->dense = g->data<T>();
+      return absl::OkStatus();
+    }
+  }
+  // Messages are built here, off the dense path that runs on every step.
   const std::string gdesc = absl::StrCat("Grad '", ctx.InputName("Grad"), "'");
   const std::string pdesc =
       absl::StrCat("Param '", ctx.InputName("Param"), "' ", param.DebugString());
   if (const Tensor* g = gv->GetIf<Tensor>()) {
-    if (!g->initialized() || g->dtype() != param.dtype() || g->numel() != param.numel()) {
-      return ctx.Error(absl::StrCat(gdesc, " ", g->DebugString(), " does not match ", pdesc));
-    }
-    view->dense = g->data<T>();
-    return absl::OkStatus();
+    return ctx.Error(absl::StrCat(gdesc, " ", g->DebugString(), " does not match ", pdesc));
   }
   const SelectedRows& sr = gv->Get<SelectedRows>();
   absl::Status valid = ValidateSelectedRows(sr);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -34,6 +35,7 @@ ABSL_FLAG(double, min_seconds, 1.0, "Minimum duration of one timed repeat.");
 ABSL_FLAG(int, repeats, 5, "Timed repeats per measurement (the median is reported).");
 ABSL_FLAG(bool, profile, false, "Print per-op times of the Tessera step.");
 ABSL_FLAG(std::string, only, "", "Run only the model named mnist or regression.");
+ABSL_FLAG(int64_t, batch, 0, "Run only the configurations of this batch size (0: all).");
 ABSL_FLAG(bool, mutex_deadlock_detection, true,
           "false: turn off absl::Mutex deadlock detection (an experiment: Scope lookups lock).");
 
@@ -145,9 +147,11 @@ class TesseraMlp {
     const BlockDesc& block = main_.blocks(0);
     std::vector<double> secs(static_cast<size_t>(block.ops_size()), 0.0);
     double total = 0;
+    // The arguments resolved as Executor::Run finds them (the scope has not changed).
+    const auto args = prepared_.args->For(block, scope_).first;
     for (int s = 0; s < steps; ++s) {
       for (int i = 0; i < block.ops_size(); ++i) {
-        OpContext ctx(block.ops(i), &scope_);
+        OpContext ctx(block.ops(i), &scope_, &(*args)[static_cast<size_t>(i)]);
         const Clock::time_point t0 = Clock::now();
         Check(prepared_.infos[static_cast<size_t>(i)]->kernel(ctx));
         const double dt = Seconds(t0, Clock::now());
@@ -345,7 +349,10 @@ int main(int argc, char** argv) {
       {"regression", 10, 100, 1, 256, false},
   };
   for (const auto& c : configs) {
-    if (only.empty() || only == c.name) tessera::Run(c, registry.get());
+    const int64_t batch = absl::GetFlag(FLAGS_batch);
+    if ((only.empty() || only == c.name) && (batch == 0 || batch == c.batch)) {
+      tessera::Run(c, registry.get());
+    }
   }
   return 0;
 }

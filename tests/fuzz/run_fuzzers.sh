@@ -51,7 +51,7 @@ SRCS[program]="common/framework/tensor.cc common/framework/place.cc common/frame
   common/ops/activation_ops.cc common/ops/loss_ops.cc common/ops/tensor_ops.cc
   common/ops/random_ops.cc common/ops/embedding_ops.cc common/ops/optimizer_ops.cc
   common/ops/selected_rows_util.cc common/ops/dist_ops.cc common/ops/sequence_ops.cc
-  common/ops/nn_ops.cc
+  common/ops/nn_ops.cc common/ops/small_gemm.cc
   common/layers/program_builder.cc
   transpiler/distribute_transpiler.cc"
 SRCS[model_file]="${SRCS[program]} common/layers/model_file.cc common/layers/optimizer.cc common/layers/backward.cc"
