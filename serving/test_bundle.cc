@@ -81,24 +81,13 @@ absl::StatusOr<std::string> WriteTestBundle(io::FileSystem* fs, const std::strin
                                             SparseTable* table, const TestBundleOptions& options) {
   TS_ASSIGN_OR_RETURN(std::string dir, io::BeginExport(fs, root, options.step));
   TS_RETURN_IF_ERROR(WritePserverExport(fs, dir, 0, 1, /*delta=*/false, {{kTestTable, table}}));
-  TS_ASSIGN_OR_RETURN(ProgramDesc predict, ForwardProgram(model.main, {model.prediction}));
-  TS_ASSIGN_OR_RETURN(ProgramDesc score,
-                      ForwardProgram(model.main, {model.loss, model.prediction}));
-  std::map<std::string, std::string> files;
-  io::BundleModel bm;
-  bm.prediction = model.prediction;
-  bm.loss = model.loss;
-  bm.metrics = model.metrics;
-  bm.feeds = model.feeds;
-  bm.batch_size = options.batch_size;
-  bm.data_format = options.data_format;
-  TS_ASSIGN_OR_RETURN(files[io::kModelSpecName], io::SerializeBundleModel(bm));
-  if (!predict.SerializeToString(&files[io::kPredictProgramName]) ||
-      !score.SerializeToString(&files[io::kScoreProgramName])) {
-    return absl::InternalError("cannot serialize a program");
-  }
+  io::BundleModel how;
+  how.batch_size = options.batch_size;
+  how.data_format = options.data_format;
+  TS_ASSIGN_OR_RETURN(BundleModelFiles model_files, MakeBundleModelFiles(model, how));
+  std::map<std::string, std::string> files = std::move(model_files.files);
   std::vector<std::string> dense;
-  for (const std::string& name : BundleDenseInputs(score)) {
+  for (const std::string& name : model_files.dense) {
     if (name != options.omit_param) dense.push_back(name);
   }
   TS_ASSIGN_OR_RETURN(files[io::kDenseParamsName], SerializeVariables(params, dense));

@@ -14,6 +14,20 @@ namespace tessera {
 
 namespace {
 
+std::vector<std::string> DenseInputs(const ProgramDesc& program) {
+  const BlockDesc& block = program.blocks(0);
+  std::set<std::string> produced, out;
+  for (const OpDesc& op : block.ops()) {
+    for (const std::string& in : AllInputArgs(op)) {
+      if (produced.count(in) > 0) continue;
+      const VarDesc* v = FindVarDesc(block, in);
+      if (v != nullptr && v->persistable() && !v->is_distributed()) out.insert(in);
+    }
+    for (const std::string& o : AllOutputArgs(op)) produced.insert(o);
+  }
+  return {out.begin(), out.end()};
+}
+
 bool HasDistributedTable(const ProgramDesc& program) {
   for (const VarDesc& v : program.blocks(0).vars()) {
     if (v.is_distributed()) return true;
@@ -29,51 +43,44 @@ absl::StatusOr<std::string> Serialized(const ProgramDesc& program) {
 
 }  // namespace
 
-std::vector<std::string> BundleDenseInputs(const ProgramDesc& program) {
-  const BlockDesc& block = program.blocks(0);
-  std::set<std::string> produced, out;
-  for (const OpDesc& op : block.ops()) {
-    for (const std::string& in : AllInputArgs(op)) {
-      if (produced.count(in) > 0) continue;
-      const VarDesc* v = FindVarDesc(block, in);
-      if (v != nullptr && v->persistable() && !v->is_distributed()) out.insert(in);
-    }
-    for (const std::string& o : AllOutputArgs(op)) produced.insert(o);
+absl::StatusOr<BundleModelFiles> MakeBundleModelFiles(const ModelSpec& model,
+                                                      io::BundleModel how) {
+  if (model.prediction.empty()) {
+    return absl::InvalidArgumentError("the model names no prediction to serve");
   }
-  return {out.begin(), out.end()};
+  TS_ASSIGN_OR_RETURN(ProgramDesc predict, ForwardProgram(model.main, {model.prediction}));
+  TS_ASSIGN_OR_RETURN(ProgramDesc score,
+                      ForwardProgram(model.main, {model.loss, model.prediction}));
+  how.prediction = model.prediction;
+  how.loss = model.loss;
+  how.metrics = model.metrics;
+  how.feeds = model.feeds;
+  BundleModelFiles out;
+  TS_ASSIGN_OR_RETURN(out.files[io::kModelSpecName], io::SerializeBundleModel(how));
+  TS_ASSIGN_OR_RETURN(out.files[io::kPredictProgramName], Serialized(predict));
+  TS_ASSIGN_OR_RETURN(out.files[io::kScoreProgramName], Serialized(score));
+  out.dense = DenseInputs(score);
+  out.has_distributed_table = HasDistributedTable(score);
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<BundleExporter>> BundleExporter::Create(
     const ClusterConfig& config, const ModelSpec& model, io::FileSystem* fs,
     std::vector<PServerClient*> pservers, std::ostream* log) {
-  if (model.prediction.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--export_dir=", config.export_dir, ": the model names no prediction to serve"));
+  io::BundleModel how;
+  how.batch_size = config.batch_size;
+  how.data_format = config.data_format;
+  how.float_dense = config.float_dense;
+  how.csv_columns = config.csv_columns;
+  auto files = MakeBundleModelFiles(model, how);
+  if (!files.ok()) {
+    return absl::Status(files.status().code(), absl::StrCat("--export_dir=", config.export_dir,
+                                                           ": ", files.status().message()));
   }
-  TS_ASSIGN_OR_RETURN(ProgramDesc predict, ForwardProgram(model.main, {model.prediction}));
-  TS_ASSIGN_OR_RETURN(ProgramDesc score,
-                      ForwardProgram(model.main, {model.loss, model.prediction}));
   std::unique_ptr<BundleExporter> e(new BundleExporter(
-      config, fs, HasDistributedTable(score) ? std::move(pservers) : std::vector<PServerClient*>(),
+      config, fs, files->has_distributed_table ? std::move(pservers) : std::vector<PServerClient*>(),
       log));
-  io::BundleModel bm;
-  bm.prediction = model.prediction;
-  bm.loss = model.loss;
-  bm.metrics = model.metrics;
-  bm.feeds = model.feeds;
-  bm.batch_size = config.batch_size;
-  bm.data_format = config.data_format;
-  bm.float_dense = config.float_dense;
-  bm.csv_columns = config.csv_columns;
-  auto spec = io::SerializeBundleModel(bm);
-  if (!spec.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--export_dir=", config.export_dir, ": ", spec.status().message()));
-  }
-  e->fixed_files_[io::kModelSpecName] = *std::move(spec);
-  TS_ASSIGN_OR_RETURN(e->fixed_files_[io::kPredictProgramName], Serialized(predict));
-  TS_ASSIGN_OR_RETURN(e->fixed_files_[io::kScoreProgramName], Serialized(score));
-  e->dense_ = BundleDenseInputs(score);
+  e->model_files_ = *std::move(files);
   return e;
 }
 
@@ -87,8 +94,8 @@ absl::Status BundleExporter::Write(const RequestMeta& meta, int64_t step, bool d
     pserver->CheckpointAsync(meta, io::ExportRequestName(step, delta), group.Callback());
   }
   TS_RETURN_IF_ERROR(group.Wait());
-  std::map<std::string, std::string> files = fixed_files_;
-  TS_ASSIGN_OR_RETURN(files[io::kDenseParamsName], SerializeVariables(scope, dense_));
+  std::map<std::string, std::string> files = model_files_.files;
+  TS_ASSIGN_OR_RETURN(files[io::kDenseParamsName], SerializeVariables(scope, model_files_.dense));
   std::vector<std::string> manifests;
   const int num_ps = static_cast<int>(pservers_.size());
   for (int i = 0; i < num_ps; ++i) manifests.push_back(io::PserverFilePrefix(i, num_ps) + ".MANIFEST");

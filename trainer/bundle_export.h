@@ -25,15 +25,28 @@
 #include "common/config/cluster_config.h"
 #include "common/framework/model_spec.h"
 #include "common/framework/scope.h"
+#include "common/io/bundle.h"
 #include "common/io/file_system.h"
 #include "common/rpc/client.h"
 #include "proto/program.pb.h"
 
 namespace tessera {
 
-// The persistable variables that `program` reads before any op writes them, except distributed
-// tables (their rows are on the pservers): what an export's dense.params holds.
-std::vector<std::string> BundleDenseInputs(const ProgramDesc& program);
+// What every export of a model holds besides its parameter values and table rows.
+struct BundleModelFiles {
+  // model.spec, predict.program and score.program, by file name.
+  std::map<std::string, std::string> files;
+  // The persistable variables the score program reads before any op writes them, except
+  // distributed tables (their rows are on the pservers): what dense.params holds.
+  std::vector<std::string> dense;
+  bool has_distributed_table = false;  // the pservers hold some of the model's rows
+};
+
+// The files of `model` (before transpiling); `how` gives how its data is read (batch_size,
+// data_format, float_dense, csv_columns), the rest of model.spec comes from `model`.
+// InvalidArgument when the model names no prediction or a name is not a model.spec token.
+absl::StatusOr<BundleModelFiles> MakeBundleModelFiles(const ModelSpec& model,
+                                                      io::BundleModel how);
 
 class BundleExporter {
  public:
@@ -60,8 +73,7 @@ class BundleExporter {
   io::FileSystem* fs_;
   std::vector<PServerClient*> pservers_;  // empty: the model has no distributed tables
   std::ostream* log_;
-  std::map<std::string, std::string> fixed_files_;  // model.spec and the programs
-  std::vector<std::string> dense_;                  // the dense variables the programs read
+  BundleModelFiles model_files_;
   int64_t last_step_ = -1;
   int64_t base_step_ = -1;      // the current chain's full export
   int64_t since_full_ = 0;      // exports since it
