@@ -70,6 +70,8 @@ class Applier {
   absl::Status ApplyPush(const std::string& grad, Scope* trainer_scope);
   // Runs `fn` on the optimizer pool.
   void Schedule(std::function<void()> fn) { pool_->Schedule(std::move(fn)); }
+  // Runs fn(0..n-1) on the optimizer pool and the calling thread; returns when all ran.
+  void ParallelFor(int n, const std::function<void(int)>& fn) { pool_->ParallelFor(n, fn); }
 
   // The parameter `name`: in sync mode sharing its buffer (nothing writes it until every trainer
   // fetched), in async mode a copy taken under its block's lock. NotFound naming it otherwise.

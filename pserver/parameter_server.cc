@@ -193,6 +193,20 @@ void ParameterServer::HandlePrefetch(const RequestMeta& meta, const std::string&
   done(applier_->Lookup(table, ids));
 }
 
+void ParameterServer::HandlePrefetchBatch(const RequestMeta& meta,
+                                          std::vector<PrefetchQuery> queries,
+                                          PrefetchBatchDone done) {
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.prefetches += static_cast<int64_t>(queries.size());
+  }
+  std::vector<absl::StatusOr<Tensor>> rows(queries.size());
+  applier_->ParallelFor(static_cast<int>(queries.size()), [&](int i) {
+    rows[i] = applier_->Lookup(queries[i].table, queries[i].ids);
+  });
+  done(std::move(rows));
+}
+
 void ParameterServer::HandleCheckpoint(const RequestMeta& meta, const std::string& name,
                                        DoneCallback done) {
   int64_t export_step = 0;
@@ -369,6 +383,21 @@ void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, D
   for (SyncBarrier::Reply& r : replies) r.done(r.status);
 }
 
+void ParameterServer::AwaitUpdate(const RequestMeta& meta, DoneCallback done) {
+  if (!sync_) return done(absl::OkStatus());
+  std::vector<SyncBarrier::Reply> replies;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) {
+      replies.push_back({std::move(done), failure_});
+    } else {
+      replies = Act(barrier_.AwaitUpdate(meta.trainer_id, meta.step, std::move(done), absl::Now(),
+                                         absl::StrCat("pserver ", options_.endpoint)));
+    }
+  }
+  for (SyncBarrier::Reply& r : replies) r.done(r.status);
+}
+
 bool ParameterServer::StepEndsEpoch(int64_t step) {
   absl::MutexLock lock(&mu_);
   return sync_ && barrier_.EndsEpoch(step);
@@ -426,6 +455,10 @@ void ParameterServer::HandleRegister(const RequestMeta& meta, const JobFields& f
 std::vector<SyncBarrier::Reply> ParameterServer::Act(SyncBarrier::Actions actions) {
   if (actions.start_optimize) applier_->Schedule([this] { RunSyncOptimize(); });
   if (actions.step_advanced) ++stats_.steps;
+  // Each goes on to serve a GetBatch or a PrefetchBatch: side by side on the pool.
+  for (SyncBarrier::Reply& r : actions.updated) {
+    applier_->Schedule([r = std::move(r)] { r.done(r.status); });
+  }
   return std::move(actions.replies);
 }
 

@@ -159,7 +159,13 @@ class ParameterServer : public RequestHandler {
   void HandleGet(const RequestMeta& meta, const std::string& name, GetDone done) override;
   void HandlePrefetch(const RequestMeta& meta, const std::string& table, std::vector<int64_t> ids,
                       PrefetchDone done) override;
+  // The tables side by side on the optimizer pool (and the calling thread).
+  void HandlePrefetchBatch(const RequestMeta& meta, std::vector<PrefetchQuery> queries,
+                           PrefetchBatchDone done) override;
   void HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) override;
+  // Sync mode: `done` runs (on the optimizer pool) once step meta.step is applied, at once if
+  // it is already; async mode: at once.
+  void AwaitUpdate(const RequestMeta& meta, DoneCallback done) override;
   bool StepEndsEpoch(int64_t step) override;
   // Fails the job, passing on the trainer's reason (so that a pserver that lost a peer, or a
   // trainer refused elsewhere, is named in every process's log).
@@ -188,8 +194,9 @@ class ParameterServer : public RequestHandler {
   void RunSyncOptimize();
   void ServeGet(const std::string& name, const GetDone& done);
   void AsyncApply(int trainer, const std::string& grad, DoneCallback done);
-  // Acts on what a barrier event asks (starts the optimize, counts a step) and returns the
-  // replies, which the caller answers after unlocking mu_.
+  // Acts on what a barrier event asks (starts the optimize, counts a step, hands the waiters
+  // for an update to the optimizer pool) and returns the replies, which the caller answers
+  // after unlocking mu_.
   std::vector<SyncBarrier::Reply> Act(SyncBarrier::Actions actions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Watchdog();

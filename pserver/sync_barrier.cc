@@ -33,6 +33,7 @@ SyncBarrier::Actions SyncBarrier::Advance() {
     for (DoneCallback& d : fetch_.waiting) a.replies.push_back({std::move(d), absl::OkStatus()});
     fetch_ = Barrier();
     ++step_;
+    applied_ = false;
     a.step_advanced = true;
   }
   return a;
@@ -71,6 +72,23 @@ SyncBarrier::Actions SyncBarrier::Arrive(int trainer, int64_t step, Kind kind, D
   return Advance();
 }
 
+SyncBarrier::Actions SyncBarrier::AwaitUpdate(int trainer, int64_t step, DoneCallback done,
+                                               absl::Time now, const std::string& who) {
+  Actions a;
+  if (Applied(step)) {
+    a.replies.push_back({std::move(done), absl::OkStatus()});
+  } else if (step > step_) {
+    a.replies.push_back({std::move(done), absl::FailedPreconditionError(absl::StrCat(
+                                              "trainer ", trainer, " awaits the update of step ",
+                                              step, " but ", who, " is at step ", step_))});
+  } else {
+    if (update_.waiting.empty()) update_.first_arrival = now;
+    update_.arrived.insert(trainer);
+    update_.waiting.push_back(std::move(done));
+  }
+  return a;
+}
+
 SyncBarrier::Actions SyncBarrier::Leave(int trainer, bool completed) {
   if (completed && completed_by_ < 0 && active_.count(trainer) > 0) {
     completed_at_ = step_;
@@ -82,13 +100,18 @@ SyncBarrier::Actions SyncBarrier::Leave(int trainer, bool completed) {
 
 SyncBarrier::Actions SyncBarrier::OptimizeDone(absl::Status status) {
   optimizing_ = false;
+  applied_ = status.ok();
   std::vector<Reply> sends;
   for (DoneCallback& d : send_.waiting) sends.push_back({std::move(d), status});
   send_ = Barrier();
+  std::vector<Reply> updated;
+  for (DoneCallback& d : update_.waiting) updated.push_back({std::move(d), status});
+  update_ = Barrier();
   // A fetch barrier may be complete already (its other trainers completed meanwhile).
   Actions a = Advance();
   a.replies.insert(a.replies.begin(), std::make_move_iterator(sends.begin()),
                    std::make_move_iterator(sends.end()));
+  a.updated = std::move(updated);
   return a;
 }
 
@@ -100,7 +123,7 @@ SyncBarrier::Actions SyncBarrier::Resume(absl::Time now) {
 
 SyncBarrier::Actions SyncBarrier::FailAll(absl::Status status) {
   Actions a;
-  for (Barrier* b : {&send_, &fetch_}) {
+  for (Barrier* b : {&send_, &fetch_, &update_}) {
     for (DoneCallback& d : b->waiting) a.replies.push_back({std::move(d), status});
     *b = Barrier();
   }
@@ -130,6 +153,13 @@ absl::Status SyncBarrier::CheckTimeout(absl::Time now, absl::Duration timeout,
         who, ": ", kind == Kind::kSend ? "send" : "fetch", " barrier of step ", step_,
         " timed out after ", absl::FormatDuration(timeout), ": trainers ", Missing(kind),
         " did not arrive (dead or stuck; check their logs, then restart the job)"));
+  }
+  if (!update_.waiting.empty() && now - update_.first_arrival > timeout) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        who, ": trainers ", absl::StrJoin(update_.arrived, ", "), " waited ",
+        absl::FormatDuration(timeout), " for the update of step ", step_, ": trainers ",
+        Missing(Kind::kSend),
+        " did not send its gradients (dead or stuck; check their logs, then restart the job)"));
   }
   return absl::OkStatus();
 }

@@ -5,6 +5,9 @@
 //   the optimize finishes                                  -> the send barrier's waiters return;
 //   every active trainer arrives at the FETCH barrier of s -> its waiters return, step s + 1.
 //
+// Requests that want step s's update (AwaitUpdate: a trainer's fetches sent together with its
+// gradients) wait until the optimize finished, and are then answered with the send barrier.
+//
 // A trainer that completes (COMPLETE) or is dropped leaves `active` and stops counting; a
 // barrier then completes without it. Arrivals are idempotent per trainer. Each event returns
 // what the caller must do (start the optimize; answer waiters); the ParameterServer calls it
@@ -39,10 +42,15 @@ class SyncBarrier {
     // Not OK: the job cannot go on (trainers disagree on its length); fail it with this.
     absl::Status fail_job;
     std::vector<Reply> replies;   // answer each (outside the caller's lock if it can)
+    // AwaitUpdate's waiters, released by a finished optimize: they go on to serve fetches and
+    // lookups, so the caller may answer them on several threads.
+    std::vector<Reply> updated;
 
     void Answer() {
-      for (Reply& r : replies) r.done(r.status);
-      replies.clear();
+      for (std::vector<Reply>* list : {&replies, &updated}) {
+        for (Reply& r : *list) r.done(r.status);
+        list->clear();
+      }
     }
   };
 
@@ -53,14 +61,25 @@ class SyncBarrier {
   const std::set<int>& active() const { return active_; }
   bool optimizing() const { return optimizing_; }
   bool finished() const { return active_.empty(); }
-  // Nobody waits at either barrier.
-  bool idle() const { return send_.waiting.empty() && fetch_.waiting.empty(); }
+  // Nobody waits at either barrier, nor for an update.
+  bool idle() const {
+    return send_.waiting.empty() && fetch_.waiting.empty() && update_.waiting.empty();
+  }
+  // Whether the update (optimize) of `step` has been applied: every step before the current
+  // one's, and the current one's once its optimize finished well.
+  bool Applied(int64_t step) const { return step < step_ || (step == step_ && applied_); }
 
   // Trainer `trainer` reached barrier `kind` of `step`. A wrong step, or a fetch before the
   // send barrier's optimize finished, is answered at once with FAILED_PRECONDITION naming both
   // steps (`who` prefixes the message, e.g. "pserver host:port"). Otherwise `done` waits.
   Actions Arrive(int trainer, int64_t step, Kind kind, DoneCallback done, absl::Time now,
                  const std::string& who);
+  // Trainer `trainer` wants the parameters as they are after the update of `step`: answered at
+  // once (OK, in `replies`) when Applied(step); refused with FAILED_PRECONDITION naming both
+  // steps for a step after the current one; otherwise `done` waits for the current step's
+  // optimize and gets its status (in OptimizeDone's `updated`).
+  Actions AwaitUpdate(int trainer, int64_t step, DoneCallback done, absl::Time now,
+                      const std::string& who);
   // The trainer finished training (COMPLETE; `completed`) or was dropped: it no longer counts.
   // Once a trainer completed at step c, a barrier of step c or later is refused and fails the
   // job: a trainer with more steps than another would train on without it.
@@ -80,12 +99,16 @@ class SyncBarrier {
   }
   bool EndsEpoch(int64_t step) const { return last_batch_step_ == step; }
   // Restores the step of a checkpoint (nobody may be waiting).
-  void SetStep(int64_t step) { step_ = step; }
+  void SetStep(int64_t step) {
+    step_ = step;
+    applied_ = false;
+  }
 
   // Every waiter, answered with `status` (the server failed); the barriers are emptied.
   Actions FailAll(absl::Status status);
-  // DEADLINE_EXCEEDED naming the barrier, the step and the missing trainers when a barrier has
-  // had a waiter for longer than `timeout` (and no optimize or pause holds it); else OK.
+  // DEADLINE_EXCEEDED naming the barrier, the step and the missing trainers when a barrier (or
+  // the wait for an update, which needs the send barrier) has had a waiter for longer than
+  // `timeout` (and no optimize or pause holds it); else OK.
   absl::Status CheckTimeout(absl::Time now, absl::Duration timeout, const std::string& who) const;
   // "[1, 2]": the active trainers that have not arrived at `kind` (all active ones for none).
   std::string Missing(Kind kind) const;
@@ -104,7 +127,9 @@ class SyncBarrier {
   int64_t step_;
   std::set<int> active_;
   Barrier send_, fetch_;
+  Barrier update_;  // AwaitUpdate's waiters (`arrived`: the trainers waiting)
   bool optimizing_ = false;
+  bool applied_ = false;  // the current step's optimize finished well
   bool paused_ = false;
   // The step at which the first trainer completed, and which (-1: none yet).
   int64_t completed_at_ = -1;

@@ -276,6 +276,85 @@ TEST(SyncBarrierTest, TimeoutNamesTheMissingTrainersAndFailAllAnswersEveryone) {
   EXPECT_TRUE(b.idle());
 }
 
+// A trainer's fetches sent along with its gradients (after_update) wait for the step's
+// optimize, whichever order they arrive in, and are answered once it finished: in `updated`,
+// after the send barrier's own replies. Steps already applied are answered at once; a step
+// ahead of the pserver's is refused.
+TEST(SyncBarrierTest, AwaitUpdateWaitsForTheStepsOptimize) {
+  SyncBarrier b(2);
+  std::vector<std::string> order;
+  auto tag = [&](std::string name) {
+    return [&order, name](absl::Status s) { order.push_back(name + (s.ok() ? "" : ":failed")); };
+  };
+  // Trainer 0's lookups of the next batch come before its gradients.
+  SyncBarrier::Actions a = b.AwaitUpdate(0, 0, tag("update0"), kT0, "p");
+  EXPECT_TRUE(a.replies.empty() && a.updated.empty());
+  EXPECT_FALSE(b.idle());
+  EXPECT_FALSE(b.Applied(0));
+  b.Arrive(0, 0, Kind::kSend, tag("send0"), kT0, "p").Answer();
+  b.AwaitUpdate(0, 0, tag("update0b"), kT0, "p").Answer();
+  a = b.Arrive(1, 0, Kind::kSend, tag("send1"), kT0, "p");
+  ASSERT_TRUE(a.start_optimize);
+  a.Answer();
+  b.AwaitUpdate(1, 0, tag("update1"), kT0, "p").Answer();  // during the optimize
+  EXPECT_TRUE(order.empty());
+  a = b.OptimizeDone(absl::OkStatus());
+  EXPECT_EQ(a.replies.size(), 2u);
+  EXPECT_EQ(a.updated.size(), 3u);
+  a.Answer();
+  EXPECT_EQ(order, (std::vector<std::string>{"send0", "send1", "update0", "update0b", "update1"}));
+  EXPECT_TRUE(b.Applied(0));
+  EXPECT_FALSE(b.Applied(1));
+  // Applied already: at once. The next step: refused, naming both steps.
+  order.clear();
+  a = b.AwaitUpdate(1, 0, tag("late"), kT0, "p");
+  EXPECT_EQ(a.replies.size(), 1u);
+  a.Answer();
+  std::vector<absl::Status> got;
+  b.AwaitUpdate(1, 1, [&](absl::Status s) { got.push_back(s); }, kT0, "pserver p").Answer();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(got[0].message(), "trainer 1 awaits the update of step 1 but pserver p is at step 0");
+  // The step advances: its update is no longer the current one's, and step 1's is not applied.
+  b.Arrive(0, 0, Kind::kFetch, tag("fetch0"), kT0, "p").Answer();
+  a = b.Arrive(1, 0, Kind::kFetch, tag("fetch1"), kT0, "p");
+  EXPECT_TRUE(a.step_advanced);
+  a.Answer();
+  EXPECT_EQ(order, (std::vector<std::string>{"late", "fetch0", "fetch1"}));
+  EXPECT_TRUE(b.Applied(0));
+  EXPECT_FALSE(b.Applied(1));
+  EXPECT_TRUE(b.idle());
+}
+
+// A failed optimize fails the waiters for its update; a job failure fails them too; waiting
+// for an update that a missing trainer's gradients hold back times out naming that trainer.
+TEST(SyncBarrierTest, UpdateWaitersFailWithTheStepAndTimeOut) {
+  SyncBarrier b(2);
+  std::vector<absl::Status> got;
+  auto record = [&](absl::Status s) { got.push_back(s); };
+  b.AwaitUpdate(0, 0, record, kT0, "p").Answer();
+  b.Arrive(0, 0, Kind::kSend, record, kT0, "p").Answer();
+  ASSERT_TRUE(b.Arrive(1, 0, Kind::kSend, record, kT0, "p").start_optimize);
+  b.OptimizeDone(absl::InternalError("optimizing w@GRAD: nan")).Answer();
+  ASSERT_EQ(got.size(), 3u);
+  for (const absl::Status& s : got) EXPECT_EQ(s.message(), "optimizing w@GRAD: nan");
+  EXPECT_FALSE(b.Applied(0));
+
+  SyncBarrier c(3);
+  got.clear();
+  c.AwaitUpdate(2, 0, record, kT0, "p").Answer();
+  c.Arrive(2, 0, Kind::kSend, record, kT0 + absl::Seconds(30), "p").Answer();
+  absl::Status late = c.CheckTimeout(kT0 + absl::Seconds(61), absl::Seconds(60), "pserver p");
+  EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(late.message().find("for the update of step 0: trainers [0, 1] did not send"),
+            absl::string_view::npos)
+      << late;
+  c.FailAll(late).Answer();
+  ASSERT_EQ(got.size(), 2u);
+  for (const absl::Status& s : got) EXPECT_EQ(s, late);
+  EXPECT_TRUE(c.idle());
+}
+
 TEST(SyncBarrierTest, ADroppedTrainerNoLongerHoldsTheBarrier) {
   SyncBarrier b(3);
   std::vector<absl::Status> got;

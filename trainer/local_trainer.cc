@@ -61,6 +61,23 @@ std::pair<int, int> AheadSplit(const BlockDesc& block) {
   return {head, tail};
 }
 
+// Whether a block split by AheadSplit at `tail` can send its receives and the next batch's
+// lookups along with its send: the op before the receives is a sync `send` carrying the send
+// barrier (the pservers then apply the step before answering it), and the receives carry the
+// fetch barrier (so no parameter changes before every trainer fetched).
+bool PipelinedSend(const BlockDesc& block, int tail) {
+  if (tail < 1) return false;
+  const OpDesc& send = block.ops(tail - 1);
+  if (send.type() != "send" || !GetBoolAttr(send, "sync_mode", true) ||
+      GetStringsAttr(send, "barrier_endpoints").empty()) {
+    return false;
+  }
+  for (int i = tail; i < block.ops_size(); ++i) {
+    if (block.ops(i).type() != "recv") return false;
+  }
+  return !GetStringsAttr(block.ops(block.ops_size() - 1), "fetch_barrier_endpoints").empty();
+}
+
 }  // namespace
 
 absl::StatusOr<ProgramDesc> ForwardProgram(const ProgramDesc& main,
@@ -166,7 +183,19 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
                              : static_cast<int>(t->options_.place_registries.size());
   if (t->options_.prefetch_ahead && num_places == 1 && !t->options_.after_run) {
     std::tie(t->head_end_, t->tail_begin_) = AheadSplit(block);
-    if (t->head_end_ > 0) t->ahead_ = std::make_unique<ThreadPool>(1);
+    if (t->head_end_ > 0 && PipelinedSend(block, t->tail_begin_)) {
+      // The lookups and the receives wait on the pservers for the step's update instead.
+      t->pipelined_program_ = t->model_.main;
+      BlockDesc* b = t->pipelined_program_.mutable_blocks(0);
+      for (int i = 0; i < t->head_end_; ++i) SetAttr(b->mutable_ops(i), "after_update", true);
+      for (int i = t->tail_begin_; i < b->ops_size(); ++i) {
+        SetAttr(b->mutable_ops(i), "after_update", true);
+      }
+      TS_ASSIGN_OR_RETURN(t->pipelined_block_, t->executor_.Prepare(t->pipelined_program_, 0));
+      t->pipelined_ = true;
+    }
+    // Pipelined: the next batch's lookups and the step's receives, each on its own thread.
+    if (t->head_end_ > 0) t->ahead_ = std::make_unique<ThreadPool>(t->pipelined_ ? 2 : 1);
   }
   if (num_places > 1 || !t->options_.place_registries.empty()) {
     PlaceRunnerOptions po;
@@ -255,8 +284,59 @@ LocalTrainer::EpochRun LocalTrainer::BeginEpoch() {
   return run;
 }
 
+absl::Status LocalTrainer::RunPipelined(int64_t next_size, const FeedFn& next_feed) {
+  const int n = model_.main.blocks(0).ops_size();
+  executor_.CreateVariables(main_block_, &scope_);
+  const bool looked_up = staged_;
+  staged_ = false;
+  // A request in flight from an earlier step that failed: nothing may run beside it.
+  if (in_flight_ != nullptr) {
+    in_flight_->lookups_done.WaitForNotification();
+    in_flight_->received_done.WaitForNotification();
+  }
+  auto flight = std::make_shared<InFlight>();
+  in_flight_ = flight;
+  const bool ahead = next_feed != nullptr && next_size > 0;
+  if (ahead) {
+    // The next batch is fed beside the compute; its lookups go out then and are answered
+    // once the pservers applied this step.
+    ahead_->Schedule([this, flight, next_size, next_feed] {
+      flight->lookups = next_feed(0, next_size, &staging_);
+      if (flight->lookups.ok()) {
+        flight->lookups = executor_.RunOps(pipelined_block_, 0, head_end_, &staging_);
+      }
+      flight->lookups_done.Notify();
+    });
+  } else {
+    flight->lookups_done.Notify();
+  }
+  absl::Status s = executor_.RunOps(main_block_, looked_up ? head_end_ : 0, tail_begin_ - 1,
+                                    &scope_);
+  if (s.ok()) {
+    ahead_->Schedule([this, flight, n] {
+      flight->received = executor_.RunOps(pipelined_block_, tail_begin_, n, &scope_);
+      flight->received_done.Notify();
+    });
+    s = executor_.RunOps(main_block_, tail_begin_ - 1, tail_begin_, &scope_);  // the send
+  } else {
+    flight->received_done.Notify();
+  }
+  // On an error the requests in flight may wait on the pservers until the job fails (this
+  // trainer's caller aborts it): they are not waited for here.
+  TS_RETURN_IF_ERROR(s);
+  flight->received_done.WaitForNotification();
+  flight->lookups_done.WaitForNotification();
+  in_flight_ = nullptr;
+  TS_RETURN_IF_ERROR(flight->received);
+  TS_RETURN_IF_ERROR(flight->lookups);
+  staged_ = ahead;
+  return absl::OkStatus();
+}
+
 absl::Status LocalTrainer::RunAhead(int64_t next_size, const FeedFn& next_feed,
                                     const std::function<bool()>& ends) {
+  // Data in memory: whether a next batch exists is known before the step.
+  if (pipelined_ && ends == nullptr) return RunPipelined(next_size, next_feed);
   const BlockDesc& block = model_.main.blocks(0);
   executor_.CreateVariables(main_block_, &scope_);
   const bool looked_up = staged_;

@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "common/data/example.h"
 #include "common/data/stream.h"
 #include "common/framework/executor.h"
@@ -197,6 +198,10 @@ class LocalTrainer {
   // into staging_ and looked up.
   absl::Status RunAhead(int64_t next_size, const FeedFn& next_feed,
                         const std::function<bool()>& ends);
+  // RunAhead when pipelined_ (and the epoch's length is known): the next batch is fed and its
+  // lookups sent during the compute, the receives together with the send, both answered by
+  // the pservers once they applied the step.
+  absl::Status RunPipelined(int64_t next_size, const FeedFn& next_feed);
   EpochStats EndEpoch(EpochRun* run);
   // Value of the loss variable after a run; error if it is missing or not finite.
   absl::StatusOr<double> ReadLoss() const;
@@ -224,7 +229,19 @@ class LocalTrainer {
   bool staged_ = false;
   std::vector<std::string> staged_names_;  // staging_'s variables at staged_version_
   uint64_t staged_version_ = ~uint64_t{0};
-  std::unique_ptr<ThreadPool> ahead_;  // one thread: the next batch's lookups
+  // Pipelined prefetch_ahead (sync sends with barriers): main with attr after_update on its
+  // leading lookups and trailing receives; the requests of the running step, kept past a failed
+  // one (they end when the job fails).
+  bool pipelined_ = false;
+  ProgramDesc pipelined_program_;
+  PreparedBlock pipelined_block_;
+  struct InFlight {
+    absl::Status lookups, received;
+    absl::Notification lookups_done, received_done;
+  };
+  std::shared_ptr<InFlight> in_flight_;
+  // The next batch's lookups (and, pipelined, the receives). Last: joined before the rest goes.
+  std::unique_ptr<ThreadPool> ahead_;
 };
 
 }  // namespace tessera

@@ -192,8 +192,10 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   }
   StatusGroup group(static_cast<int>(requests.size()));
   RequestMeta meta = rpc->Meta();
+  const bool after_update = ctx.BoolAttr("after_update", false);
   for (auto& [e, items] : requests) {
-    rpc->clients->Get(endpoints[e])->PrefetchBatchAsync(meta, std::move(items), group.Callback());
+    rpc->clients->Get(endpoints[e])
+        ->PrefetchBatchAsync(meta, std::move(items), after_update, group.Callback());
   }
   TS_RETURN_IF_ERROR(group.Wait());
   for (const PerTable& p : per) {
@@ -299,11 +301,12 @@ absl::Status Recv(RpcContext* rpc, OpContext& ctx) {
   std::vector<PserverPart> parts = PartsByPserver(eps, ctx.StringsAttr("fetch_barrier_endpoints"));
   StatusGroup group(static_cast<int>(parts.size()));
   RequestMeta meta = rpc->Meta();
+  const bool after_update = ctx.BoolAttr("after_update", false);
   for (const PserverPart& part : parts) {
     std::vector<GetItem> items;
     for (size_t i : part.vars) items.push_back({vars[i], outs[i]});
     rpc->clients->Get(part.endpoint)
-        ->GetBatchAsync(meta, std::move(items), part.barrier, group.Callback());
+        ->GetBatchAsync(meta, std::move(items), part.barrier, after_update, group.Callback());
   }
   return group.Wait();
 }

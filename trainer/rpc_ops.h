@@ -8,6 +8,10 @@
 //   recv          Out (list) with attr epmap: pulls every variable from its pserver. Attr
 //                 fetch_barrier_endpoints (sync): those requests carry the fetch barrier.
 //   prefetch      the rows of every distributed table's ids, one request per pserver.
+//   Attr after_update (recv, prefetch; sync): each pserver answers once it applied the update
+//                 of the trainer's current step, so the op can run beside that step's send
+//                 (LocalTrainer's prefetch_ahead sets it on the step's receives and on the next
+//                 batch's lookups).
 //   send_barrier  attr endpoints: the send barrier alone (programs transpiled before the
 //                 barriers rode on send and recv).
 //   fetch_barrier attr endpoints: the fetch barrier alone (likewise).

@@ -96,8 +96,8 @@ absl::StatusOr<std::unique_ptr<TrainerProcess>> TrainerProcess::Create(const Clu
 TrainerProcess::~TrainerProcess() {
   // Started but never waited for: the pservers would wait for this trainer at a barrier.
   if (started_ && !stopped_) {
-    trainer_.reset();
     AbortPservers(config_, absl::CancelledError("trainer process stopped"));
+    trainer_.reset();
   }
   Stop();
 }
@@ -542,10 +542,12 @@ absl::Status TrainerProcess::Wait() {
   }
   absl::Status result = Train();
   if (result.ok()) result = Finish();
-  // The LocalTrainer goes first; then a failure is told to the pservers (ABORT) while this
-  // trainer still beats and before its communicator flushes (in Stop).
-  trainer_.reset();
+  // A failure is told to the pservers (ABORT) while this trainer still beats and before its
+  // communicator flushes (in Stop); that also ends the LocalTrainer's requests still waiting on
+  // them (a pipelined step's receives and lookups wait for an update this trainer never sent),
+  // so it goes second.
   if (!result.ok()) AbortPservers(config_, result);
+  trainer_.reset();
   Stop();
   return result;
 }

@@ -1,8 +1,8 @@
 #include "common/base/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
-
-#include "absl/synchronization/blocking_counter.h"
+#include <memory>
 
 namespace tessera {
 
@@ -47,20 +47,36 @@ void ThreadPool::ParallelFor(int n, const std::function<void(int)>& fn) {
     fn(0);
     return;
   }
-  std::atomic<int> next{0};
-  int helpers = std::min(n - 1, size());
-  absl::BlockingCounter done(helpers);
-  auto drain = [&] {
-    for (int i = next++; i < n; i = next++) fn(i);
+  // The caller waits for the items, not for its helpers: a helper that starts after the caller
+  // took every item finds none left and touches only this shared state. So ParallelFor may run
+  // on the pool's own threads, several at once, without waiting for a thread that is waiting.
+  struct State {
+    explicit State(int n, const std::function<void(int)>* fn) : n(n), fn(fn) {}
+    const int n;
+    const std::function<void(int)>* fn;  // valid until every item is done
+    std::atomic<int> next{0};
+    absl::Mutex mu;
+    int done ABSL_GUARDED_BY(mu) = 0;
   };
-  for (int h = 0; h < helpers; ++h) {
-    Schedule([&] {
-      drain();
-      done.DecrementCount();
-    });
-  }
-  drain();
-  done.Wait();
+  auto state = std::make_shared<State>(n, &fn);
+  auto drain = [](State& st) {
+    int ran = 0;
+    for (int i = st.next++; i < st.n; i = st.next++) {
+      (*st.fn)(i);
+      ++ran;
+    }
+    if (ran > 0) {
+      absl::MutexLock lock(&st.mu);
+      st.done += ran;
+    }
+  };
+  const int helpers = std::min(n - 1, size());
+  for (int h = 0; h < helpers; ++h) Schedule([state, drain] { drain(*state); });
+  drain(*state);
+  absl::MutexLock lock(&state->mu);
+  state->mu.Await(absl::Condition(
+      +[](State* st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(st->mu) { return st->done == st->n; },
+      state.get()));
 }
 
 }  // namespace tessera

@@ -22,7 +22,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   void Schedule(std::function<void()> fn);
-  // Runs fn(0..n-1) on the pool (and the calling thread) and returns when all are done.
+  // Runs fn(0..n-1) on the pool (and the calling thread) and returns when all are done. It
+  // never waits for a pool thread to become free, so the pool's own closures may call it.
   void ParallelFor(int n, const std::function<void(int)>& fn);
   int size() const { return static_cast<int>(threads_.size()); }
 

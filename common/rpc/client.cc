@@ -1,5 +1,7 @@
 #include "common/rpc/client.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace tessera {
 
 StatusGroup::StatusGroup(int n) : state_(std::make_shared<State>()) {
@@ -38,8 +40,20 @@ void PServerClient::SendBatchAsync(const RequestMeta& meta, std::vector<SendItem
   }
 }
 
+void PServerClient::AwaitUpdateAsync(const RequestMeta& meta, DoneCallback done) {
+  done(absl::UnimplementedError(
+      absl::StrCat("the client of pserver ", endpoint(), " cannot wait for a step's update")));
+}
+
 void PServerClient::GetBatchAsync(const RequestMeta& meta, std::vector<GetItem> items,
-                                  bool fetch_barrier, DoneCallback done) {
+                                  bool fetch_barrier, bool after_update, DoneCallback done) {
+  if (after_update) {
+    return AwaitUpdateAsync(meta, [this, meta, items = std::move(items), fetch_barrier,
+                                   done](absl::Status s) mutable {
+      if (!s.ok()) return done(s);
+      GetBatchAsync(meta, std::move(items), fetch_barrier, /*after_update=*/false, done);
+    });
+  }
   auto shared = std::make_shared<std::vector<GetItem>>(std::move(items));
   auto then = [this, meta, fetch_barrier, shared, done] {
     if (fetch_barrier) {
@@ -55,7 +69,14 @@ void PServerClient::GetBatchAsync(const RequestMeta& meta, std::vector<GetItem> 
 }
 
 void PServerClient::PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,
-                                       DoneCallback done) {
+                                       bool after_update, DoneCallback done) {
+  if (after_update) {
+    return AwaitUpdateAsync(meta,
+                            [this, meta, items = std::move(items), done](absl::Status s) mutable {
+                              if (!s.ok()) return done(s);
+                              PrefetchBatchAsync(meta, std::move(items), false, done);
+                            });
+  }
   auto shared = std::make_shared<std::vector<PrefetchItem>>(std::move(items));
   std::vector<DoneCallback> callbacks = JoinThen(
       static_cast<int>(shared->size()), [done] { done(absl::OkStatus()); }, done);

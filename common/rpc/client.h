@@ -60,19 +60,27 @@ class PServerClient {
   virtual void RegisterAsync(const RequestMeta& meta, const JobFields& fields, uint64_t nonce,
                              DoneCallback done) = 0;
 
+  // Waits until the pserver applied the update of step meta.step (sync mode; proto
+  // GetBatchRequest.after_update). The default fails UNIMPLEMENTED: a transport that can wait
+  // overrides it (gRPC carries the wait in the batched requests instead).
+  virtual void AwaitUpdateAsync(const RequestMeta& meta, DoneCallback done);
+
   // Batched forms: all of a step's traffic with this pserver in one request each (README "Wire
   // protocol"). `items` (and what they point to) must stay valid and unchanged until `done`.
   // SendBatchAsync sends every gradient, then (send_barrier) the SEND_BARRIER: `done` runs when
   // the barrier is released. GetBatchAsync fetches every parameter, then (fetch_barrier) the
   // FETCH_BARRIER. PrefetchBatchAsync looks up the ids of every table (each table at most once).
-  // The defaults compose the single calls above (one request each); transports override them.
-  // With send_barrier, the released barrier's answer goes to `reply` (nullptr: ignored).
+  // With `after_update`, gets and lookups are served once the pserver applied step meta.step:
+  // a sync trainer sends them along with that step's gradients rather than after their reply.
+  // The defaults compose the single calls above (one request each, after AwaitUpdateAsync);
+  // transports override them. With send_barrier, the released barrier's answer goes to `reply`
+  // (nullptr: ignored).
   virtual void SendBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
                               bool send_barrier, StepReply* reply, DoneCallback done);
   virtual void GetBatchAsync(const RequestMeta& meta, std::vector<GetItem> items,
-                             bool fetch_barrier, DoneCallback done);
+                             bool fetch_barrier, bool after_update, DoneCallback done);
   virtual void PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,
-                                  DoneCallback done);
+                                  bool after_update, DoneCallback done);
 
   // Blocking forms.
   absl::Status SendVariable(const RequestMeta& meta, const std::string& name, const Variable& var);

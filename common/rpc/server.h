@@ -6,6 +6,8 @@
 #ifndef TESSERA_COMMON_RPC_SERVER_H_
 #define TESSERA_COMMON_RPC_SERVER_H_
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,8 +45,40 @@ class RequestHandler {
   using PrefetchDone = std::function<void(absl::StatusOr<Tensor>)>;
   virtual void HandlePrefetch(const RequestMeta& meta, const std::string& table,
                               std::vector<int64_t> ids, PrefetchDone done) = 0;
+  // The rows of several tables' ids (a PrefetchBatch, each table at most once): `done` gets one
+  // result per query, in order. The default asks HandlePrefetch for each in turn; a handler
+  // with threads to spare looks them up side by side.
+  struct PrefetchQuery {
+    std::string table;
+    std::vector<int64_t> ids;
+  };
+  using PrefetchBatchDone = std::function<void(std::vector<absl::StatusOr<Tensor>>)>;
+  virtual void HandlePrefetchBatch(const RequestMeta& meta, std::vector<PrefetchQuery> queries,
+                                   PrefetchBatchDone done) {
+    struct Results {
+      std::vector<absl::StatusOr<Tensor>> rows;
+      std::atomic<size_t> left;
+    };
+    auto results = std::make_shared<Results>();
+    results->rows.resize(queries.size());
+    results->left = queries.size();
+    if (queries.empty()) return done({});
+    for (size_t i = 0; i < queries.size(); ++i) {
+      HandlePrefetch(meta, queries[i].table, std::move(queries[i].ids),
+                     [results, i, done](absl::StatusOr<Tensor> rows) {
+                       results->rows[i] = std::move(rows);
+                       if (--results->left == 0) done(std::move(results->rows));
+                     });
+    }
+  }
 
   virtual void HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) = 0;
+  // A GetBatch or PrefetchBatch with after_update: `done` runs once the parameters are as the
+  // update of step meta.step left them (sync mode), and the request is then served; a failure
+  // answers the request. The default (no step protocol) runs `done` at once.
+  virtual void AwaitUpdate(const RequestMeta& meta, DoneCallback done) {
+    done(absl::OkStatus());
+  }
   // Asked once the send barrier of `step` was released: whether a trainer sent it with
   // RequestMeta::last_batch, so that every trainer ends the epoch after this step (sync mode,
   // streamed data; the answer travels in SendResponse / BarrierResponse).

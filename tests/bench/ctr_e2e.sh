@@ -38,6 +38,11 @@ trap 'rm -rf "$WORK"' EXIT
 CONFIGS=(single "1x1 sync" "2x2 sync" "2x2 async" "2x2 sync cpu_places=2"
   "2x2 sync prefetch_ahead=false" "2x2 hybrid" "deepfm single" "deepfm 2x2 sync"
   "deepfm 2x2 hybrid")
+# CTR_E2E_ONLY="single,1x1 sync,2x2 sync": only these configurations (the single processes
+# they are compared with must be among them).
+if [ -n "${CTR_E2E_ONLY:-}" ]; then
+  IFS=, read -r -a CONFIGS <<<"$CTR_E2E_ONLY"
+fi
 PYTHONPATH=python /usr/bin/python3 examples/python/deepfm.py --out="$WORK/deepfm.pbtxt" \
   --distributed_tables --dict_size="$VOCAB"
 
@@ -99,8 +104,8 @@ for ((r = 0; r < ROUNDS; r++)); do
   for c in "${CONFIGS[@]}"; do run "$c" "$r"; done
 done
 
-single_sps=$(awk '{ s += $1; n++ } END { print s / n }' "$WORK/single.rows")
-deepfm_sps=$(awk '{ s += $1; n++ } END { print s / n }' "$WORK/deepfm_single.rows")
+single_sps=$(awk '{ s += $1; n++ } END { print (n ? s / n : 0) }' "$WORK/single.rows" 2>/dev/null || echo 0)
+deepfm_sps=$(awk '{ s += $1; n++ } END { print (n ? s / n : 0) }' "$WORK/deepfm_single.rows" 2>/dev/null || echo 0)
 echo "| run | samples/s | vs single | wall s | CPU s / 1k samples | req/step/ps | KB/step/ps |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 for c in "${CONFIGS[@]}"; do
@@ -116,6 +121,6 @@ for c in "${CONFIGS[@]}"; do
       if (name ~ /single/) { rq = "-"; k = "-" }
       else { rq = sprintf("%.1f", req / NR); k = sprintf("%.1f", kb / NR) }
       printf "| %s | %.0f (%.0f-%.0f) | %.2f | %.1f | %.3f | %s | %s |\n", name, m, lo, hi,
-        m / base, w / NR, cpu / NR / (n / 1000), rq, k
+        (base > 0 ? m / base : 0), w / NR, cpu / NR / (n / 1000), rq, k
     }' "$WORK/$key.rows"
 done

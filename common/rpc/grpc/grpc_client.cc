@@ -463,7 +463,7 @@ void GrpcPServerClient::SendBatchAsync(const RequestMeta& meta, std::vector<Send
 }
 
 void GrpcPServerClient::GetBatchAsync(const RequestMeta& meta, std::vector<GetItem> items,
-                                      bool fetch_barrier, DoneCallback done) {
+                                      bool fetch_barrier, bool after_update, DoneCallback done) {
   const int64_t chunk = options_.chunk_bytes;
   // Destinations that already hold a large tensor are fetched in concurrent chunks; the rest in
   // batches of at most `chunk` bytes (as far as their current sizes tell).
@@ -475,15 +475,31 @@ void GrpcPServerClient::GetBatchAsync(const RequestMeta& meta, std::vector<GetIt
   }
   std::vector<size_t> starts =
       CutBatches(small.size(), chunk, [&](size_t i) { return PayloadBytes(*small[i].out); });
-  if (starts.empty() && fetch_barrier) starts.push_back(0);
+  if (starts.empty() && (fetch_barrier || after_update)) starts.push_back(0);
+  if (after_update && (!large.empty() || starts.size() > 1)) {
+    // Only one request can carry the wait: an empty one waits, the parts follow its answer.
+    items = std::move(small);
+    items.insert(items.end(), large.begin(), large.end());
+    GetBatchRequest wait;
+    *wait.mutable_header() = ToHeader(meta);
+    wait.set_after_update(true);
+    Call(
+        "GetBatch", SerializeProto(wait), nullptr,
+        [this, meta, items = std::move(items), fetch_barrier, done](absl::Status s) mutable {
+          if (!s.ok()) return done(s);
+          GetBatchAsync(meta, std::move(items), fetch_barrier, /*after_update=*/false, done);
+        });
+    return;
+  }
   const int64_t max_bytes = options_.max_message_bytes;
   auto batch = [this, meta, small = std::make_shared<std::vector<GetItem>>(std::move(small)),
-                starts, max_bytes](size_t b, bool barrier, DoneCallback cb) {
+                starts, max_bytes, after_update](size_t b, bool barrier, DoneCallback cb) {
     size_t begin = starts[b], end = b + 1 < starts.size() ? starts[b + 1] : small->size();
     GetBatchRequest req;
     *req.mutable_header() = ToHeader(meta);
     for (size_t i = begin; i < end; ++i) req.add_names((*small)[i].name);
     req.set_fetch_barrier(barrier);
+    req.set_after_update(after_update);
     Call(
         "GetBatch", SerializeProto(req),
         [small, begin, end, max_bytes](const grpc::ByteBuffer& resp) -> absl::Status {
@@ -505,6 +521,7 @@ void GrpcPServerClient::GetBatchAsync(const RequestMeta& meta, std::vector<GetIt
         },
         std::move(cb));
   };
+  // With after_update this is the one batch (and no chunk calls): it carries the wait.
   RunParts(
       large.size(), starts.size(), fetch_barrier,
       [&](size_t i, DoneCallback cb) {
@@ -514,13 +531,14 @@ void GrpcPServerClient::GetBatchAsync(const RequestMeta& meta, std::vector<GetIt
 }
 
 void GrpcPServerClient::PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,
-                                           DoneCallback done) {
+                                           bool after_update, DoneCallback done) {
   if (items.empty()) {
     done(absl::OkStatus());
     return;
   }
   PrefetchBatchRequest req;
   *req.mutable_header() = ToHeader(meta);
+  req.set_after_update(after_update);
   for (const PrefetchItem& item : items) {
     PrefetchBatchRequest::Table* t = req.add_tables();
     t->set_table(item.table);

@@ -68,13 +68,14 @@ class GrpcPServerClient : public PServerClient {
                      DoneCallback done) override;
   // One SendBatch / GetBatch / PrefetchBatch request each. Dense tensors over chunk_bytes still
   // travel as chunk calls, and batches are cut at chunk_bytes of payload; those parts go first,
-  // and the barrier rides on the last request once they are done.
+  // and the barrier rides on the last request once they are done. A get with after_update
+  // that needs several requests first waits for the update in an empty GetBatch.
   void SendBatchAsync(const RequestMeta& meta, std::vector<SendItem> items, bool send_barrier,
                       StepReply* reply, DoneCallback done) override;
   void GetBatchAsync(const RequestMeta& meta, std::vector<GetItem> items, bool fetch_barrier,
-                     DoneCallback done) override;
+                     bool after_update, DoneCallback done) override;
   void PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,
-                          DoneCallback done) override;
+                          bool after_update, DoneCallback done) override;
 
  private:
   using Stub = grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>;

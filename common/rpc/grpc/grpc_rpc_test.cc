@@ -69,6 +69,23 @@ class MemoryHandler : public RequestHandler {
     }
     for (auto& d : release) d(absl::OkStatus());
   }
+  // Requests with after_update wait here until ReleaseUpdate.
+  void AwaitUpdate(const RequestMeta& meta, DoneCallback done) override {
+    absl::MutexLock lock(&mu_);
+    awaiting_.push_back(std::move(done));
+  }
+  int awaiting() {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(awaiting_.size());
+  }
+  void ReleaseUpdate(absl::Status status) {
+    std::vector<DoneCallback> release;
+    {
+      absl::MutexLock lock(&mu_);
+      release.swap(awaiting_);
+    }
+    for (auto& d : release) d(status);
+  }
   void HandleCheckpoint(const RequestMeta& meta, const std::string& dir,
                         DoneCallback done) override {
     done(absl::UnimplementedError("no checkpoints here"));
@@ -96,6 +113,7 @@ class MemoryHandler : public RequestHandler {
   absl::Mutex mu_;
   std::map<std::string, Variable> vars_;
   std::vector<DoneCallback> waiting_;
+  std::vector<DoneCallback> awaiting_;
   std::vector<std::string> aborts_;
   int sends_ = 0;
 };
@@ -286,7 +304,7 @@ TEST_F(GrpcRpcTest, GetBatchAndPrefetchBatchAnswerInOrder) {
   ASSERT_TRUE(c->SendVariable(meta_, "b", b).ok());
   Variable out_b, out_w;
   StatusGroup g(1);
-  c->GetBatchAsync(meta_, {{"b", &out_b}, {"w", &out_w}}, false, g.Callback());
+  c->GetBatchAsync(meta_, {{"b", &out_b}, {"w", &out_w}}, false, false, g.Callback());
   ASSERT_TRUE(g.Wait().ok());
   EXPECT_EQ(out_b.Get<Tensor>().data<float>()[1], 101.0f);
   EXPECT_EQ(out_w.Get<Tensor>().data<float>()[5], 6.0f);
@@ -295,7 +313,7 @@ TEST_F(GrpcRpcTest, GetBatchAndPrefetchBatchAnswerInOrder) {
   std::vector<int64_t> ids_a = {3, 1005}, ids_b = {-7};
   Tensor rows_a, rows_b;
   StatusGroup p(1);
-  c->PrefetchBatchAsync(meta_, {{"emb_a", &ids_a, &rows_a}, {"emb_b", &ids_b, &rows_b}},
+  c->PrefetchBatchAsync(meta_, {{"emb_a", &ids_a, &rows_a}, {"emb_b", &ids_b, &rows_b}}, false,
                         p.Callback());
   ASSERT_TRUE(p.Wait().ok());
   ASSERT_EQ(rows_a.shape(), (Shape{2, 2}));
@@ -306,10 +324,49 @@ TEST_F(GrpcRpcTest, GetBatchAndPrefetchBatchAnswerInOrder) {
 
   // An unknown parameter fails the whole get, naming it.
   StatusGroup bad(1);
-  c->GetBatchAsync(meta_, {{"w", &out_w}, {"missing", &out_b}}, false, bad.Callback());
+  c->GetBatchAsync(meta_, {{"w", &out_w}, {"missing", &out_b}}, false, false, bad.Callback());
   absl::Status s = bad.Wait();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
   EXPECT_NE(s.message().find("missing"), std::string::npos) << s;
+}
+
+// after_update: the gets and lookups are sent at once and answered only once the handler's
+// update is applied (with several get requests, an empty one carries the wait); a failed
+// update answers them with its error.
+TEST_F(GrpcRpcTest, AfterUpdateRequestsWaitForTheUpdate) {
+  for (int64_t chunk : {int64_t{4} << 20, int64_t{16}}) {
+    SCOPED_TRACE(absl::StrCat("chunk_bytes ", chunk));
+    auto c = Client(chunk);
+    Variable w = Dense(3, 2, 1), b = Dense(1, 2, 100);
+    ASSERT_TRUE(c->SendVariable(meta_, "w", w).ok());
+    ASSERT_TRUE(c->SendVariable(meta_, "b", b).ok());
+    Variable out_b, out_w;
+    out_w.GetMutable<Tensor>()->Resize(FLOAT32, {3, 2});  // 24 bytes known: over 16, a chunk
+    std::vector<int64_t> ids = {3, 1005};
+    Tensor rows;
+    StatusGroup got(1), looked(1);
+    c->GetBatchAsync(meta_, {{"b", &out_b}, {"w", &out_w}}, false, true, got.Callback());
+    c->PrefetchBatchAsync(meta_, {{"emb", &ids, &rows}}, true, looked.Callback());
+    for (int i = 0; i < 2000 && handler_.awaiting() < 2; ++i) absl::SleepFor(absl::Milliseconds(5));
+    ASSERT_EQ(handler_.awaiting(), 2);
+    // Nothing is answered before the update: change a parameter meanwhile.
+    ASSERT_TRUE(c->SendVariable(meta_, "b", Dense(1, 2, 500)).ok());
+    handler_.ReleaseUpdate(absl::OkStatus());
+    ASSERT_TRUE(got.Wait().ok());
+    ASSERT_TRUE(looked.Wait().ok());
+    EXPECT_EQ(out_b.Get<Tensor>().data<float>()[1], 501.0f);
+    EXPECT_EQ(out_w.Get<Tensor>().data<float>()[5], 6.0f);
+    ASSERT_EQ(rows.shape(), (Shape{2, 2}));
+    EXPECT_EQ(rows.data<float>()[2], 5.0f);
+
+    StatusGroup failed(1);
+    c->GetBatchAsync(meta_, {{"b", &out_b}}, false, true, failed.Callback());
+    for (int i = 0; i < 2000 && handler_.awaiting() < 1; ++i) absl::SleepFor(absl::Milliseconds(5));
+    handler_.ReleaseUpdate(absl::FailedPreconditionError("the step failed"));
+    absl::Status s = failed.Wait();
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("the step failed"), std::string::npos) << s;
+  }
 }
 
 // A hostile prefetch naming one table twice is refused (its answer could not say which is which).
@@ -318,7 +375,7 @@ TEST_F(GrpcRpcTest, PrefetchBatchRefusesATableTwice) {
   std::vector<int64_t> ids = {1};
   Tensor r1, r2;
   StatusGroup p(1);
-  c->PrefetchBatchAsync(meta_, {{"emb", &ids, &r1}, {"emb", &ids, &r2}}, p.Callback());
+  c->PrefetchBatchAsync(meta_, {{"emb", &ids, &r1}, {"emb", &ids, &r2}}, false, p.Callback());
   absl::Status s = p.Wait();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("twice"), std::string::npos) << s;

@@ -157,33 +157,38 @@ class GrpcServer::Service : public RawService {
     got->values.resize(got->names.size());
     DoneCallback finish = [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); };
     const bool barrier = req.fetch_barrier();
-    std::vector<DoneCallback> callbacks = JoinThen(
-        static_cast<int>(got->names.size()),
-        [this, meta, got, barrier, response, finish] {
-          std::vector<SendItem> entries;
-          for (size_t i = 0; i < got->names.size(); ++i) {
-            entries.push_back({got->names[i], &got->values[i]});
-          }
-          *response = EncodeBatch(meta, entries, /*send_barrier=*/false);
-          if (barrier) {
-            handler_->HandleBarrier(meta, FETCH_BARRIER, finish);
-          } else {
-            finish(absl::OkStatus());
-          }
-        },
-        finish);
-    for (size_t i = 0; i < got->names.size(); ++i) {
-      handler_->HandleGet(meta, got->names[i],
-                          [got, i, cb = std::move(callbacks[i])](absl::StatusOr<Variable> var) {
-                            if (!var.ok()) return cb(var.status());
-                            if (!var->Is<Tensor>()) {
-                              return cb(absl::InvalidArgumentError(
-                                  absl::StrCat("variable ", got->names[i], " is not dense")));
-                            }
-                            got->values[i] = *std::move(var);
-                            cb(absl::OkStatus());
-                          });
-    }
+    // Everything from the first get on runs in `serve`, after the update where one is awaited
+    // (a request with no names too: it only waits).
+    auto serve = [this, meta, got, barrier, response, finish] {
+      std::vector<DoneCallback> callbacks = JoinThen(
+          static_cast<int>(got->names.size()),
+          [this, meta, got, barrier, response, finish] {
+            std::vector<SendItem> entries;
+            for (size_t i = 0; i < got->names.size(); ++i) {
+              entries.push_back({got->names[i], &got->values[i]});
+            }
+            *response = EncodeBatch(meta, entries, /*send_barrier=*/false);
+            if (barrier) {
+              handler_->HandleBarrier(meta, FETCH_BARRIER, finish);
+            } else {
+              finish(absl::OkStatus());
+            }
+          },
+          finish);
+      for (size_t i = 0; i < got->names.size(); ++i) {
+        handler_->HandleGet(meta, got->names[i],
+                            [got, i, cb = std::move(callbacks[i])](absl::StatusOr<Variable> var) {
+                              if (!var.ok()) return cb(var.status());
+                              if (!var->Is<Tensor>()) {
+                                return cb(absl::InvalidArgumentError(
+                                    absl::StrCat("variable ", got->names[i], " is not dense")));
+                              }
+                              got->values[i] = *std::move(var);
+                              cb(absl::OkStatus());
+                            });
+      }
+    };
+    AfterUpdate(req.after_update(), meta, std::move(serve), std::move(finish));
     return reactor;
   }
 
@@ -206,36 +211,33 @@ class GrpcServer::Service : public RawService {
       }
       if (!s.ok()) return Fail(reactor, s);
     }
-    struct Gathered {
-      std::vector<std::string> tables;
-      std::vector<Variable> rows;
-    };
-    auto got = std::make_shared<Gathered>();
-    got->rows.resize(req.tables_size());
-    DoneCallback finish = [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); };
-    for (const PrefetchBatchRequest::Table& t : req.tables()) got->tables.push_back(t.table());
-    std::vector<DoneCallback> callbacks = JoinThen(
-        req.tables_size(),
-        [meta, got, response, finish] {
-          std::vector<SendItem> entries;
-          for (size_t i = 0; i < got->tables.size(); ++i) {
-            entries.push_back({got->tables[i], &got->rows[i]});
-          }
-          *response = EncodeBatch(meta, entries, /*send_barrier=*/false);
-          finish(absl::OkStatus());
-        },
-        finish);
+    auto queries = std::make_shared<std::vector<RequestHandler::PrefetchQuery>>(req.tables_size());
     for (int i = 0; i < req.tables_size(); ++i) {
       const std::string& bytes = req.tables(i).ids();
-      std::vector<int64_t> ids(bytes.size() / sizeof(int64_t));
-      if (!ids.empty()) std::memcpy(ids.data(), bytes.data(), bytes.size());
-      handler_->HandlePrefetch(meta, got->tables[i], std::move(ids),
-                               [got, i, cb = std::move(callbacks[i])](absl::StatusOr<Tensor> rows) {
-                                 if (!rows.ok()) return cb(rows.status());
-                                 *got->rows[i].GetMutable<Tensor>() = *std::move(rows);
-                                 cb(absl::OkStatus());
-                               });
+      RequestHandler::PrefetchQuery& q = (*queries)[i];
+      q.table = req.tables(i).table();
+      q.ids.resize(bytes.size() / sizeof(int64_t));
+      if (!q.ids.empty()) std::memcpy(q.ids.data(), bytes.data(), bytes.size());
     }
+    DoneCallback finish = [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); };
+    auto serve = [this, meta, queries, response, finish] {
+      auto tables = std::make_shared<std::vector<std::string>>();
+      for (const RequestHandler::PrefetchQuery& q : *queries) tables->push_back(q.table);
+      handler_->HandlePrefetchBatch(
+          meta, std::move(*queries),
+          [meta, tables, response, finish](std::vector<absl::StatusOr<Tensor>> rows) {
+            std::vector<Variable> values(rows.size());
+            std::vector<SendItem> entries;
+            for (size_t i = 0; i < rows.size(); ++i) {
+              if (!rows[i].ok()) return finish(rows[i].status());
+              *values[i].GetMutable<Tensor>() = *std::move(rows[i]);
+              entries.push_back({(*tables)[i], &values[i]});
+            }
+            *response = EncodeBatch(meta, entries, /*send_barrier=*/false);
+            finish(absl::OkStatus());
+          });
+    };
+    AfterUpdate(req.after_update(), meta, std::move(serve), std::move(finish));
     return reactor;
   }
 
@@ -369,6 +371,18 @@ class GrpcServer::Service : public RawService {
         *response = SerializeProto(answer);
       }
       finish(st);
+    });
+  }
+
+  // Runs `serve` now, or (`after_update`) once the handler has applied step meta.step; a
+  // failure of that wait goes to `finish` instead.
+  void AfterUpdate(bool after_update, const RequestMeta& meta, std::function<void()> serve,
+                   DoneCallback finish) {
+    if (!after_update) return serve();
+    handler_->AwaitUpdate(meta, [serve = std::move(serve), finish = std::move(finish)](
+                                    absl::Status st) {
+      if (!st.ok()) return finish(st);
+      serve();
     });
   }
 

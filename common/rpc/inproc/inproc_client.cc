@@ -68,6 +68,13 @@ void InProcClient::PrefetchAsync(const RequestMeta& meta, const std::string& tab
                            });
 }
 
+void InProcClient::AwaitUpdateAsync(const RequestMeta& meta, DoneCallback done) {
+  absl::Status s = CheckRequestMeta(meta);
+  if (s.ok()) s = handler_->Admit(meta);
+  if (!s.ok()) return done(s);
+  handler_->AwaitUpdate(meta, std::move(done));
+}
+
 void InProcClient::BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) {
   absl::Status s = CheckRequestMeta(meta);
   if (s.ok()) s = kind == HEARTBEAT ? handler_->AdmitHeartbeat(meta) : handler_->Admit(meta);

@@ -24,6 +24,7 @@ class InProcClient : public PServerClient {
                         DoneCallback done) override;
   void PrefetchAsync(const RequestMeta& meta, const std::string& table,
                      const std::vector<int64_t>* ids, Tensor* out, DoneCallback done) override;
+  void AwaitUpdateAsync(const RequestMeta& meta, DoneCallback done) override;
   void BarrierAsync(const RequestMeta& meta, BarrierKind kind, DoneCallback done) override;
   void SendBarrierAsync(const RequestMeta& meta, StepReply* reply, DoneCallback done) override;
   void AbortAsync(const RequestMeta& meta, const std::string& reason, DoneCallback done) override;

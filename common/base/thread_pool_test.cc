@@ -1,0 +1,45 @@
+#include "common/base/thread_pool.h"
+
+#include <atomic>
+#include <vector>
+
+#include "absl/synchronization/blocking_counter.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+TEST(ThreadPoolTest, ParallelForRunsEveryItemOnce) {
+  ThreadPool pool(3);
+  for (int n : {0, 1, 2, 7, 1000}) {
+    std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
+    pool.ParallelFor(n, [&](int i) { ++runs[static_cast<size_t>(i)]; });
+    for (int i = 0; i < n; ++i) EXPECT_EQ(runs[static_cast<size_t>(i)].load(), 1) << n << " " << i;
+  }
+}
+
+// Every pool thread inside a ParallelFor of its own at once (a pserver serving two trainers'
+// lookups on its optimizer pool): none may wait for a helper that cannot start.
+TEST(ThreadPoolTest, ParallelForOnEveryPoolThreadAtOnceFinishes) {
+  constexpr int kThreads = 2;
+  ThreadPool pool(kThreads);
+  for (int round = 0; round < 50; ++round) {
+    std::atomic<int> arrived{0}, items{0};
+    absl::BlockingCounter done(kThreads);
+    for (int t = 0; t < kThreads; ++t) {
+      pool.Schedule([&] {
+        // Both outer closures hold a pool thread before either asks for helpers.
+        ++arrived;
+        while (arrived.load() < kThreads) {
+        }
+        pool.ParallelFor(16, [&](int) { ++items; });
+        done.DecrementCount();
+      });
+    }
+    done.Wait();
+    EXPECT_EQ(items.load(), kThreads * 16);
+  }
+}
+
+}  // namespace
+}  // namespace tessera
