@@ -187,7 +187,8 @@ absl::Status Applier::ApplyTable(Table& t, const std::vector<const SelectedRows*
 
 absl::Status Applier::ApplyStep(
     int64_t step,
-    const std::function<std::vector<const SelectedRows*>(const std::string& grad)>& table_grads) {
+    const std::function<std::vector<const SelectedRows*>(const std::string& grad)>& table_grads,
+    const std::function<void(const std::string& table)>& after_table) {
   absl::Status lr_status = has_lr_block_ ? executor_.Run(lr_block_, scope_) : absl::OkStatus();
   std::vector<absl::Status> results(blocks_.size());
   pool_->ParallelFor(static_cast<int>(blocks_.size()),
@@ -198,6 +199,7 @@ absl::Status Applier::ApplyStep(
   pool_->ParallelFor(static_cast<int>(tables_.size()), [&](int i) {
     // Every table takes an optimizer step each sync step (Adam's t), touched rows or not.
     table_results[i] = ApplyTable(tables_[i], grads[i], step + 1);
+    if (after_table) after_table(tables_[i].name);
   });
   if (!lr_status.ok()) {
     return absl::InternalError(absl::StrCat("pserver ", options_.endpoint,

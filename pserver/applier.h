@@ -61,11 +61,13 @@ class Applier {
   ~Applier();
 
   // Sync step `step` (0-based): applies every block and table; `table_grads(grad)` gives the
-  // trainers' gradients of a table for this step. Returns the first failure, naming the
-  // pserver and the gradient (InternalError).
+  // trainers' gradients of a table for this step; `after_table(table)` (may be empty) runs on the
+  // same thread right after table `table` was applied (e.g. the next batch's lookups). Returns
+  // the first failure, naming the pserver and the gradient (InternalError).
   absl::Status ApplyStep(
       int64_t step,
-      const std::function<std::vector<const SelectedRows*>(const std::string& grad)>& table_grads);
+      const std::function<std::vector<const SelectedRows*>(const std::string& grad)>& table_grads,
+      const std::function<void(const std::string& table)>& after_table = nullptr);
   // Async: applies gradient `grad` received in `trainer_scope`.
   absl::Status ApplyPush(const std::string& grad, Scope* trainer_scope);
   // Runs `fn` on the optimizer pool.

@@ -194,17 +194,45 @@ void ParameterServer::HandlePrefetch(const RequestMeta& meta, const std::string&
 }
 
 void ParameterServer::HandlePrefetchBatch(const RequestMeta& meta,
-                                          std::vector<PrefetchQuery> queries,
+                                          std::vector<PrefetchQuery> queries, bool after_update,
                                           PrefetchBatchDone done) {
+  auto batch = std::make_shared<FusedLookup>();
+  batch->queries = std::move(queries);
+  batch->rows.resize(batch->queries.size());
+  batch->filled.assign(batch->queries.size(), 0);
+  // Looks every query up (unless the step's optimize did), then answers.
+  auto finish = [this, batch, done](absl::Status s) {
+    if (!s.ok()) return done(std::vector<absl::StatusOr<Tensor>>(batch->queries.size(), s));
+    if (!batch->looked_up) {
+      applier_->ParallelFor(static_cast<int>(batch->queries.size()), [&](int i) {
+        batch->rows[i] = applier_->Lookup(batch->queries[i].table, batch->queries[i].ids);
+      });
+    }
+    done(std::move(batch->rows));
+  };
+  if (!after_update || !sync_) {
+    {
+      absl::MutexLock lock(&mu_);
+      stats_.prefetches += static_cast<int64_t>(batch->queries.size());
+    }
+    return finish(absl::OkStatus());
+  }
+  std::vector<SyncBarrier::Reply> replies;
   {
     absl::MutexLock lock(&mu_);
-    stats_.prefetches += static_cast<int64_t>(queries.size());
+    stats_.prefetches += static_cast<int64_t>(batch->queries.size());
+    if (!failure_.ok()) {
+      replies.push_back({std::move(finish), failure_});
+    } else {
+      // Before the step's optimize starts: it looks the rows up as it applies each table.
+      if (meta.step == barrier_.step() && !barrier_.optimizing() && !barrier_.Applied(meta.step)) {
+        fused_lookups_.push_back(batch);
+      }
+      replies = Act(barrier_.AwaitUpdate(meta.trainer_id, meta.step, std::move(finish),
+                                         absl::Now(), absl::StrCat("pserver ", options_.endpoint)));
+    }
   }
-  std::vector<absl::StatusOr<Tensor>> rows(queries.size());
-  applier_->ParallelFor(static_cast<int>(queries.size()), [&](int i) {
-    rows[i] = applier_->Lookup(queries[i].table, queries[i].ids);
-  });
-  done(std::move(rows));
+  for (SyncBarrier::Reply& r : replies) r.done(r.status);
 }
 
 void ParameterServer::HandleCheckpoint(const RequestMeta& meta, const std::string& name,
@@ -468,8 +496,36 @@ void ParameterServer::RunSyncOptimize() {
     absl::MutexLock lock(&mu_);
     step = barrier_.step();
   }
+  // The next batches' lookups that came before this optimize: each table's right after its
+  // update, while its rows are at hand, on the same threads.
+  std::vector<std::shared_ptr<FusedLookup>> fused;
+  {
+    absl::MutexLock lock(&mu_);
+    fused.swap(fused_lookups_);
+  }
+  std::map<std::string, std::vector<std::pair<FusedLookup*, size_t>>> by_table;
+  for (const auto& f : fused) {
+    for (size_t i = 0; i < f->queries.size(); ++i) {
+      by_table[f->queries[i].table].push_back({f.get(), i});
+    }
+  }
   absl::Status s = applier_->ApplyStep(
-      step, [&](const std::string& grad) { return inbox_->TableGradients(grad, step); });
+      step, [&](const std::string& grad) { return inbox_->TableGradients(grad, step); },
+      [&](const std::string& table) {
+        auto it = by_table.find(table);
+        if (it == by_table.end()) return;
+        for (auto& [f, i] : it->second) {
+          f->rows[i] = applier_->Lookup(table, f->queries[i].ids);
+          f->filled[i] = 1;
+        }
+      });
+  for (const auto& f : fused) {
+    // A table this pserver does not serve was not applied: its lookup gives the error.
+    for (size_t i = 0; i < f->queries.size(); ++i) {
+      if (!f->filled[i]) f->rows[i] = applier_->Lookup(f->queries[i].table, f->queries[i].ids);
+    }
+    f->looked_up = true;
+  }
   std::vector<SyncBarrier::Reply> replies;
   std::vector<PendingGet> gets;
   {

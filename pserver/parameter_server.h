@@ -159,9 +159,11 @@ class ParameterServer : public RequestHandler {
   void HandleGet(const RequestMeta& meta, const std::string& name, GetDone done) override;
   void HandlePrefetch(const RequestMeta& meta, const std::string& table, std::vector<int64_t> ids,
                       PrefetchDone done) override;
-  // The tables side by side on the optimizer pool (and the calling thread).
+  // The tables side by side on the optimizer pool (and the calling thread). Sync, with
+  // after_update for the current step before its optimize started: the optimize looks each
+  // table up as soon as it applied it (its rows still in cache), and answers with the update.
   void HandlePrefetchBatch(const RequestMeta& meta, std::vector<PrefetchQuery> queries,
-                           PrefetchBatchDone done) override;
+                           bool after_update, PrefetchBatchDone done) override;
   void HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) override;
   // Sync mode: `done` runs (on the optimizer pool) once step meta.step is applied, at once if
   // it is already; async mode: at once.
@@ -182,6 +184,14 @@ class ParameterServer : public RequestHandler {
   struct PendingGet {
     std::string name;
     GetDone done;
+  };
+  // A PrefetchBatch waiting for the step's update; `rows` filled by the optimize (looked_up)
+  // or after it.
+  struct FusedLookup {
+    std::vector<PrefetchQuery> queries;
+    std::vector<absl::StatusOr<Tensor>> rows;
+    std::vector<char> filled;  // per query: looked up by the optimize
+    bool looked_up = false;
   };
 
   ParameterServer(const ProgramDesc& program, Scope* scope, const OpRegistry* registry,
@@ -223,6 +233,8 @@ class ParameterServer : public RequestHandler {
   // (its trainers are the active ones in async mode too, where its barriers are not used).
   SyncBarrier barrier_ ABSL_GUARDED_BY(mu_){0};
   std::vector<PendingGet> pending_gets_ ABSL_GUARDED_BY(mu_);
+  // Lookups for the next optimize to do as it applies (their waits are in barrier_).
+  std::vector<std::shared_ptr<FusedLookup>> fused_lookups_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

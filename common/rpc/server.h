@@ -46,15 +46,25 @@ class RequestHandler {
   virtual void HandlePrefetch(const RequestMeta& meta, const std::string& table,
                               std::vector<int64_t> ids, PrefetchDone done) = 0;
   // The rows of several tables' ids (a PrefetchBatch, each table at most once): `done` gets one
-  // result per query, in order. The default asks HandlePrefetch for each in turn; a handler
-  // with threads to spare looks them up side by side.
+  // result per query, in order. With `after_update` they are the rows as the update of step
+  // meta.step left them (AwaitUpdate; a failed wait is every query's result). The default waits
+  // with AwaitUpdate, then asks HandlePrefetch for each query in turn; a handler with threads to
+  // spare looks them up side by side, or as it applies the update.
   struct PrefetchQuery {
     std::string table;
     std::vector<int64_t> ids;
   };
   using PrefetchBatchDone = std::function<void(std::vector<absl::StatusOr<Tensor>>)>;
   virtual void HandlePrefetchBatch(const RequestMeta& meta, std::vector<PrefetchQuery> queries,
-                                   PrefetchBatchDone done) {
+                                   bool after_update, PrefetchBatchDone done) {
+    if (after_update) {
+      auto held = std::make_shared<std::vector<PrefetchQuery>>(std::move(queries));
+      AwaitUpdate(meta, [this, meta, held, done](absl::Status s) {
+        if (!s.ok()) return done(std::vector<absl::StatusOr<Tensor>>(held->size(), s));
+        HandlePrefetchBatch(meta, std::move(*held), false, done);
+      });
+      return;
+    }
     struct Results {
       std::vector<absl::StatusOr<Tensor>> rows;
       std::atomic<size_t> left;

@@ -192,7 +192,8 @@ class GrpcServer::Service : public RawService {
     return reactor;
   }
 
-  // The rows of every table's ids, one tensor per table in order.
+  // The rows of every table's ids, one tensor per table in order (with after_update, once the
+  // handler applied the request's step).
   grpc::ServerUnaryReactor* PrefetchBatch(grpc::CallbackServerContext* ctx,
                                           const grpc::ByteBuffer* request,
                                           grpc::ByteBuffer* response) override {
@@ -211,33 +212,30 @@ class GrpcServer::Service : public RawService {
       }
       if (!s.ok()) return Fail(reactor, s);
     }
-    auto queries = std::make_shared<std::vector<RequestHandler::PrefetchQuery>>(req.tables_size());
+    std::vector<RequestHandler::PrefetchQuery> queries(req.tables_size());
     for (int i = 0; i < req.tables_size(); ++i) {
       const std::string& bytes = req.tables(i).ids();
-      RequestHandler::PrefetchQuery& q = (*queries)[i];
+      RequestHandler::PrefetchQuery& q = queries[i];
       q.table = req.tables(i).table();
       q.ids.resize(bytes.size() / sizeof(int64_t));
       if (!q.ids.empty()) std::memcpy(q.ids.data(), bytes.data(), bytes.size());
     }
     DoneCallback finish = [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); };
-    auto serve = [this, meta, queries, response, finish] {
-      auto tables = std::make_shared<std::vector<std::string>>();
-      for (const RequestHandler::PrefetchQuery& q : *queries) tables->push_back(q.table);
-      handler_->HandlePrefetchBatch(
-          meta, std::move(*queries),
-          [meta, tables, response, finish](std::vector<absl::StatusOr<Tensor>> rows) {
-            std::vector<Variable> values(rows.size());
-            std::vector<SendItem> entries;
-            for (size_t i = 0; i < rows.size(); ++i) {
-              if (!rows[i].ok()) return finish(rows[i].status());
-              *values[i].GetMutable<Tensor>() = *std::move(rows[i]);
-              entries.push_back({(*tables)[i], &values[i]});
-            }
-            *response = EncodeBatch(meta, entries, /*send_barrier=*/false);
-            finish(absl::OkStatus());
-          });
-    };
-    AfterUpdate(req.after_update(), meta, std::move(serve), std::move(finish));
+    auto tables = std::make_shared<std::vector<std::string>>();
+    for (const RequestHandler::PrefetchQuery& q : queries) tables->push_back(q.table);
+    handler_->HandlePrefetchBatch(
+        meta, std::move(queries), req.after_update(),
+        [meta, tables, response, finish](std::vector<absl::StatusOr<Tensor>> rows) {
+          std::vector<Variable> values(rows.size());
+          std::vector<SendItem> entries;
+          for (size_t i = 0; i < rows.size(); ++i) {
+            if (!rows[i].ok()) return finish(rows[i].status());
+            *values[i].GetMutable<Tensor>() = *std::move(rows[i]);
+            entries.push_back({(*tables)[i], &values[i]});
+          }
+          *response = EncodeBatch(meta, entries, /*send_barrier=*/false);
+          finish(absl::OkStatus());
+        });
     return reactor;
   }
 

@@ -1,0 +1,193 @@
+// ParameterServer's sync step protocol for requests that ride with a step (after_update): the
+// next batch's lookups and the step's gets, sent before the step's gradients, are answered once
+// the step is applied, with the updated rows; the fused lookups of the optimize equal plain
+// ones; a later step than the server's is refused; a failed job answers held requests.
+#include "pserver/parameter_server.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/framework/executor.h"
+#include "common/framework/op_desc.h"
+#include "common/layers/layers.h"
+#include "common/layers/optimizer.h"
+#include "common/ops/ops.h"
+#include "gtest/gtest.h"
+#include "transpiler/distribute_transpiler.h"
+
+namespace tessera {
+namespace {
+
+constexpr float kLr = 0.5f;
+const char kEndpoint[] = "10.0.0.1:7000";
+
+// ids -> a distributed table "table" (width 2) and a dense fc "fc" over x, SGD: one trainer,
+// one pserver, sync.
+struct Job {
+  std::unique_ptr<OpRegistry> registry = NewStandardOpRegistry();
+  ProgramDesc program;
+  Scope scope;
+  std::unique_ptr<ParameterServer> server;
+  std::vector<std::string> dense_grads;
+  std::string table_grad;
+};
+
+std::unique_ptr<Job> MakeJob() {
+  auto job = std::make_unique<Job>();
+  ProgramDesc main, startup;
+  ProgramBuilder b(&main, &startup);
+  std::string x = layers::Data(b, "x", {-1, 3});
+  std::string ids = layers::Data(b, "ids", {-1, 1}, INT64);
+  layers::FcOptions fo;
+  fo.name = "fc";
+  fo.bias = false;
+  layers::EmbeddingOptions dist;
+  dist.name = "table";
+  dist.is_sparse = true;
+  dist.is_distributed = true;
+  std::string loss = layers::ElementwiseAdd(b, layers::Mean(b, layers::Fc(b, x, 2, fo)),
+                                            layers::Mean(b, layers::Embedding(b, ids, 10, 2, dist)));
+  OptimizerOptions oo;
+  oo.learning_rate = kLr;
+  EXPECT_TRUE(SGD(oo).Minimize(b, *job->registry, loss).ok());
+  TranspilerConfig cfg;
+  cfg.pservers = {kEndpoint};
+  cfg.trainers = 1;
+  auto t = DistributeTranspiler::Transpile(main, startup, cfg);
+  EXPECT_TRUE(t.ok()) << t.status();
+  job->program = *t->GetPserverProgram(kEndpoint);
+  Executor exec(job->registry.get());
+  EXPECT_TRUE(exec.Run(*t->GetPserverStartupProgram(kEndpoint), 0, &job->scope).ok());
+  ParameterServerOptions po;
+  po.job_id = "job";
+  po.endpoint = kEndpoint;
+  po.barrier_timeout = absl::Seconds(30);
+  po.param_blocks = t->param_blocks();
+  auto server = ParameterServer::Create(job->program, &job->scope, job->registry.get(), po);
+  EXPECT_TRUE(server.ok()) << server.status();
+  job->server = std::move(*server);
+  for (const auto& op : job->program.blocks(0).ops()) {
+    if (op.type() != "listen_and_serv") continue;
+    for (const std::string& entry : GetStringsAttr(op, "grad_to_block_id")) {
+      job->dense_grads.push_back(entry.substr(0, entry.rfind(':')));
+    }
+  }
+  for (const auto& op : job->program.blocks(0).ops()) {
+    if (op.type() == "sparse_table") job->table_grad = GetStringAttr(op, "grad", "");
+  }
+  EXPECT_FALSE(job->table_grad.empty());
+  return job;
+}
+
+RequestMeta Meta(int64_t step) { return RequestMeta{"job", 0, step}; }
+
+// What a held request was answered, once it was.
+struct Answer {
+  absl::Mutex mu;
+  bool answered = false;
+  std::vector<absl::StatusOr<Tensor>> rows;
+  bool Answered() {
+    absl::MutexLock lock(&mu);
+    return answered;
+  }
+  RequestHandler::PrefetchBatchDone Done() {
+    return [this](std::vector<absl::StatusOr<Tensor>> got) {
+      absl::MutexLock lock(&mu);
+      rows = std::move(got);
+      answered = true;
+    };
+  }
+  void Wait() {
+    absl::MutexLock lock(&mu);
+    mu.AwaitWithTimeout(absl::Condition(&answered), absl::Seconds(20));
+    ASSERT_TRUE(answered);
+  }
+};
+
+std::vector<float> Row(const absl::StatusOr<Tensor>& rows, int i) {
+  EXPECT_TRUE(rows.ok()) << rows.status();
+  if (!rows.ok()) return {};
+  return {rows->data<float>()[2 * i], rows->data<float>()[2 * i + 1]};
+}
+
+// Sends every gradient of step `step` (dense zeros; table rows {1: (1, 2)}) and the send barrier.
+void SendStep(Job& job, int64_t step) {
+  for (const std::string& g : job.dense_grads) {
+    VariableHeader h;
+    h.name = g;
+    const Variable* param = job.scope.FindVar(g.substr(0, g.find("@GRAD")));
+    ASSERT_NE(param, nullptr) << g;
+    h.dims = param->Get<Tensor>().shape();
+    h.total_bytes = h.chunk_bytes = static_cast<int64_t>(param->Get<Tensor>().nbytes());
+    auto dest = job.server->PrepareReceive(Meta(step), h);
+    ASSERT_TRUE(dest.ok()) << dest.status();
+    (*dest)->GetMutable<Tensor>()->SetZero();
+    job.server->HandleSend(Meta(step), h, *dest, [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
+  }
+  VariableHeader h;
+  h.name = job.table_grad;
+  h.type = SELECTED_ROWS;
+  h.dims = {1, 2};
+  h.height = 10;
+  h.num_rows = 1;
+  h.total_bytes = h.chunk_bytes = 8;
+  auto dest = job.server->PrepareReceive(Meta(step), h);
+  ASSERT_TRUE(dest.ok()) << dest.status();
+  SelectedRows* sr = (*dest)->GetMutable<SelectedRows>();
+  sr->rows = {1};
+  sr->value.data<float>()[0] = 1;
+  sr->value.data<float>()[1] = 2;
+  job.server->HandleSend(Meta(step), h, *dest, [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
+  job.server->HandleBarrier(Meta(step), SEND_BARRIER,
+                            [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
+}
+
+TEST(ParameterServerTest, LookupsAfterTheUpdateWaitForItAndSeeIt) {
+  std::unique_ptr<Job> job = MakeJob();
+  // The rows before any update.
+  Answer before;
+  job->server->HandlePrefetchBatch(Meta(0), {{"table", {1, 2}}}, false, before.Done());
+  ASSERT_TRUE(before.Answered());
+  const std::vector<float> row1 = Row(before.rows[0], 0), row2 = Row(before.rows[0], 1);
+
+  // Sent before the step's gradients: held (the optimize looks it up), then the updated rows.
+  Answer fused, refused;
+  job->server->HandlePrefetchBatch(Meta(0), {{"table", {2, 1}}}, true, fused.Done());
+  job->server->HandlePrefetchBatch(Meta(1), {{"table", {1}}}, true, refused.Done());
+  ASSERT_TRUE(refused.Answered());
+  ASSERT_EQ(refused.rows.size(), 1u);
+  EXPECT_EQ(refused.rows[0].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.rows[0].status().message().find("awaits the update of step 1"),
+            std::string::npos)
+      << refused.rows[0].status();
+  EXPECT_FALSE(fused.Answered());
+  SendStep(*job, 0);
+  fused.Wait();
+  ASSERT_EQ(fused.rows.size(), 1u);
+  EXPECT_EQ(Row(fused.rows[0], 0), row2);  // untouched
+  EXPECT_EQ(Row(fused.rows[0], 1), (std::vector<float>{row1[0] - kLr * 1, row1[1] - kLr * 2}));
+
+  // After the update (step 0 applied, its fetch barrier not yet reached): at once, the same.
+  Answer late;
+  job->server->HandlePrefetchBatch(Meta(0), {{"table", {2, 1}}, {"nope", {3}}}, true, late.Done());
+  ASSERT_TRUE(late.Answered());
+  ASSERT_EQ(late.rows.size(), 2u);
+  EXPECT_EQ(Row(late.rows[0], 0), Row(fused.rows[0], 0));
+  EXPECT_EQ(Row(late.rows[0], 1), Row(fused.rows[0], 1));
+  EXPECT_EQ(late.rows[1].status().code(), absl::StatusCode::kInvalidArgument);
+
+  // Held for step 1, then the job fails: answered with the failure.
+  job->server->HandleBarrier(Meta(0), FETCH_BARRIER, [](absl::Status s) { EXPECT_TRUE(s.ok()); });
+  Answer failed;
+  job->server->HandlePrefetchBatch(Meta(1), {{"table", {1}}}, true, failed.Done());
+  EXPECT_FALSE(failed.Answered());
+  job->server->Fail(absl::AbortedError("trainer 0 stopped"));
+  failed.Wait();
+  ASSERT_EQ(failed.rows.size(), 1u);
+  EXPECT_EQ(failed.rows[0].status().code(), absl::StatusCode::kAborted);
+}
+
+}  // namespace
+}  // namespace tessera
