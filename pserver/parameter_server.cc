@@ -483,11 +483,12 @@ void ParameterServer::HandleRegister(const RequestMeta& meta, const JobFields& f
 std::vector<SyncBarrier::Reply> ParameterServer::Act(SyncBarrier::Actions actions) {
   if (actions.start_optimize) applier_->Schedule([this] { RunSyncOptimize(); });
   if (actions.step_advanced) ++stats_.steps;
-  // Each goes on to serve a GetBatch or a PrefetchBatch: side by side on the pool.
-  for (SyncBarrier::Reply& r : actions.updated) {
-    applier_->Schedule([r = std::move(r)] { r.done(r.status); });
-  }
-  return std::move(actions.replies);
+  // Each goes on to serve a GetBatch or a PrefetchBatch, on the thread that answers the replies
+  // (the optimize's, which looked the rows up already; a PrefetchBatch that came too late for
+  // that looks up in parallel on the pool).
+  std::vector<SyncBarrier::Reply> replies = std::move(actions.replies);
+  for (SyncBarrier::Reply& r : actions.updated) replies.push_back(std::move(r));
+  return replies;
 }
 
 void ParameterServer::RunSyncOptimize() {
