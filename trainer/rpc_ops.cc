@@ -68,7 +68,8 @@ struct IdShards {
       int shard = -1;  // -1: empty
       int64_t index;
     };
-    std::vector<Slot> table(slots.capacity);
+    thread_local std::vector<Slot> table;  // scratch, kept between calls
+    table.assign(slots.capacity, Slot{});
     where.assign(inputs.size(), {});
     for (size_t e = 0; e < inputs.size(); ++e) {
       const int64_t* id = inputs[e]->data<int64_t>();

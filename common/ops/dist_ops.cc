@@ -112,41 +112,61 @@ void MergeInOrder(const T* src, int64_t width, const std::vector<int32_t>& slot_
   }
 }
 
-// X's rows merged by id into `out` (whose buffers are reused; not X) without sorting: an
-// open-addressing hash of the ids (a sort of 4096 (id, position) pairs was several percent of
-// an async trainer's step). Rows come out in order of first appearance; every consumer of
-// split_by_shard (send -> the pserver's table, which dedupes by hash; the async communicator,
-// which concatenates) is indifferent to row order. Scratch is per thread and kept.
-void MergeByHash(const SelectedRows& x, SelectedRows* out) {
-  const size_t n = x.rows.size();
+// The merge plan of `rows`: their distinct ids in order of first appearance (`ids`), for each
+// row the index of its id there (`slot_of`) and whether it is the first (`first`); `table` is
+// the open-addressing scratch.
+void BuildMergePlan(const std::vector<int64_t>& rows, std::vector<int32_t>* table,
+                    std::vector<int32_t>* slot_of, std::vector<uint8_t>* first,
+                    std::vector<int64_t>* ids) {
+  const size_t n = rows.size();
   const IdHashSlots slots(n);
-  thread_local std::vector<int32_t> table, slot_of;  // table: index into out->rows, -1 = empty
-  thread_local std::vector<uint8_t> first;
-  table.assign(slots.capacity, -1);
-  slot_of.resize(n);
-  first.resize(n);
-  std::vector<int64_t>& ids = out->rows;
-  ids.clear();
-  ids.reserve(n);
+  table->assign(slots.capacity, -1);
+  slot_of->resize(n);
+  first->resize(n);
+  ids->clear();
+  ids->reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    const int64_t id = x.rows[i];
+    const int64_t id = rows[i];
     size_t h = slots.Home(id);
     for (;;) {
-      const int32_t u = table[h];
+      const int32_t u = (*table)[h];
       if (u < 0) {
-        table[h] = static_cast<int32_t>(ids.size());
-        slot_of[i] = static_cast<int32_t>(ids.size());
-        first[i] = 1;
-        ids.push_back(id);
+        (*table)[h] = static_cast<int32_t>(ids->size());
+        (*slot_of)[i] = static_cast<int32_t>(ids->size());
+        (*first)[i] = 1;
+        ids->push_back(id);
         break;
       }
-      if (ids[u] == id) {
-        slot_of[i] = u;
-        first[i] = 0;
+      if ((*ids)[u] == id) {
+        (*slot_of)[i] = u;
+        (*first)[i] = 0;
         break;
       }
       h = (h + 1) & slots.mask();
     }
+  }
+}
+
+// X's rows merged by id into `out` (whose buffers are reused; not X) without sorting: an
+// open-addressing hash of the ids (a sort of 4096 (id, position) pairs was several percent of
+// an async trainer's step). Rows come out in order of first appearance; every consumer of
+// split_by_shard (send -> the pserver's table, which dedupes by hash; the async communicator,
+// which concatenates) is indifferent to row order. Scratch is per thread and kept; so is the
+// previous call's plan, which a call with the same ids reuses (the gradients of tables fed by
+// the same ids, e.g. a slot's deep and wide tables, are split one after the other).
+void MergeByHash(const SelectedRows& x, SelectedRows* out) {
+  const size_t n = x.rows.size();
+  thread_local std::vector<int32_t> table, slot_of;  // table: index into out->rows, -1 = empty
+  thread_local std::vector<uint8_t> first;
+  thread_local std::vector<int64_t> planned_rows, planned_ids;  // the plan's input and output
+  std::vector<int64_t>& ids = out->rows;
+  if (n > 0 && planned_rows.size() == n &&
+      std::memcmp(planned_rows.data(), x.rows.data(), n * sizeof(int64_t)) == 0) {
+    ids = planned_ids;  // slot_of and first are still this plan's
+  } else {
+    BuildMergePlan(x.rows, &table, &slot_of, &first, &ids);
+    planned_rows = x.rows;
+    planned_ids = ids;
   }
   out->height = x.height;
   if (!x.value.initialized()) {  // no rows at all

@@ -108,5 +108,50 @@ TEST(DistOpsTest, SplitByShardMergesDuplicatesInOrderOfFirstAppearance) {
   EXPECT_EQ(out.value.data<float>()[0], 0.0f);
 }
 
+// Consecutive splits of gradients over the same ids (a slot's deep and wide tables) reuse the
+// first one's merge plan: each still sums its own values; a different id list (same length, one
+// id changed) gets its own plan.
+TEST(DistOpsTest, SplitByShardReusesThePlanOfTheSameIdsOnly) {
+  auto registry = NewStandardOpRegistry();
+  Executor exec(registry.get());
+  for (int shards : {1, 2}) {
+    Scope scope;
+    auto fill = [&](const std::string& name, std::vector<int64_t> rows, int width, float scale) {
+      SelectedRows* x = scope.Var(name)->GetMutable<SelectedRows>();
+      x->height = 100;
+      x->rows = std::move(rows);
+      x->value.Resize(FLOAT32, {static_cast<int64_t>(x->rows.size()), width});
+      for (int64_t i = 0; i < x->value.numel(); ++i) x->value.data<float>()[i] = scale * (i + 1);
+    };
+    fill("deep", {5, 9, 5, 2, 9, 5}, 3, 1.0f);
+    fill("wide", {5, 9, 5, 2, 9, 5}, 1, 10.0f);
+    fill("other", {5, 9, 5, 2, 9, 4}, 1, 10.0f);
+    for (const std::string g : {"deep", "wide", "other"}) {
+      std::vector<std::string> outs;
+      for (int k = 0; k < shards; ++k) outs.push_back(g + ".shard" + std::to_string(k));
+      OpDesc op = MakeOp("split_by_shard", {{"X", {g}}}, {{"Out", outs}});
+      absl::Status s = exec.RunOp(op, &scope);
+      ASSERT_TRUE(s.ok()) << s;
+      const SelectedRows want = MergeRows(scope.FindVar(g)->Get<SelectedRows>());
+      size_t total = 0;
+      for (const std::string& o : outs) {
+        const SelectedRows& out = scope.FindVar(o)->Get<SelectedRows>();
+        const int64_t width = want.value.dim(1);
+        for (size_t r = 0; r < out.rows.size(); ++r) {
+          const size_t w = static_cast<size_t>(
+              std::find(want.rows.begin(), want.rows.end(), out.rows[r]) - want.rows.begin());
+          ASSERT_LT(w, want.rows.size()) << g << " id " << out.rows[r];
+          for (int64_t j = 0; j < width; ++j) {
+            EXPECT_EQ(out.value.data<float>()[r * width + j], want.value.data<float>()[w * width + j])
+                << g << " id " << out.rows[r] << " column " << j;
+          }
+        }
+        total += out.rows.size();
+      }
+      EXPECT_EQ(total, want.rows.size()) << g;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera
