@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/framework/executor.h"
 #include "common/framework/op_desc.h"
+#include "common/rpc/inproc/inproc_client.h"
 #include "common/layers/layers.h"
 #include "common/layers/optimizer.h"
 #include "common/ops/ops.h"
@@ -112,8 +113,9 @@ std::vector<float> Row(const absl::StatusOr<Tensor>& rows, int i) {
   return {rows->data<float>()[2 * i], rows->data<float>()[2 * i + 1]};
 }
 
-// Sends every gradient of step `step` (dense zeros; table rows {1: (1, 2)}) and the send barrier.
-void SendStep(Job& job, int64_t step) {
+// Sends every gradient of step `step` (dense: all `dense`; table rows {1: (1, 2)}) and the send
+// barrier.
+void SendStep(Job& job, int64_t step, float dense = 0) {
   for (const std::string& g : job.dense_grads) {
     VariableHeader h;
     h.name = g;
@@ -123,7 +125,8 @@ void SendStep(Job& job, int64_t step) {
     h.total_bytes = h.chunk_bytes = static_cast<int64_t>(param->Get<Tensor>().nbytes());
     auto dest = job.server->PrepareReceive(Meta(step), h);
     ASSERT_TRUE(dest.ok()) << dest.status();
-    (*dest)->GetMutable<Tensor>()->SetZero();
+    Tensor* value = (*dest)->GetMutable<Tensor>();
+    for (int64_t i = 0; i < value->numel(); ++i) value->data<float>()[i] = dense;
     job.server->HandleSend(Meta(step), h, *dest, [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
   }
   VariableHeader h;
@@ -187,6 +190,40 @@ TEST(ParameterServerTest, LookupsAfterTheUpdateWaitForItAndSeeIt) {
   failed.Wait();
   ASSERT_EQ(failed.rows.size(), 1u);
   EXPECT_EQ(failed.rows[0].status().code(), absl::StatusCode::kAborted);
+}
+
+// The same through a client (the in-process one, whose batched calls compose single ones after
+// AwaitUpdateAsync): a GetBatch and a PrefetchBatch sent before the step's gradients come back
+// with the parameters and rows the step left.
+TEST(ParameterServerTest, ClientGetsAndLookupsAfterTheUpdate) {
+  std::unique_ptr<Job> job = MakeJob();
+  InProcClient client(kEndpoint, job->server.get());
+  const std::string fc = job->dense_grads.at(0).substr(0, job->dense_grads[0].find("@GRAD"));
+  Variable before;
+  ASSERT_TRUE(client.GetVariable(Meta(0), fc, &before).ok());
+  std::vector<int64_t> ids = {1};
+  Tensor rows_before, rows;
+  ASSERT_TRUE(client.Prefetch(Meta(0), "table", ids, &rows_before).ok());
+
+  Variable after;
+  StatusGroup got(1), looked(1);
+  client.GetBatchAsync(Meta(0), {{fc, &after}}, false, true, got.Callback());
+  client.PrefetchBatchAsync(Meta(0), {{"table", &ids, &rows}}, true, looked.Callback());
+  SendStep(*job, 0, /*dense=*/1.0f);
+  ASSERT_TRUE(got.Wait().ok());
+  ASSERT_TRUE(looked.Wait().ok());
+  // fc moved by -lr (its gradient was all ones), row 1 by -lr * (1, 2).
+  ASSERT_EQ(after.Get<Tensor>().numel(), before.Get<Tensor>().numel());
+  for (int64_t i = 0; i < after.Get<Tensor>().numel(); ++i) {
+    EXPECT_EQ(after.Get<Tensor>().data<float>()[i], before.Get<Tensor>().data<float>()[i] - kLr);
+  }
+  ASSERT_EQ(rows.numel(), 2);
+  EXPECT_EQ(rows.data<float>()[0], rows_before.data<float>()[0] - kLr * 1);
+  EXPECT_EQ(rows.data<float>()[1], rows_before.data<float>()[1] - kLr * 2);
+  // A step ahead of the pserver's is refused through the client too.
+  StatusGroup ahead(1);
+  client.GetBatchAsync(Meta(1), {{fc, &after}}, false, true, ahead.Callback());
+  EXPECT_EQ(ahead.Wait().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
