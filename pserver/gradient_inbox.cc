@@ -17,14 +17,27 @@ GradientInbox::GradientInbox(const ProgramDesc* program, Scope* scope, int num_t
       scope_(scope),
       num_trainers_(num_trainers),
       sync_(sync),
-      endpoint_(std::move(endpoint)),
-      dense_grads_(dense_grads.begin(), dense_grads.end()),
-      table_grads_(std::move(table_grads)) {
+      endpoint_(std::move(endpoint)) {
   for (int k = 0; k < num_trainers_; ++k) trainer_scopes_.push_back(scope_->NewScope());
+  auto add = [&](const std::string& name) -> Entry& {
+    Entry& e = entries_[name];
+    e.declared = FindVarDesc(program_->blocks(0), name);
+    e.buffer.assign(num_trainers_, nullptr);
+    e.bytes.assign(num_trainers_, 0);
+    e.step.assign(num_trainers_, -1);
+    return e;
+  };
+  for (const std::string& g : dense_grads) add(g);
+  for (auto& [g, table] : table_grads) {
+    Entry& e = add(g);
+    e.table = true;
+    e.table_name = table.first;
+    e.dim = table.second;
+  }
 }
 
-absl::Status GradientInbox::CheckDeclared(const VariableHeader& h) const {
-  const VarDesc* desc = FindVarDesc(program_->blocks(0), h.name);
+absl::Status GradientInbox::CheckDeclared(const Entry& e, const VariableHeader& h) const {
+  const VarDesc* desc = e.declared;
   if (desc == nullptr) return absl::OkStatus();
   Shape want(desc->shape().begin(), desc->shape().end());
   const bool sparse = h.type == SELECTED_ROWS;
@@ -50,28 +63,37 @@ absl::Status GradientInbox::CheckDeclared(const VariableHeader& h) const {
 
 absl::StatusOr<Variable*> GradientInbox::Prepare(const RequestMeta& meta, const VariableHeader& h,
                                                  int64_t server_step) {
-  auto table = table_grads_.find(h.name);
-  const bool is_table = table != table_grads_.end();
-  if (is_table) {
-    const auto& [table_name, dim] = table->second;
-    if (h.type != SELECTED_ROWS || h.dtype != FLOAT32 || h.dims.size() != 2 || h.dims[1] != dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gradient '", h.name, "' of table ", table_name, " must be float32 sparse rows of width ",
-          dim, ", got ", DataTypeName(h.dtype), ShapeString(h.dims)));
-    }
-  } else if (dense_grads_.count(h.name) == 0) {
+  auto found = entries_.find(h.name);
+  if (found == entries_.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat("pserver ", endpoint_, " has no gradient variable '", h.name, "'"));
+  }
+  Entry& e = found->second;
+  if (e.table) {
+    if (h.type != SELECTED_ROWS || h.dtype != FLOAT32 || h.dims.size() != 2 || h.dims[1] != e.dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient '", h.name, "' of table ", e.table_name, " must be float32 sparse rows of width ",
+          e.dim, ", got ", DataTypeName(h.dtype), ShapeString(h.dims)));
+    }
   } else {
-    TS_RETURN_IF_ERROR(CheckDeclared(h));
+    TS_RETURN_IF_ERROR(CheckDeclared(e, h));
   }
   if (sync_ && meta.step != server_step) {
     return absl::FailedPreconditionError(absl::StrCat("trainer ", meta.trainer_id, " sent '",
                                                       h.name, "' for step ", meta.step,
                                                       " but pserver is at step ", server_step));
   }
-  Scope* scope = sync_ ? scope_ : trainer_scope(meta.trainer_id);
-  Variable* var = scope->Var(sync_ ? TrainerGradName(h.name, meta.trainer_id) : h.name);
+  const size_t k = static_cast<size_t>(meta.trainer_id);
+  Variable* var;
+  {
+    absl::MutexLock lock(&mu_);
+    var = e.buffer[k];
+    if (var == nullptr) {
+      Scope* scope = sync_ ? scope_ : trainer_scope(meta.trainer_id);
+      var = e.buffer[k] = scope->Var(sync_ ? TrainerGradName(h.name, meta.trainer_id) : h.name);
+    }
+    if (e.table && sync_) e.step[k] = meta.step;
+  }
   if (h.type == SELECTED_ROWS) {
     SelectedRows* sr = var->GetMutable<SelectedRows>();
     sr->rows.resize(h.num_rows);
@@ -83,17 +105,14 @@ absl::StatusOr<Variable*> GradientInbox::Prepare(const RequestMeta& meta, const 
       t->Resize(h.dtype, h.dims);
     }
   }
-  if (is_table && sync_) {
-    absl::MutexLock lock(&mu_);
-    table_grad_step_[{meta.trainer_id, h.name}] = meta.step;
-  }
   return var;
 }
 
 absl::Status GradientInbox::CheckRows(const VariableHeader& h, Variable* var) const {
   SelectedRows* sr = var->GetIf<SelectedRows>();
-  if (sr == nullptr || IsTableGradient(h.name)) return absl::OkStatus();
-  const VarDesc* desc = FindVarDesc(program_->blocks(0), h.name);
+  auto found = entries_.find(h.name);
+  if (sr == nullptr || found == entries_.end() || found->second.table) return absl::OkStatus();
+  const VarDesc* desc = found->second.declared;
   const int64_t height = desc != nullptr && desc->shape_size() > 0 ? desc->shape(0) : -1;
   for (size_t i = 0; height > 0 && i < sr->rows.size(); ++i) {
     if (sr->rows[i] >= 0 && sr->rows[i] < height) continue;
@@ -110,8 +129,10 @@ absl::Status GradientInbox::CheckRows(const VariableHeader& h, Variable* var) co
 }
 
 bool GradientInbox::Arrived(int trainer, const VariableHeader& h) {
+  auto found = entries_.find(h.name);
+  if (found == entries_.end()) return false;  // Prepare refused it
   absl::MutexLock lock(&mu_);
-  int64_t& got = bytes_[{trainer, h.name}];
+  int64_t& got = found->second.bytes[static_cast<size_t>(trainer)];
   got += h.chunk_bytes;
   if (got < h.total_bytes) return false;
   got = 0;
@@ -121,11 +142,13 @@ bool GradientInbox::Arrived(int trainer, const VariableHeader& h) {
 std::vector<const SelectedRows*> GradientInbox::TableGradients(const std::string& grad,
                                                                int64_t step) const {
   std::vector<const SelectedRows*> grads;
+  auto found = entries_.find(grad);
+  if (found == entries_.end()) return grads;
+  const Entry& e = found->second;
   absl::MutexLock lock(&mu_);
   for (int k = 0; k < num_trainers_; ++k) {
-    auto at = table_grad_step_.find({k, grad});
-    if (at == table_grad_step_.end() || at->second != step) continue;
-    const Variable* v = scope_->FindVar(TrainerGradName(grad, k));
+    if (e.step[k] != step) continue;
+    const Variable* v = e.buffer[k];
     if (v != nullptr && v->Is<SelectedRows>()) grads.push_back(&v->Get<SelectedRows>());
   }
   return grads;

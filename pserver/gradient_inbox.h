@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -58,7 +59,10 @@ class GradientInbox {
   // restarts for its next one).
   bool Arrived(int trainer, const VariableHeader& h);
 
-  bool IsTableGradient(const std::string& grad) const { return table_grads_.count(grad) > 0; }
+  bool IsTableGradient(const std::string& grad) const {
+    auto it = entries_.find(grad);
+    return it != entries_.end() && it->second.table;
+  }
   // Sync: the trainers' gradients of table gradient `grad` that arrived for `step`, in trainer
   // order (a trainer whose batch had no id of the table sent none).
   std::vector<const SelectedRows*> TableGradients(const std::string& grad, int64_t step) const;
@@ -66,21 +70,30 @@ class GradientInbox {
   Scope* trainer_scope(int k) const { return trainer_scopes_[static_cast<size_t>(k)]; }
 
  private:
-  absl::Status CheckDeclared(const VariableHeader& h) const;
+  // What the inbox knows of one gradient, found by one hash lookup per message; the per-trainer
+  // state is guarded by mu_ (the rest is fixed at construction).
+  struct Entry {
+    bool table = false;
+    std::string table_name;      // table gradients
+    int64_t dim = 0;             // table gradients: the row width
+    const VarDesc* declared = nullptr;  // its declaration in block 0, if any
+    // Per trainer: the receive buffer (resolved on first use), the bytes of an incomplete
+    // gradient, and (sync, tables) the step at which it last arrived (-1: never).
+    std::vector<Variable*> buffer;
+    std::vector<int64_t> bytes;
+    std::vector<int64_t> step;
+  };
+  absl::Status CheckDeclared(const Entry& e, const VariableHeader& h) const;
 
   const ProgramDesc* program_;
   Scope* scope_;
   const int num_trainers_;
   const bool sync_;
   const std::string endpoint_;
-  std::set<std::string> dense_grads_;
-  std::map<std::string, std::pair<std::string, int64_t>> table_grads_;
   std::vector<Scope*> trainer_scopes_;
 
   mutable absl::Mutex mu_;
-  std::map<std::pair<int, std::string>, int64_t> bytes_ ABSL_GUARDED_BY(mu_);  // chunk bytes
-  // Sync: the step at which (trainer, table gradient) last arrived.
-  std::map<std::pair<int, std::string>, int64_t> table_grad_step_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Entry> entries_;  // the map is fixed; see Entry for its state
 };
 
 }  // namespace tessera
