@@ -43,6 +43,12 @@ CONFIGS=(single "1x1 sync" "2x2 sync" "2x2 async" "2x2 sync cpu_places=2"
 if [ -n "${CTR_E2E_ONLY:-}" ]; then
   IFS=, read -r -a CONFIGS <<<"$CTR_E2E_ONLY"
 fi
+# CTR_E2E_BASELINE=DIR (holding tessera_pserver and tessera_trainer of another build, e.g. an
+# earlier commit's): adds "1x1 sync baseline" and "2x2 sync baseline", the same jobs with those
+# daemons, alternated with the others in every round.
+if [ -n "${CTR_E2E_BASELINE:-}" ]; then
+  CONFIGS+=("1x1 sync baseline" "2x2 sync baseline")
+fi
 PYTHONPATH=python /usr/bin/python3 examples/python/deepfm.py --out="$WORK/deepfm.pbtxt" \
   --distributed_tables --dict_size="$VOCAB"
 
@@ -65,6 +71,11 @@ run() {
     local ps="${shape%x*}"
     trainers="${shape#*x}"
     local sync=true places=1 ahead=true mode=pserver
+    local -a daemons=()
+    case "$rest" in *baseline*)
+      daemons=(--pserver_bin="$CTR_E2E_BASELINE/tessera_pserver"
+        --trainer_bin="$CTR_E2E_BASELINE/tessera_trainer") ;;
+    esac
     case "$rest" in *async*) sync=false ;; esac
     case "$rest" in *hybrid*) mode=hybrid ;; esac
     case "$rest" in *cpu_places=2*) places=2 ;; esac
@@ -73,7 +84,7 @@ run() {
       --num_examples="$N" --num_test_examples=5000 --vocab_per_slot="$VOCAB"
       --batch_size="$BATCH" --epochs=1 --sync_mode="$sync" --cpu_places="$places"
       --prefetch_ahead="$ahead" --mode="$mode"
-      --log_every_steps=0 --log_dir="$log" --noplot "${model[@]}")
+      --log_every_steps=0 --log_dir="$log" --noplot "${daemons[@]}" "${model[@]}")
   fi
   local start end
   start=$(date +%s.%N)
