@@ -22,6 +22,11 @@ int TableShards(int requested) {
   return shards;
 }
 
+int OptimizeThreads(int requested) {
+  if (requested > 0) return requested;
+  return static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Applier>> Applier::Create(const ProgramDesc& program,
@@ -71,7 +76,7 @@ absl::Status Applier::Init(const OpDesc& ls) {
     lr_clock_grad_ = !blocks_.empty() ? blocks_[0].grad : (tables_.empty() ? "" : tables_[0].grad);
   }
   for (const auto& b : blocks_) CreateBlockVariables(program_.blocks(b.block_id), scope_);
-  pool_ = std::make_unique<ThreadPool>(std::max(1, options_.optimize_threads));
+  pool_ = std::make_unique<ThreadPool>(OptimizeThreads(options_.optimize_threads));
   return absl::OkStatus();
 }
 

@@ -39,7 +39,9 @@ namespace tessera {
 
 struct ApplierOptions {
   std::string endpoint;  // for messages
-  int optimize_threads = 2;
+  // Threads of the optimizer pool, which applies a sync step's blocks and tables and looks up
+  // the next batches' rows side by side. 0: the machine's hardware threads, at least 2.
+  int optimize_threads = 0;
   // Distributed tables (SparseTableOptions): lifecycle, row budget and internal shards (0: the
   // smallest power of two >= 2 x the hardware threads, in [4, 64]).
   int64_t table_admission_threshold = 0;

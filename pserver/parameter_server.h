@@ -70,7 +70,7 @@ struct ParameterServerOptions {
   // A server that no trainer has reached this long after it was created fails (its trainers
   // never started, or were pointed elsewhere). Zero: it waits forever.
   absl::Duration startup_timeout = absl::ZeroDuration();
-  int optimize_threads = 2;
+  int optimize_threads = 0;  // ApplierOptions::optimize_threads (0: hardware threads, >= 2)
   // Distributed tables (every sparse_table op of the program): lifecycle options, off at 0.
   int64_t table_admission_threshold = 0;
   int64_t table_evict_after_steps = 0;
