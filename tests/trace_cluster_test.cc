@@ -165,9 +165,10 @@ void ExpectNestedStepTimeline(const std::vector<std::string>& extra, bool prefet
     EXPECT_GE(steps[step].ts, steps[step - 1].ts + steps[step - 1].dur);
   }
   // Where the lookups run: with prefetch_ahead (sync, sends carrying the barrier: pipelined),
-  // a step's prefetch span is the next batch's, sent beside the compute and answered once the
-  // pservers applied the step, so after its send went out; the recv goes out beside the send
-  // rather than after its reply. Without, the prefetch is the step's own, before its compute.
+  // a step's prefetch span is the next batch's, sent beside the compute and answered only once
+  // the pservers applied the step, so it ends after the step's send went out (when it starts,
+  // and when the recv beside the send starts, depend on the threads' scheduling: not checked).
+  // Without, the prefetch is the step's own, before its compute.
   std::map<int64_t, std::map<std::string, Span>> first;
   for (const Span& s : spans) {
     auto& f = first[s.step];
@@ -177,10 +178,7 @@ void ExpectNestedStepTimeline(const std::vector<std::string>& extra, bool prefet
     const Span& prefetch = first[step]["prefetch"];
     if (prefetch_ahead) {
       const Span& send = first[step]["send"];
-      const Span& recv = first[step]["recv"];
-      EXPECT_LT(prefetch.ts, send.ts + send.dur) << "step " << step;
       EXPECT_GE(prefetch.ts + prefetch.dur, send.ts) << "step " << step;
-      EXPECT_LT(recv.ts, send.ts + send.dur) << "step " << step;
     } else {
       EXPECT_LE(prefetch.ts + prefetch.dur, first[step]["compute"].ts) << "step " << step;
     }
