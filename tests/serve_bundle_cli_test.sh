@@ -12,21 +12,27 @@ source "$ROOT/tests/cli_test_lib.sh"
 "$ROOT/serving/write_test_bundle" "$TMP" || { echo "FAIL: cannot write the test bundle"; exit 1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# serve SIGNAL: starts a serving pserver, waits (at most 20 s) for its "serving" line, sends
-# SIGNAL and expects exit status 0 within 20 s.
+# serve SIGNAL: starts a serving pserver, waits (at most 60 s: a loaded CI machine once took
+# over 20 s to start it) for its "serving" line, sends SIGNAL and expects exit status 0 within
+# 20 s. Without the line the signal is not sent: bash starts background commands with SIGINT
+# ignored, so a SIGINT before the daemon blocks it for its sigwait would be lost.
 serve() {
   local sig=$1 port pid rc=
   port=$(free_port)
   "$PS" --serve_bundle="$TMP/bundle" --pservers="127.0.0.1:$port" \
     --current_endpoint="127.0.0.1:$port" >"$TMP/serve.log" 2>&1 &
   pid=$!
-  for _ in $(seq 200); do
+  for _ in $(seq 600); do
     grep -q ": serving .*export-0000000042 (step 42)" "$TMP/serve.log" && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
-  grep -q ": serving .*export-0000000042 (step 42)" "$TMP/serve.log" ||
-    fail "no serving line: $(cat "$TMP/serve.log")"
+  if ! grep -q ": serving .*export-0000000042 (step 42)" "$TMP/serve.log"; then
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    fail "no serving line within 60 s: $(cat "$TMP/serve.log")"
+    return
+  fi
   kill "-$sig" "$pid" 2>/dev/null
   for _ in $(seq 200); do
     kill -0 "$pid" 2>/dev/null || break
