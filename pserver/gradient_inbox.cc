@@ -9,9 +9,8 @@
 
 namespace tessera {
 
-GradientInbox::GradientInbox(const ProgramDesc* program, Scope* scope, int num_trainers,
-                             bool sync, std::string endpoint,
-                             std::vector<std::string> dense_grads,
+GradientInbox::GradientInbox(const ProgramDesc* program, Scope* scope, int num_trainers, bool sync,
+                             std::string endpoint, std::vector<std::string> dense_grads,
                              std::map<std::string, std::pair<std::string, int64_t>> table_grads)
     : program_(program),
       scope_(scope),
@@ -71,9 +70,10 @@ absl::StatusOr<Variable*> GradientInbox::Prepare(const RequestMeta& meta, const 
   Entry& e = found->second;
   if (e.table) {
     if (h.type != SELECTED_ROWS || h.dtype != FLOAT32 || h.dims.size() != 2 || h.dims[1] != e.dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gradient '", h.name, "' of table ", e.table_name, " must be float32 sparse rows of width ",
-          e.dim, ", got ", DataTypeName(h.dtype), ShapeString(h.dims)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient '", h.name, "' of table ", e.table_name,
+                       " must be float32 sparse rows of width ", e.dim, ", got ",
+                       DataTypeName(h.dtype), ShapeString(h.dims)));
     }
   } else {
     TS_RETURN_IF_ERROR(CheckDeclared(e, h));

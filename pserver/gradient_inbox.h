@@ -29,8 +29,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/rpc/server.h"
 #include "common/framework/scope.h"
+#include "common/rpc/server.h"
 #include "proto/program.pb.h"
 
 namespace tessera {
@@ -74,8 +74,8 @@ class GradientInbox {
   // state is guarded by mu_ (the rest is fixed at construction).
   struct Entry {
     bool table = false;
-    std::string table_name;      // table gradients
-    int64_t dim = 0;             // table gradients: the row width
+    std::string table_name;             // table gradients
+    int64_t dim = 0;                    // table gradients: the row width
     const VarDesc* declared = nullptr;  // its declaration in block 0, if any
     // Per trainer: the receive buffer (resolved on first use), the bytes of an incomplete
     // gradient, and (sync, tables) the step at which it last arrived (-1: never).

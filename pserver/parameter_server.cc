@@ -228,8 +228,8 @@ void ParameterServer::HandlePrefetchBatch(const RequestMeta& meta,
       if (meta.step == barrier_.step() && !barrier_.optimizing() && !barrier_.Applied(meta.step)) {
         fused_lookups_.push_back(batch);
       }
-      replies = Act(barrier_.AwaitUpdate(meta.trainer_id, meta.step, std::move(finish),
-                                         absl::Now(), absl::StrCat("pserver ", options_.endpoint)));
+      replies = Act(barrier_.AwaitUpdate(meta.trainer_id, meta.step, std::move(finish), absl::Now(),
+                                         absl::StrCat("pserver ", options_.endpoint)));
     }
   }
   for (SyncBarrier::Reply& r : replies) r.done(r.status);

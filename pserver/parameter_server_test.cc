@@ -11,10 +11,10 @@
 #include "absl/synchronization/mutex.h"
 #include "common/framework/executor.h"
 #include "common/framework/op_desc.h"
-#include "common/rpc/inproc/inproc_client.h"
 #include "common/layers/layers.h"
 #include "common/layers/optimizer.h"
 #include "common/ops/ops.h"
+#include "common/rpc/inproc/inproc_client.h"
 #include "gtest/gtest.h"
 #include "transpiler/distribute_transpiler.h"
 
@@ -48,8 +48,9 @@ std::unique_ptr<Job> MakeJob() {
   dist.name = "table";
   dist.is_sparse = true;
   dist.is_distributed = true;
-  std::string loss = layers::ElementwiseAdd(b, layers::Mean(b, layers::Fc(b, x, 2, fo)),
-                                            layers::Mean(b, layers::Embedding(b, ids, 10, 2, dist)));
+  std::string loss =
+      layers::ElementwiseAdd(b, layers::Mean(b, layers::Fc(b, x, 2, fo)),
+                             layers::Mean(b, layers::Embedding(b, ids, 10, 2, dist)));
   OptimizerOptions oo;
   oo.learning_rate = kLr;
   EXPECT_TRUE(SGD(oo).Minimize(b, *job->registry, loss).ok());

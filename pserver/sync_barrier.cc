@@ -73,7 +73,7 @@ SyncBarrier::Actions SyncBarrier::Arrive(int trainer, int64_t step, Kind kind, D
 }
 
 SyncBarrier::Actions SyncBarrier::AwaitUpdate(int trainer, int64_t step, DoneCallback done,
-                                               absl::Time now, const std::string& who) {
+                                              absl::Time now, const std::string& who) {
   Actions a;
   if (Applied(step)) {
     a.replies.push_back({std::move(done), absl::OkStatus()});
@@ -159,7 +159,7 @@ absl::Status SyncBarrier::CheckTimeout(absl::Time now, absl::Duration timeout,
         who, ": trainers ", absl::StrJoin(update_.arrived, ", "), " waited ",
         absl::FormatDuration(timeout), " for the update of step ", step_, ": trainers ",
         Missing(Kind::kSend),
-        " did not send its gradients (dead or stuck; check their logs, then restart the job)"));
+        " did not send their gradients (dead or stuck; check their logs, then restart the job)"));
   }
   return absl::OkStatus();
 }

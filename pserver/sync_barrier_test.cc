@@ -311,7 +311,9 @@ TEST(SyncBarrierTest, AwaitUpdateWaitsForTheStepsOptimize) {
   EXPECT_EQ(a.replies.size(), 1u);
   a.Answer();
   std::vector<absl::Status> got;
-  b.AwaitUpdate(1, 1, [&](absl::Status s) { got.push_back(s); }, kT0, "pserver p").Answer();
+  b.AwaitUpdate(
+       1, 1, [&](absl::Status s) { got.push_back(s); }, kT0, "pserver p")
+      .Answer();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(got[0].message(), "trainer 1 awaits the update of step 1 but pserver p is at step 0");

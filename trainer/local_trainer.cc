@@ -310,8 +310,8 @@ absl::Status LocalTrainer::RunPipelined(int64_t next_size, const FeedFn& next_fe
   } else {
     flight->lookups_done.Notify();
   }
-  absl::Status s = executor_.RunOps(main_block_, looked_up ? head_end_ : 0, tail_begin_ - 1,
-                                    &scope_);
+  absl::Status s =
+      executor_.RunOps(main_block_, looked_up ? head_end_ : 0, tail_begin_ - 1, &scope_);
   if (s.ok()) {
     ahead_->Schedule([this, flight, n] {
       flight->received = executor_.RunOps(pipelined_block_, tail_begin_, n, &scope_);

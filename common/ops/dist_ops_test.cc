@@ -142,7 +142,8 @@ TEST(DistOpsTest, SplitByShardReusesThePlanOfTheSameIdsOnly) {
               std::find(want.rows.begin(), want.rows.end(), out.rows[r]) - want.rows.begin());
           ASSERT_LT(w, want.rows.size()) << g << " id " << out.rows[r];
           for (int64_t j = 0; j < width; ++j) {
-            EXPECT_EQ(out.value.data<float>()[r * width + j], want.value.data<float>()[w * width + j])
+            EXPECT_EQ(out.value.data<float>()[r * width + j],
+                      want.value.data<float>()[w * width + j])
                 << g << " id " << out.rows[r] << " column " << j;
           }
         }

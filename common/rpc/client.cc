@@ -48,11 +48,11 @@ void PServerClient::AwaitUpdateAsync(const RequestMeta& meta, DoneCallback done)
 void PServerClient::GetBatchAsync(const RequestMeta& meta, std::vector<GetItem> items,
                                   bool fetch_barrier, bool after_update, DoneCallback done) {
   if (after_update) {
-    return AwaitUpdateAsync(meta, [this, meta, items = std::move(items), fetch_barrier,
-                                   done](absl::Status s) mutable {
-      if (!s.ok()) return done(s);
-      GetBatchAsync(meta, std::move(items), fetch_barrier, /*after_update=*/false, done);
-    });
+    return AwaitUpdateAsync(
+        meta, [this, meta, items = std::move(items), fetch_barrier, done](absl::Status s) mutable {
+          if (!s.ok()) return done(s);
+          GetBatchAsync(meta, std::move(items), fetch_barrier, /*after_update=*/false, done);
+        });
   }
   auto shared = std::make_shared<std::vector<GetItem>>(std::move(items));
   auto then = [this, meta, fetch_barrier, shared, done] {

@@ -86,9 +86,7 @@ class RequestHandler {
   // A GetBatch or PrefetchBatch with after_update: `done` runs once the parameters are as the
   // update of step meta.step left them (sync mode), and the request is then served; a failure
   // answers the request. The default (no step protocol) runs `done` at once.
-  virtual void AwaitUpdate(const RequestMeta& meta, DoneCallback done) {
-    done(absl::OkStatus());
-  }
+  virtual void AwaitUpdate(const RequestMeta& meta, DoneCallback done) { done(absl::OkStatus()); }
   // Asked once the send barrier of `step` was released: whether a trainer sent it with
   // RequestMeta::last_batch, so that every trainer ends the epoch after this step (sync mode,
   // streamed data; the answer travels in SendResponse / BarrierResponse).

@@ -483,12 +483,11 @@ void GrpcPServerClient::GetBatchAsync(const RequestMeta& meta, std::vector<GetIt
     GetBatchRequest wait;
     *wait.mutable_header() = ToHeader(meta);
     wait.set_after_update(true);
-    Call(
-        "GetBatch", SerializeProto(wait), nullptr,
-        [this, meta, items = std::move(items), fetch_barrier, done](absl::Status s) mutable {
-          if (!s.ok()) return done(s);
-          GetBatchAsync(meta, std::move(items), fetch_barrier, /*after_update=*/false, done);
-        });
+    Call("GetBatch", SerializeProto(wait), nullptr,
+         [this, meta, items = std::move(items), fetch_barrier, done](absl::Status s) mutable {
+           if (!s.ok()) return done(s);
+           GetBatchAsync(meta, std::move(items), fetch_barrier, /*after_update=*/false, done);
+         });
     return;
   }
   const int64_t max_bytes = options_.max_message_bytes;

@@ -377,11 +377,11 @@ class GrpcServer::Service : public RawService {
   void AfterUpdate(bool after_update, const RequestMeta& meta, std::function<void()> serve,
                    DoneCallback finish) {
     if (!after_update) return serve();
-    handler_->AwaitUpdate(meta, [serve = std::move(serve), finish = std::move(finish)](
-                                    absl::Status st) {
-      if (!st.ok()) return finish(st);
-      serve();
-    });
+    handler_->AwaitUpdate(meta,
+                          [serve = std::move(serve), finish = std::move(finish)](absl::Status st) {
+                            if (!st.ok()) return finish(st);
+                            serve();
+                          });
   }
 
   // Stores the bytes of a received message (a whole variable or a chunk) in `var`, which
