@@ -210,29 +210,19 @@ void ParameterServer::HandlePrefetchBatch(const RequestMeta& meta,
     }
     done(std::move(batch->rows));
   };
-  if (!after_update || !sync_) {
-    {
-      absl::MutexLock lock(&mu_);
-      stats_.prefetches += static_cast<int64_t>(batch->queries.size());
-    }
-    return finish(absl::OkStatus());
-  }
-  std::vector<SyncBarrier::Reply> replies;
   {
     absl::MutexLock lock(&mu_);
     stats_.prefetches += static_cast<int64_t>(batch->queries.size());
-    if (!failure_.ok()) {
-      replies.push_back({std::move(finish), failure_});
-    } else {
-      // Before the step's optimize starts: it looks the rows up as it applies each table.
-      if (meta.step == barrier_.step() && !barrier_.optimizing() && !barrier_.Applied(meta.step)) {
-        fused_lookups_.push_back(batch);
-      }
-      replies = Act(barrier_.AwaitUpdate(meta.trainer_id, meta.step, std::move(finish), absl::Now(),
-                                         absl::StrCat("pserver ", options_.endpoint)));
+    // Sync, before the step's optimize starts: it looks the rows up as it applies each table.
+    if (after_update && sync_ && failure_.ok() && meta.step == barrier_.step() &&
+        !barrier_.optimizing() && !barrier_.Applied(meta.step)) {
+      fused_lookups_.push_back(batch);
     }
   }
-  for (SyncBarrier::Reply& r : replies) r.done(r.status);
+  if (!after_update) return finish(absl::OkStatus());
+  // Answered once the step is applied (by then the optimize may have looked the rows up), at once
+  // in async mode, or with the job's failure.
+  AwaitUpdate(meta, std::move(finish));
 }
 
 void ParameterServer::HandleCheckpoint(const RequestMeta& meta, const std::string& name,
