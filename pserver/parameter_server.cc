@@ -217,6 +217,7 @@ void ParameterServer::HandlePrefetchBatch(const RequestMeta& meta,
     if (after_update && sync_ && failure_.ok() && meta.step == barrier_.step() &&
         !barrier_.optimizing() && !barrier_.Applied(meta.step)) {
       fused_lookups_.push_back(batch);
+      stats_.fused_prefetches += static_cast<int64_t>(batch->queries.size());
     }
   }
   if (!after_update) return finish(absl::OkStatus());

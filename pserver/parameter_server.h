@@ -114,6 +114,9 @@ struct ParameterServerStats {
   std::map<int, int64_t> grads_received;  // complete gradients per trainer
   int64_t gets = 0;
   int64_t prefetches = 0;
+  // Of `prefetches`, the lookups a sync step's optimize did right after each table's update
+  // (their PrefetchBatch came, with after_update, before the optimize started).
+  int64_t fused_prefetches = 0;
   std::vector<int> trainers_dropped;  // async_drop_silent_trainers: silent trainers let go
   int64_t table_rows = 0;             // rows held by this pserver's table shards
   int64_t table_refused_rows = 0;     // new ids refused for the row budget

@@ -181,6 +181,9 @@ TEST(ParameterServerTest, LookupsAfterTheUpdateWaitForItAndSeeIt) {
   EXPECT_EQ(Row(late.rows[0], 0), Row(fused.rows[0], 0));
   EXPECT_EQ(Row(late.rows[0], 1), Row(fused.rows[0], 1));
   EXPECT_EQ(late.rows[1].status().code(), absl::StatusCode::kInvalidArgument);
+  // Of the 5 lookups, only the held one of step 0 was done by the optimize.
+  EXPECT_EQ(job->server->stats().prefetches, 5);
+  EXPECT_EQ(job->server->stats().fused_prefetches, 1);
 
   // Held for step 1, then the job fails: answered with the failure.
   job->server->HandleBarrier(Meta(0), FETCH_BARRIER, [](absl::Status s) { EXPECT_TRUE(s.ok()); });

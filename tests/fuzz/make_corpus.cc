@@ -69,6 +69,16 @@ bool CodecSeeds(const std::string& dir) {
   put("batch_send", Flatten(EncodeBatch(
                         meta, {{"fc.w@GRAD", &dense}, {"emb@GRAD.shard0", &sparse}, {"e", &empty}},
                         /*send_barrier=*/true)));
+  // A slot's deep and wide gradients: the second names the first's row ids (rows_of_entry).
+  Variable wide;
+  SelectedRows* wr = wide.GetMutable<SelectedRows>();
+  wr->height = 1000;
+  wr->rows = sr->rows;
+  wr->value.Resize(FLOAT32, {3, 1});
+  for (int i = 0; i < 3; ++i) wr->value.data<float>()[i] = static_cast<float>(-i);
+  put("batch_send_shared_rows",
+      Flatten(EncodeBatch(meta, {{"emb@GRAD.shard0", &sparse}, {"wide@GRAD.shard0", &wide}},
+                          /*send_barrier=*/true)));
   GetBatchRequest get_batch;
   *get_batch.mutable_header() = ToHeader(meta);
   get_batch.add_names("fc.w");
@@ -99,6 +109,10 @@ bool CodecSeeds(const std::string& dir) {
     entry->set_ids(std::string(reinterpret_cast<const char*>(ids.data()), 24));
   }
   put("prefetch_batch_request", prefetch_batch.SerializeAsString());
+  // The second table names the first's ids (ids_of_table).
+  prefetch_batch.mutable_tables(1)->clear_ids();
+  prefetch_batch.mutable_tables(1)->set_ids_of_table(1);
+  put("prefetch_batch_request_shared_ids", prefetch_batch.SerializeAsString());
   BarrierRequest barrier;
   *barrier.mutable_header() = ToHeader(meta);
   barrier.set_kind(FETCH_BARRIER);

@@ -108,8 +108,11 @@ namespace {
 
 // Appends the encoding of a VariableMessage (with a header only when `meta` is given) to `out`;
 // returns its length in bytes.
+// `rows_of_entry` (a batch entry's VariableMessage.rows_of_entry): nonzero writes it instead of
+// the row ids.
 size_t AppendVariable(const RequestMeta* meta, const std::string& name, const Variable& var,
-                      int64_t offset, int64_t length, std::vector<grpc::Slice>* out) {
+                      int64_t offset, int64_t length, std::vector<grpc::Slice>* out,
+                      int rows_of_entry = 0) {
   VariableMessage msg;
   if (meta != nullptr) *msg.mutable_header() = ToHeader(*meta);
   msg.set_name(name);
@@ -118,6 +121,7 @@ size_t AppendVariable(const RequestMeta* meta, const std::string& name, const Va
   if (rows != nullptr) {
     msg.set_type(SELECTED_ROWS);
     msg.set_height(rows->height);
+    msg.set_rows_of_entry(rows_of_entry);
     value = &rows->value;
     offset = 0;
     length = static_cast<int64_t>(value->nbytes());
@@ -136,7 +140,7 @@ size_t AppendVariable(const RequestMeta* meta, const std::string& name, const Va
 
   const size_t first = out->size();
   out->emplace_back(msg.SerializeAsString());
-  if (rows != nullptr) {
+  if (rows != nullptr && rows_of_entry == 0) {
     size_t n = rows->rows.size() * sizeof(int64_t);
     out->emplace_back(LengthPrefix(kRowsField, n));
     if (n > 0) out->emplace_back(rows->rows.data(), n);  // copies: ids are small
@@ -172,9 +176,27 @@ grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem
   std::vector<grpc::Slice> slices;
   slices.emplace_back(head.SerializeAsString());
   std::vector<grpc::Slice> entry;
-  for (const SendItem& e : entries) {
+  // The sparse entries so far (index, rows): an entry whose row ids equal one of the last few
+  // (a slot's deep and wide gradients) names it instead of repeating them.
+  constexpr size_t kRowsLookBack = 4;
+  std::vector<std::pair<int, const std::vector<int64_t>*>> sparse;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const SendItem& e = entries[i];
     entry.clear();
-    size_t bytes = AppendVariable(nullptr, e.name, *e.var, 0, -1, &entry);
+    int rows_of_entry = 0;
+    if (const SelectedRows* sr = e.var->GetIf<SelectedRows>()) {
+      const std::vector<int64_t>& ids = sr->rows;
+      for (size_t k = sparse.size(); k-- > 0 && k + kRowsLookBack >= sparse.size();) {
+        const std::vector<int64_t>& other = *sparse[k].second;
+        if (!ids.empty() && other.size() == ids.size() &&
+            std::memcmp(other.data(), ids.data(), ids.size() * sizeof(int64_t)) == 0) {
+          rows_of_entry = sparse[k].first + 1;
+          break;
+        }
+      }
+      if (rows_of_entry == 0) sparse.push_back({static_cast<int>(i), &ids});
+    }
+    size_t bytes = AppendVariable(nullptr, e.name, *e.var, 0, -1, &entry, rows_of_entry);
     slices.emplace_back(LengthPrefix(kBatchVarsField, bytes));
     for (grpc::Slice& s : entry) slices.push_back(std::move(s));
   }
@@ -189,6 +211,8 @@ class CodecAccess {
   // header when given.
   static absl::Status Parse(google::protobuf::io::CodedInputStream& in, int64_t max_bytes,
                             const RequestMeta* meta, DecodedVariable* d);
+  // Resolves `d`'s rows_of_entry against the batch's entries before it.
+  static absl::Status ShareRows(const std::vector<DecodedVariable>& earlier, DecodedVariable* d);
   static void SetShared(DecodedVariable* d, const RequestMeta& meta,
                         std::shared_ptr<const std::vector<grpc::Slice>> slices) {
     d->meta_ = meta;
@@ -267,9 +291,14 @@ absl::Status CodecAccess::Parse(google::protobuf::io::CodedInputStream& in, int6
   }
   h.chunk_bytes = payload_len;
   if (!have_payload && total > 0) return Bad(absl::StrCat("variable ", h.name, " has no payload"));
+  d->rows_of_entry_ = msg.rows_of_entry();
+  if (d->rows_of_entry_ != 0 && (h.type != SELECTED_ROWS || have_rows || meta == nullptr)) {
+    return Bad(absl::StrCat("variable ", h.name, " has rows_of_entry ", d->rows_of_entry_,
+                            ", which only a sparse batch entry without row ids may have"));
+  }
   if (h.type == SELECTED_ROWS) {
     if (h.dims.empty()) return Bad(absl::StrCat("sparse variable ", h.name, " has no dims"));
-    if (rows_len % 8 != 0 || rows_len / 8 != h.dims[0]) {
+    if (d->rows_of_entry_ == 0 && (rows_len % 8 != 0 || rows_len / 8 != h.dims[0])) {
       return Bad(absl::StrCat("sparse variable ", h.name, " has ", rows_len,
                               " bytes of row ids for ", h.dims[0], " rows"));
     }
@@ -298,6 +327,26 @@ absl::Status CodecAccess::Parse(google::protobuf::io::CodedInputStream& in, int6
                               ") does not fit its ", total, " bytes"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CodecAccess::ShareRows(const std::vector<DecodedVariable>& earlier,
+                                    DecodedVariable* d) {
+  if (d->rows_of_entry_ == 0) return absl::OkStatus();
+  const VariableHeader& h = d->header_;
+  const int64_t k = static_cast<int64_t>(d->rows_of_entry_) - 1;
+  if (k < 0 || k >= static_cast<int64_t>(earlier.size())) {
+    return Bad(absl::StrCat("sparse variable ", h.name, " takes its row ids from entry ", k,
+                            ", which is not an earlier entry of its batch (", earlier.size(),
+                            " before it)"));
+  }
+  const DecodedVariable& src = earlier[static_cast<size_t>(k)];
+  if (src.header_.type != SELECTED_ROWS || src.header_.num_rows != h.num_rows) {
+    return Bad(absl::StrCat("sparse variable ", h.name, " with ", h.num_rows,
+                            " rows takes its row ids from entry ", k, " (", src.header_.name,
+                            "), which is not sparse with as many rows"));
+  }
+  d->rows_begin_ = src.rows_begin_;  // the same received bytes (src's own, or resolved too)
   return absl::OkStatus();
 }
 
@@ -352,6 +401,7 @@ absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t
       auto limit = in.PushLimit(static_cast<int>(len));
       DecodedVariable d;
       TS_RETURN_IF_ERROR(CodecAccess::Parse(in, max_bytes, &none, &d));
+      TS_RETURN_IF_ERROR(CodecAccess::ShareRows(batch.vars, &d));
       in.PopLimit(limit);
       batch.vars.push_back(std::move(d));
     } else if (field == kBatchHeaderField && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {

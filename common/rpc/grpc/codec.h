@@ -47,6 +47,7 @@ class DecodedVariable {
   std::shared_ptr<const std::vector<grpc::Slice>> slices_;
   int64_t payload_begin_ = 0;
   int64_t rows_begin_ = 0;
+  int32_t rows_of_entry_ = 0;  // VariableMessage.rows_of_entry (resolved into rows_begin_)
 };
 
 // Parses and validates a VariableMessage: known dtype and type, non-negative dims, byte counts
@@ -56,7 +57,9 @@ absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, i
 
 // Encodes a VariableBatch (proto/pserver.proto): `meta` once, then every entry (a whole dense
 // tensor or SelectedRows) as a VariableMessage without its own header. Tensor bytes are not
-// copied: the buffer keeps them alive.
+// copied: the buffer keeps them alive. A SelectedRows entry whose row ids equal those of a recent
+// sparse entry (one of the last four with ids of their own) names that entry (rows_of_entry)
+// instead of repeating them.
 grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem>& entries,
                              bool send_barrier);
 

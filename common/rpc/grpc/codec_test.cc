@@ -191,6 +191,106 @@ TEST(CodecTest, BatchRoundTripsEveryEntryAndIsAValidProtobuf) {
   EXPECT_EQ(msg.vars(1).rows_data().size(), 24u);
 }
 
+// A slot's deep and wide gradients have the same rows: the second names the first's ids instead
+// of repeating them, and decodes to the same rows.
+TEST(CodecTest, BatchSendsEqualRowIdsOnce) {
+  Variable deep = Sparse({7, -3, INT64_MAX}, 4), wide = Sparse({7, -3, INT64_MAX}, 1);
+  Variable other = Sparse({7, -3, 5}, 1), dense = Dense(2, 2),
+           again = Sparse({7, -3, INT64_MAX}, 2);
+  grpc::ByteBuffer bb = EncodeBatch({"job", 0, 3},
+                                    {{"deep@GRAD", &deep},
+                                     {"w", &dense},
+                                     {"wide@GRAD", &wide},
+                                     {"other@GRAD", &other},
+                                     {"again@GRAD", &again}},
+                                    false);
+  VariableBatch msg;
+  ASSERT_TRUE(ParseProto(bb, &msg).ok());
+  ASSERT_EQ(msg.vars_size(), 5);
+  EXPECT_EQ(msg.vars(0).rows_data().size(), 24u);
+  EXPECT_EQ(msg.vars(0).rows_of_entry(), 0);
+  EXPECT_EQ(msg.vars(2).rows_data().size(), 0u);
+  EXPECT_EQ(msg.vars(2).rows_of_entry(), 1);       // entry 0
+  EXPECT_EQ(msg.vars(3).rows_data().size(), 24u);  // other ids: its own
+  EXPECT_EQ(msg.vars(4).rows_of_entry(), 1);
+  for (size_t cut : {size_t{5}, size_t{1} << 20}) {
+    auto batch = DecodeBatch(Sliced(Flatten(bb), cut), kMax);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    ASSERT_EQ(batch->vars.size(), 5u);
+    for (int i : {0, 2, 3, 4}) {
+      Variable out;
+      ASSERT_TRUE(DecodeVariableInto(batch->vars[i], &out).ok());
+      const Variable& in = i == 0 ? deep : i == 2 ? wide : i == 3 ? other : again;
+      EXPECT_EQ(out.Get<SelectedRows>().rows, in.Get<SelectedRows>().rows) << i;
+      const Tensor& v = out.Get<SelectedRows>().value;
+      ASSERT_EQ(v.shape(), in.Get<SelectedRows>().value.shape()) << i;
+      for (int64_t k = 0; k < v.numel(); ++k) EXPECT_EQ(v.data<float>()[k], 1.5f * k) << i;
+    }
+  }
+}
+
+// A peer's rows_of_entry must name an earlier sparse entry with as many rows, in a batch, and
+// come without row ids of its own.
+TEST(CodecTest, RejectsBadRowReferences) {
+  VariableBatch good;
+  *good.mutable_header() = ToHeader({"job", 0, 1});
+  VariableMessage* d = good.add_vars();
+  d->set_name("w");
+  d->set_dtype(FLOAT32);
+  d->add_dims(2);
+  d->set_payload(std::string(8, '\0'));
+  VariableMessage* a = good.add_vars();
+  a->set_name("a");
+  a->set_type(SELECTED_ROWS);
+  a->set_dtype(FLOAT32);
+  a->add_dims(2);
+  a->add_dims(1);
+  a->set_rows_data(std::string(16, '\1'));
+  a->set_payload(std::string(8, '\0'));
+  VariableMessage* b = good.add_vars();
+  *b = *a;
+  b->set_name("b");
+  b->clear_rows_data();
+  b->set_rows_of_entry(2);
+  auto ok = DecodeBatch(SerializeProto(good), kMax);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  std::vector<int64_t> rows(2);
+  ok->vars[2].CopyRows(rows.data());
+  EXPECT_EQ(rows, (std::vector<int64_t>(2, 0x0101010101010101)));
+
+  auto expect_bad = [](const VariableBatch& m, const std::string& needle) {
+    auto got = DecodeBatch(SerializeProto(m), kMax);
+    ASSERT_FALSE(got.ok()) << needle;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+    EXPECT_NE(got.status().message().find(needle), std::string::npos) << got.status();
+  };
+  VariableBatch m = good;
+  m.mutable_vars(2)->set_rows_of_entry(3);  // itself
+  expect_bad(m, "not an earlier entry");
+  m.mutable_vars(2)->set_rows_of_entry(9);
+  expect_bad(m, "not an earlier entry");
+  m.mutable_vars(2)->set_rows_of_entry(-1);
+  expect_bad(m, "not an earlier entry");
+  m.mutable_vars(2)->set_rows_of_entry(1);  // the dense entry
+  expect_bad(m, "not sparse with as many rows");
+  m = good;
+  m.mutable_vars(2)->set_dims(0, 3);
+  m.mutable_vars(2)->set_payload(std::string(12, '\0'));
+  expect_bad(m, "not sparse with as many rows");
+  m = good;
+  m.mutable_vars(2)->set_rows_data(std::string(16, '\2'));  // ids of its own as well
+  expect_bad(m, "rows_of_entry");
+  m = good;
+  m.mutable_vars(0)->set_rows_of_entry(1);  // on a dense entry
+  expect_bad(m, "rows_of_entry");
+  // Outside a batch there is nothing to refer to.
+  VariableMessage single = good.vars(2);
+  *single.mutable_header() = ToHeader({"job", 0, 1});
+  auto lone = DecodeVariable(SerializeProto(single), kMax);
+  EXPECT_EQ(lone.status().code(), absl::StatusCode::kInvalidArgument) << lone.status();
+  EXPECT_NE(lone.status().message().find("rows_of_entry"), std::string::npos) << lone.status();
+}
+
 TEST(CodecTest, BatchHeaderMayFollowItsEntries) {
   Variable w = Dense(2, 2);
   VariableBatch head;

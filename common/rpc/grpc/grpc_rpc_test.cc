@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/rpc/grpc/codec.h"
 #include "common/rpc/grpc/grpc_client.h"
 #include "common/rpc/grpc/grpc_server.h"
 #include "grpcpp/create_channel.h"
@@ -124,15 +125,21 @@ class CountingObserver : public RpcObserver {
   void OnCall(const RpcCallInfo& call) override {
     absl::MutexLock lock(&mu_);
     ++calls_[call.method];
+    last_request_bytes_[call.method] = call.bytes_received;
   }
   int calls(RpcMethod method) {
     absl::MutexLock lock(&mu_);
     return calls_[method];
   }
+  int64_t last_request_bytes(RpcMethod method) {
+    absl::MutexLock lock(&mu_);
+    return last_request_bytes_[method];
+  }
 
  private:
   absl::Mutex mu_;
   std::map<RpcMethod, int> calls_;
+  std::map<RpcMethod, int64_t> last_request_bytes_;
 };
 
 // A [rows, cols] float tensor holding start, start + 1, ...
@@ -379,6 +386,77 @@ TEST_F(GrpcRpcTest, PrefetchBatchRefusesATableTwice) {
   absl::Status s = p.Wait();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("twice"), std::string::npos) << s;
+}
+
+// Tables fed by the same ids (one vector, as the prefetch op hands a slot's deep and wide
+// tables) send them once; each table still gets its own rows.
+TEST_F(GrpcRpcTest, PrefetchBatchSendsSharedIdsOnce) {
+  auto c = Client();
+  std::vector<int64_t> ids(500);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i) * 7 + 1;
+  const std::vector<int64_t> copy = ids;
+  int64_t shared_bytes = 0;
+  for (bool shared : {true, false}) {
+    Tensor deep, wide;
+    StatusGroup p(1);
+    c->PrefetchBatchAsync(meta_, {{"deep", &ids, &deep}, {"wide", shared ? &ids : &copy, &wide}},
+                          false, p.Callback());
+    ASSERT_TRUE(p.Wait().ok());
+    for (const Tensor* rows : {&deep, &wide}) {
+      ASSERT_EQ(rows->shape(), (Shape{500, 2}));
+      for (size_t i = 0; i < ids.size(); ++i) {
+        ASSERT_EQ(rows->data<float>()[2 * i], static_cast<float>(ids[i] % 1000)) << i;
+      }
+    }
+    const int64_t bytes = observer_.last_request_bytes(RpcMethod::kPrefetchBatch);
+    if (shared) {
+      shared_bytes = bytes;
+      EXPECT_LT(bytes, 500 * 8 + 200);
+    } else {
+      EXPECT_GE(bytes, 2 * 500 * 8);
+      EXPECT_GT(bytes, shared_bytes + 500 * 8 - 16);
+    }
+  }
+}
+
+// A hostile ids_of_table (itself, a later table, or with ids of its own) is refused, naming it.
+TEST_F(GrpcRpcTest, PrefetchBatchRefusesBadIdsReferences) {
+  auto channel = grpc::CreateChannel(endpoint_, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  auto call = [&](const PrefetchBatchRequest& req) {
+    std::string bytes = req.SerializeAsString();
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer in(&slice, 1), out;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    absl::Notification done;
+    grpc::Status status;
+    stub.UnaryCall(&ctx, "/tessera.PServer/PrefetchBatch", grpc::StubOptions(), &in, &out,
+                   [&](grpc::Status s) {
+                     status = s;
+                     done.Notify();
+                   });
+    done.WaitForNotification();
+    return status;
+  };
+  PrefetchBatchRequest good;
+  *good.mutable_header() = ToHeader(meta_);
+  good.add_tables()->set_table("deep");
+  good.mutable_tables(0)->set_ids(std::string(8, '\0'));
+  good.add_tables()->set_table("wide");
+  good.mutable_tables(1)->set_ids_of_table(1);
+  EXPECT_TRUE(call(good).ok()) << call(good).error_message();
+  for (int of : {2, 3, -1}) {
+    PrefetchBatchRequest bad = good;
+    bad.mutable_tables(1)->set_ids_of_table(of);
+    grpc::Status s = call(bad);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << of;
+    EXPECT_NE(s.error_message().find("ids_of_table " + std::to_string(of)), std::string::npos)
+        << s.error_message();
+  }
+  PrefetchBatchRequest both = good;
+  both.mutable_tables(1)->set_ids(std::string(8, '\0'));
+  EXPECT_EQ(call(both).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 // An ABORT carries the trainer's reason to the handler; a reason that could forge log lines is

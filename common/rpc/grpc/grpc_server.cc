@@ -203,20 +203,32 @@ class GrpcServer::Service : public RawService {
     absl::Status s = Begin(ctx, *request, &req, &meta);
     if (!s.ok()) return Fail(reactor, s);
     absl::flat_hash_set<std::string> seen;
-    for (const PrefetchBatchRequest::Table& t : req.tables()) {
+    for (int i = 0; i < req.tables_size(); ++i) {
+      const PrefetchBatchRequest::Table& t = req.tables(i);
       s = CheckRequestName("table name", t.table());
       if (s.ok()) s = CheckPrefetchIds(t.table(), t.ids().size());
       if (s.ok() && !seen.insert(t.table()).second) {
         s = absl::InvalidArgumentError(
             absl::StrCat("table ", t.table(), " appears twice in one prefetch"));
       }
+      const int32_t of = t.ids_of_table();
+      if (s.ok() && of != 0 && (of < 1 || of > i || !t.ids().empty())) {
+        s = absl::InvalidArgumentError(absl::StrCat("table ", t.table(), " has ids_of_table ", of,
+                                                    ": it must name an earlier table (1..", i,
+                                                    ") and come without ids of its own"));
+      }
       if (!s.ok()) return Fail(reactor, s);
     }
     std::vector<RequestHandler::PrefetchQuery> queries(req.tables_size());
     for (int i = 0; i < req.tables_size(); ++i) {
-      const std::string& bytes = req.tables(i).ids();
+      const PrefetchBatchRequest::Table& t = req.tables(i);
       RequestHandler::PrefetchQuery& q = queries[i];
-      q.table = req.tables(i).table();
+      q.table = t.table();
+      if (t.ids_of_table() != 0) {
+        q.ids = queries[t.ids_of_table() - 1].ids;
+        continue;
+      }
+      const std::string& bytes = t.ids();
       q.ids.resize(bytes.size() / sizeof(int64_t));
       if (!q.ids.empty()) std::memcpy(q.ids.data(), bytes.data(), bytes.size());
     }
