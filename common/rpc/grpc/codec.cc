@@ -11,6 +11,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/stubs/common.h"
 #include "google/protobuf/wire_format_lite.h"
 
 namespace tessera {
@@ -28,16 +29,6 @@ grpc::Slice BufferSlice(const std::shared_ptr<char>& buffer, size_t offset, size
   return grpc::Slice(
       buffer.get() + offset, length, [](void* p) { delete static_cast<std::shared_ptr<char>*>(p); },
       holder);
-}
-
-std::string LengthPrefix(int field, size_t length) {
-  std::string out;
-  google::protobuf::io::StringOutputStream sos(&out);
-  google::protobuf::io::CodedOutputStream cos(&sos);
-  cos.WriteTag(WireFormatLite::MakeTag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
-  cos.WriteVarint64(length);
-  cos.Trim();
-  return out;
 }
 
 // Reads the slices of a ByteBuffer as one stream.
@@ -106,83 +97,188 @@ RequestMeta FromHeader(const RequestHeader& header) {
 
 namespace {
 
-// Appends the encoding of a VariableMessage (with a header only when `meta` is given) to `out`;
-// returns its length in bytes.
-// `rows_of_entry` (a batch entry's VariableMessage.rows_of_entry): nonzero writes it instead of
-// the row ids.
-size_t AppendVariable(const RequestMeta* meta, const std::string& name, const Variable& var,
-                      int64_t offset, int64_t length, std::vector<grpc::Slice>* out,
-                      int rows_of_entry = 0) {
-  VariableMessage msg;
-  if (meta != nullptr) *msg.mutable_header() = ToHeader(*meta);
-  msg.set_name(name);
-  const Tensor* value = nullptr;
-  const SelectedRows* rows = var.GetIf<SelectedRows>();
-  if (rows != nullptr) {
-    msg.set_type(SELECTED_ROWS);
-    msg.set_height(rows->height);
-    msg.set_rows_of_entry(rows_of_entry);
-    value = &rows->value;
-    offset = 0;
-    length = static_cast<int64_t>(value->nbytes());
-  } else {
-    msg.set_type(DENSE_TENSOR);
-    value = &var.Get<Tensor>();
-    int64_t total = static_cast<int64_t>(value->nbytes());
-    if (length < 0) length = total - offset;
-    if (offset != 0 || length != total) {
-      msg.set_chunk_offset(offset);
-      msg.set_total_bytes(total);
-    }
-  }
-  msg.set_dtype(value->dtype());
-  for (int64_t d : value->shape()) msg.add_dims(d);
-
-  const size_t first = out->size();
-  out->emplace_back(msg.SerializeAsString());
-  if (rows != nullptr && rows_of_entry == 0) {
-    size_t n = rows->rows.size() * sizeof(int64_t);
-    out->emplace_back(LengthPrefix(kRowsField, n));
-    if (n > 0) out->emplace_back(rows->rows.data(), n);  // copies: ids are small
-  }
-  out->emplace_back(LengthPrefix(kPayloadField, static_cast<size_t>(length)));
-  if (length > 0) {
-    out->push_back(BufferSlice(value->shared_buffer(), static_cast<size_t>(offset),
-                               static_cast<size_t>(length)));
-  }
-  size_t bytes = 0;
-  for (size_t i = first; i < out->size(); ++i) bytes += (*out)[i].size();
-  return bytes;
-}
+constexpr int kHeaderField = 1;
+constexpr int kNameField = 2;
+constexpr int kTypeField = 3;
+constexpr int kDtypeField = 4;
+constexpr int kDimsField = 5;
+constexpr int kHeightField = 6;
+constexpr int kChunkOffsetField = 7;
+constexpr int kTotalBytesField = 8;
+constexpr int kRowsOfEntryField = 16;
 
 constexpr int kBatchHeaderField = 1;
 constexpr int kBatchVarsField = 2;
 constexpr int kBatchSendBarrierField = 3;
 
+// Payloads up to this size are copied into the message's buffer rather than referenced in
+// place (a slice of their own costs more than the copy).
+constexpr size_t kCopyPayloadBytes = 512;
+
+void PutVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+void PutTag(std::string* out, int field, WireFormatLite::WireType wire) {
+  PutVarint(out, WireFormatLite::MakeTag(field, wire));
+}
+
+void PutVarintField(std::string* out, int field, uint64_t v) {
+  if (v == 0) return;  // proto3: a zero scalar is not written
+  PutTag(out, field, WireFormatLite::WIRETYPE_VARINT);
+  PutVarint(out, v);
+}
+
+void PutBytesField(std::string* out, int field, const void* data, size_t size) {
+  PutTag(out, field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  PutVarint(out, size);
+  out->append(static_cast<const char*>(data), size);
+}
+
+// A message under construction: its small fields (and small payloads) go into one buffer, large
+// tensor bytes are referenced in place. Finish() gives slices that alternate between ranges of
+// the buffer (one allocation in all) and tensor buffers.
+class SliceWriter {
+ public:
+  std::string& buf() { return buf_; }
+  // The next bytes of the message are `length` bytes of `buffer` at `offset`.
+  void Reference(const std::shared_ptr<char>& buffer, size_t offset, size_t length) {
+    refs_.push_back({buf_.size(), buffer, offset, length});
+  }
+  grpc::ByteBuffer Finish() && {
+    auto* owned = new std::string(std::move(buf_));
+    std::vector<grpc::Slice> slices;
+    slices.reserve(2 * refs_.size() + 1);
+    if (refs_.empty()) {
+      grpc::Slice all(
+          owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); },
+          owned);
+      slices.push_back(std::move(all));
+    } else {
+      grpc::Slice all(
+          owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); },
+          owned);
+      size_t pos = 0;
+      for (const Ref& r : refs_) {
+        if (r.at > pos) slices.push_back(all.sub(pos, r.at));
+        pos = r.at;
+        slices.push_back(BufferSlice(r.buffer, r.offset, r.length));
+      }
+      if (owned->size() > pos) slices.push_back(all.sub(pos, owned->size()));
+    }
+    return grpc::ByteBuffer(slices.data(), slices.size());
+  }
+
+ private:
+  struct Ref {
+    size_t at;  // position in buf_ where the referenced bytes belong
+    std::shared_ptr<char> buffer;
+    size_t offset, length;
+  };
+  std::string buf_;
+  std::vector<Ref> refs_;
+};
+
+// Writes a VariableMessage (with a header only when `meta` is given) of bytes [offset, offset +
+// length) of `var` (length < 0: to the end); as a batch entry (field `entry_field` of the
+// enclosing message, length-prefixed) when entry_field > 0. `rows_of_entry` nonzero is written
+// instead of the row ids. `scratch` holds the small fields meanwhile.
+void PutVariable(const RequestMeta* meta, const std::string& name, const Variable& var,
+                 int64_t offset, int64_t length, int rows_of_entry, int entry_field,
+                 std::string* scratch, SliceWriter* w) {
+  std::string& small = *scratch;
+  small.clear();
+  if (meta != nullptr) {
+    const std::string header = ToHeader(*meta).SerializeAsString();
+    PutBytesField(&small, kHeaderField, header.data(), header.size());
+  }
+  PutBytesField(&small, kNameField, name.data(), name.size());
+  const Tensor* value = nullptr;
+  const SelectedRows* rows = var.GetIf<SelectedRows>();
+  int64_t chunk_offset = 0, total_bytes = 0;
+  if (rows != nullptr) {
+    value = &rows->value;
+    offset = 0;
+    length = static_cast<int64_t>(value->nbytes());
+  } else {
+    value = &var.Get<Tensor>();
+    const int64_t total = static_cast<int64_t>(value->nbytes());
+    if (length < 0) length = total - offset;
+    if (offset != 0 || length != total) {
+      chunk_offset = offset;
+      total_bytes = total;
+    }
+  }
+  PutVarintField(&small, kTypeField, rows != nullptr ? SELECTED_ROWS : DENSE_TENSOR);
+  PutVarintField(&small, kDtypeField, static_cast<uint64_t>(value->dtype()));
+  if (!value->shape().empty()) {
+    size_t packed = 0;
+    for (int64_t d : value->shape()) packed += WireFormatLite::Int64Size(d);
+    PutTag(&small, kDimsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+    PutVarint(&small, packed);
+    for (int64_t d : value->shape()) PutVarint(&small, static_cast<uint64_t>(d));
+  }
+  if (rows != nullptr) PutVarintField(&small, kHeightField, static_cast<uint64_t>(rows->height));
+  PutVarintField(&small, kChunkOffsetField, static_cast<uint64_t>(chunk_offset));
+  PutVarintField(&small, kTotalBytesField, static_cast<uint64_t>(total_bytes));
+  if (rows != nullptr) {
+    PutVarintField(&small, kRowsOfEntryField, static_cast<uint64_t>(rows_of_entry));
+  }
+  const size_t id_bytes =
+      rows != nullptr && rows_of_entry == 0 ? rows->rows.size() * sizeof(int64_t) : 0;
+  const size_t payload = static_cast<size_t>(length);
+  auto field_size = [](size_t n) {
+    return 1 + static_cast<size_t>(WireFormatLite::UInt64Size(n)) + n;  // tags 14, 15: 1 byte
+  };
+  std::string& out = w->buf();
+  if (entry_field > 0) {
+    const size_t entry = small.size() +
+                         (rows != nullptr && rows_of_entry == 0 ? field_size(id_bytes) : 0) +
+                         field_size(payload);
+    PutTag(&out, entry_field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+    PutVarint(&out, entry);
+  }
+  out.append(small);
+  if (rows != nullptr && rows_of_entry == 0) {
+    PutBytesField(&out, kRowsField, rows->rows.data(), id_bytes);
+  }
+  PutTag(&out, kPayloadField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  PutVarint(&out, payload);
+  if (payload == 0) return;
+  if (payload <= kCopyPayloadBytes) {
+    out.append(value->shared_buffer().get() + offset, payload);
+  } else {
+    w->Reference(value->shared_buffer(), static_cast<size_t>(offset), payload);
+  }
+}
+
 }  // namespace
 
 grpc::ByteBuffer EncodeVariable(const RequestMeta& meta, const std::string& name,
                                 const Variable& var, int64_t offset, int64_t length) {
-  std::vector<grpc::Slice> slices;
-  AppendVariable(&meta, name, var, offset, length, &slices);
-  return grpc::ByteBuffer(slices.data(), slices.size());
+  SliceWriter w;
+  std::string scratch;
+  PutVariable(&meta, name, var, offset, length, 0, 0, &scratch, &w);
+  return std::move(w).Finish();
 }
 
 grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem>& entries,
                              bool send_barrier) {
-  VariableBatch head;
-  *head.mutable_header() = ToHeader(meta);
-  head.set_send_barrier(send_barrier);
-  std::vector<grpc::Slice> slices;
-  slices.emplace_back(head.SerializeAsString());
-  std::vector<grpc::Slice> entry;
+  SliceWriter w;
+  const std::string header = ToHeader(meta).SerializeAsString();
+  PutBytesField(&w.buf(), kBatchHeaderField, header.data(), header.size());
+  PutVarintField(&w.buf(), kBatchSendBarrierField, send_barrier ? 1 : 0);
+  std::string scratch;
   // The sparse entries so far (index, rows): an entry whose row ids equal one of the last few
   // (a slot's deep and wide gradients) names it instead of repeating them.
   constexpr size_t kRowsLookBack = 4;
   std::vector<std::pair<int, const std::vector<int64_t>*>> sparse;
   for (size_t i = 0; i < entries.size(); ++i) {
     const SendItem& e = entries[i];
-    entry.clear();
     int rows_of_entry = 0;
     if (const SelectedRows* sr = e.var->GetIf<SelectedRows>()) {
       const std::vector<int64_t>& ids = sr->rows;
@@ -196,11 +292,9 @@ grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem
       }
       if (rows_of_entry == 0) sparse.push_back({static_cast<int>(i), &ids});
     }
-    size_t bytes = AppendVariable(nullptr, e.name, *e.var, 0, -1, &entry, rows_of_entry);
-    slices.emplace_back(LengthPrefix(kBatchVarsField, bytes));
-    for (grpc::Slice& s : entry) slices.push_back(std::move(s));
+    PutVariable(nullptr, e.name, *e.var, 0, -1, rows_of_entry, kBatchVarsField, &scratch, &w);
   }
-  return grpc::ByteBuffer(slices.data(), slices.size());
+  return std::move(w).Finish();
 }
 
 // Reads DecodedVariable's private fields for the decoders below.
@@ -222,25 +316,35 @@ class CodecAccess {
 
 absl::Status CodecAccess::Parse(google::protobuf::io::CodedInputStream& in, int64_t max_bytes,
                                 const RequestMeta* meta, DecodedVariable* d) {
-  std::string small;  // every field but the two byte fields, re-encoded
-  google::protobuf::io::StringOutputStream sos(&small);
+  // The fields are read straight from the stream (no protobuf message in between); a field of
+  // an unknown number or of the wrong wire type is skipped, as protobuf parsers do.
+  constexpr size_t kMaxDims = 64;
   bool have_rows = false, have_payload = false;
   int64_t rows_len = 0, payload_len = 0;
-  {
-    google::protobuf::io::CodedOutputStream out(&sos);
-    while (true) {
-      uint32_t tag = in.ReadTag();
-      if (tag == 0) break;
-      int field = WireFormatLite::GetTagFieldNumber(tag);
-      auto wire = WireFormatLite::GetTagWireType(tag);
-      if ((field == kRowsField || field == kPayloadField) &&
-          wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
-        uint64_t len;
-        if (!in.ReadVarint64(&len) || len > static_cast<uint64_t>(max_bytes)) {
-          return Bad("bad byte-field length");
-        }
-        int64_t begin = in.CurrentPosition();
-        if (!in.Skip(static_cast<int>(len))) return Bad("truncated byte field");
+  VariableHeader& h = d->header_;
+  RequestHeader header;
+  int64_t chunk_offset = 0, total_bytes = 0;
+  uint64_t v = 0;
+  while (true) {
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) break;
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    const auto wire = WireFormatLite::GetTagWireType(tag);
+    if (wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint64_t len = 0;
+      // The stream's limit is the message's (or entry's) end: no field runs past it.
+      if (!in.ReadVarint64(&len) || len > static_cast<uint64_t>(max_bytes)) {
+        return Bad("bad byte-field length");
+      }
+      const int left = std::max(0, in.BytesUntilLimit());
+      if (len > static_cast<uint64_t>(left)) {
+        return Bad(
+            absl::StrCat("truncated field ", field, ": ", len, " bytes declared, ", left, " left"));
+      }
+      const int n = static_cast<int>(len);
+      if (field == kRowsField || field == kPayloadField) {
+        const int64_t begin = in.CurrentPosition();
+        if (!in.Skip(n)) return Bad("truncated byte field");
         if (field == kRowsField) {
           have_rows = true;
           d->rows_begin_ = begin;
@@ -250,22 +354,64 @@ absl::Status CodecAccess::Parse(google::protobuf::io::CodedInputStream& in, int6
           d->payload_begin_ = begin;
           payload_len = static_cast<int64_t>(len);
         }
-        continue;
+      } else if (field == kNameField) {
+        if (!in.ReadString(&h.name, n)) return Bad("truncated name");
+        if (!google::protobuf::internal::IsStructurallyValidUTF8(h.name.data(), n)) {
+          return Bad("variable name is not UTF-8");
+        }
+      } else if (field == kHeaderField) {
+        std::string bytes;
+        if (!in.ReadString(&bytes, n) || !header.MergeFromString(bytes)) {
+          return Bad("unparsable header");
+        }
+      } else if (field == kDimsField) {  // packed
+        const auto limit = in.PushLimit(n);
+        while (in.BytesUntilLimit() > 0) {
+          if (h.dims.size() >= kMaxDims) return Bad("more than 64 dims");
+          if (!in.ReadVarint64(&v)) return Bad("truncated dims");
+          h.dims.push_back(static_cast<int64_t>(v));
+        }
+        in.PopLimit(limit);
+      } else if (!in.Skip(n)) {
+        return Bad("truncated field");
       }
-      if (!WireFormatLite::SkipField(&in, tag, &out)) return Bad("truncated field");
+      continue;
     }
-    if (!in.ConsumedEntireMessage()) return Bad("trailing garbage");
+    if (wire == WireFormatLite::WIRETYPE_VARINT &&
+        (field == kTypeField || field == kDtypeField || field == kDimsField ||
+         field == kHeightField || field == kChunkOffsetField || field == kTotalBytesField ||
+         field == kRowsOfEntryField)) {
+      if (!in.ReadVarint64(&v)) return Bad("truncated field");
+      switch (field) {
+        case kTypeField:
+          h.type = static_cast<VarType>(static_cast<int32_t>(v));
+          break;
+        case kDtypeField:
+          h.dtype = static_cast<DataType>(static_cast<int32_t>(v));
+          break;
+        case kDimsField:  // unpacked
+          if (h.dims.size() >= kMaxDims) return Bad("more than 64 dims");
+          h.dims.push_back(static_cast<int64_t>(v));
+          break;
+        case kHeightField:
+          h.height = static_cast<int64_t>(v);
+          break;
+        case kChunkOffsetField:
+          chunk_offset = static_cast<int64_t>(v);
+          break;
+        case kTotalBytesField:
+          total_bytes = static_cast<int64_t>(v);
+          break;
+        default:
+          d->rows_of_entry_ = static_cast<int32_t>(v);
+      }
+      continue;
+    }
+    if (!WireFormatLite::SkipField(&in, tag)) return Bad("truncated field");
   }
-  VariableMessage msg;
-  if (!msg.ParseFromString(small)) return Bad("unparsable header fields");
+  if (!in.ConsumedEntireMessage()) return Bad("trailing garbage");
 
-  d->meta_ = meta != nullptr ? *meta : FromHeader(msg.header());
-  VariableHeader& h = d->header_;
-  h.name = msg.name();
-  h.type = msg.type();
-  h.dtype = msg.dtype();
-  h.dims.assign(msg.dims().begin(), msg.dims().end());
-  h.height = msg.height();
+  d->meta_ = meta != nullptr ? *meta : FromHeader(header);
   if (h.name.empty()) return Bad("empty variable name");
   for (absl::Status printable :
        {CheckPrintable("variable name", h.name), CheckPrintable("job id", d->meta_.job_id)}) {
@@ -291,7 +437,6 @@ absl::Status CodecAccess::Parse(google::protobuf::io::CodedInputStream& in, int6
   }
   h.chunk_bytes = payload_len;
   if (!have_payload && total > 0) return Bad(absl::StrCat("variable ", h.name, " has no payload"));
-  d->rows_of_entry_ = msg.rows_of_entry();
   if (d->rows_of_entry_ != 0 && (h.type != SELECTED_ROWS || have_rows || meta == nullptr)) {
     return Bad(absl::StrCat("variable ", h.name, " has rows_of_entry ", d->rows_of_entry_,
                             ", which only a sparse batch entry without row ids may have"));
@@ -310,13 +455,13 @@ absl::Status CodecAccess::Parse(google::protobuf::io::CodedInputStream& in, int6
     h.total_bytes = total;
   } else {
     if (have_rows) return Bad(absl::StrCat("dense variable ", h.name, " carries row ids"));
-    h.total_bytes = msg.total_bytes() == 0 ? total : msg.total_bytes();
-    h.chunk_offset = msg.chunk_offset();
+    h.total_bytes = total_bytes == 0 ? total : total_bytes;
+    h.chunk_offset = chunk_offset;
     if (h.total_bytes != total) {
       return Bad(absl::StrCat("variable ", h.name, " declares ", h.total_bytes, " bytes, its ",
                               DataTypeName(h.dtype), ShapeString(h.dims), " shape has ", total));
     }
-    if (msg.total_bytes() == 0 && payload_len != total) {
+    if (total_bytes == 0 && payload_len != total) {
       return Bad(absl::StrCat("variable ", h.name, " has ", payload_len, " payload bytes, its ",
                               DataTypeName(h.dtype), ShapeString(h.dims), " shape needs ", total));
     }
@@ -363,6 +508,17 @@ absl::StatusOr<std::shared_ptr<const std::vector<grpc::Slice>>> ReceivedSlices(
   return std::shared_ptr<const std::vector<grpc::Slice>>(std::move(slices));
 }
 
+// Sets `in`'s limit to the end of `buffer`, so that fields are checked against what is there.
+absl::Status LimitToBuffer(const grpc::ByteBuffer& buffer,
+                           google::protobuf::io::CodedInputStream& in) {
+  if (buffer.Length() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("message of ", buffer.Length(), " bytes exceeds 2 GiB"));
+  }
+  in.PushLimit(static_cast<int>(buffer.Length()));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, int64_t max_bytes) {
@@ -370,6 +526,7 @@ absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, i
   SliceInputStream stream(slices.get());
   google::protobuf::io::CodedInputStream in(&stream);
   in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+  TS_RETURN_IF_ERROR(LimitToBuffer(buffer, in));
   DecodedVariable d;
   TS_RETURN_IF_ERROR(CodecAccess::Parse(in, max_bytes, nullptr, &d));
   RequestMeta meta = d.meta();
@@ -382,6 +539,7 @@ absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t
   SliceInputStream stream(slices.get());
   google::protobuf::io::CodedInputStream in(&stream);
   in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+  TS_RETURN_IF_ERROR(LimitToBuffer(buffer, in));
   // The header may follow the entries (protobuf fields come in any order): entries are parsed
   // with a placeholder meta and given the batch's at the end.
   DecodedBatch batch;

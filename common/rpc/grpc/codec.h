@@ -1,12 +1,14 @@
 // Wire codec for pserver messages over grpc::ByteBuffer, without copying tensor bytes into a
 // protobuf string.
 //
-// Encoding: the small fields of a VariableMessage are serialized by protobuf; `rows_data` and
-// `payload` follow as length-delimited fields whose bytes are separate slices pointing at the
-// tensor's own buffer (kept alive by the slice). The result is the ordinary protobuf encoding,
-// so any protobuf parser reads it. Decoding: the small fields are parsed by protobuf; the two
-// byte fields are located in the received slices and copied once, straight into the
-// destination tensor. Every malformed input gives INVALID_ARGUMENT and writes nothing.
+// Encoding: the small fields of every VariableMessage of a message (and the row ids, and
+// payloads of at most 512 bytes) are written into one buffer; larger payloads are slices
+// pointing at the tensor's own buffer (kept alive by the slice). The result is the ordinary
+// protobuf encoding, so any protobuf parser reads it. Decoding: the fields are read straight
+// from the received slices (any valid protobuf encoding of them); the two byte fields are
+// located there and copied once, straight into the destination tensor. Neither side builds a
+// protobuf message per variable (tests/bench/codec: about twice as fast as plain protobuf on
+// the CTR job's messages). Every malformed input gives INVALID_ARGUMENT and writes nothing.
 #ifndef TESSERA_COMMON_RPC_GRPC_CODEC_H_
 #define TESSERA_COMMON_RPC_GRPC_CODEC_H_
 

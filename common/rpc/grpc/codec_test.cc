@@ -127,6 +127,57 @@ TEST(CodecTest, RejectsMalformedMessages) {
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
 }
 
+// The decoder reads fields itself: it must take any valid protobuf encoding (fields in any
+// order, dims packed or not, unknown fields, known numbers with another wire type skipped as
+// protobuf skips them), and refuse what protobuf would refuse (a name that is not UTF-8).
+TEST(CodecTest, DecodesAnyProtobufEncodingOfTheFields) {
+  auto tag = [](int field, int wire) { return static_cast<char>(field << 3 | wire); };
+  std::string bytes;
+  bytes += tag(15, 2) + std::string("\x08") + std::string(8, '\x01');  // payload first
+  bytes += tag(5, 0) + std::string("\x02");                            // dims unpacked: 2
+  bytes += tag(99 & 15, 0) + std::string("\x07");                      // field 3 (type) = 7...
+  bytes.resize(bytes.size() - 2);                                      // ...taken back
+  bytes += std::string("\x98\x06") + std::string("\x05");              // unknown field 99
+  bytes += tag(4, 2) + std::string(1, '\0');                           // dtype, wrong wire type
+  bytes += tag(2, 2) + std::string("\x01") + "x";                      // name "x"
+  bytes += tag(2, 2) + std::string("\x01") + "w";                      // the last name counts
+  bytes += tag(1, 2) + std::string("\x05") + tag(1, 2) + "\x03job";    // header {job_id: "job"}
+  grpc::Slice slice(bytes);
+  auto d = DecodeVariable(grpc::ByteBuffer(&slice, 1), kMax);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->header().name, "w");
+  EXPECT_EQ(d->header().dims, (std::vector<int64_t>{2}));
+  EXPECT_EQ(d->header().dtype, FLOAT32);
+  EXPECT_EQ(d->meta().job_id, "job");
+  // The same content as protobuf itself writes it decodes the same.
+  VariableMessage parsed;
+  ASSERT_TRUE(parsed.ParseFromString(bytes));
+  auto again = DecodeVariable(Raw(parsed), kMax);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->header().name, "w");
+  EXPECT_EQ(again->header().dims, d->header().dims);
+
+  VariableMessage bad;
+  bad.set_dtype(FLOAT32);
+  bad.add_dims(0);
+  std::string raw = bad.SerializeAsString() + tag(2, 2) + "\x02\xc3\x28";  // invalid UTF-8
+  grpc::Slice bad_slice(raw);
+  auto refused = DecodeVariable(grpc::ByteBuffer(&bad_slice, 1), kMax);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("UTF-8"), std::string::npos) << refused.status();
+  VariableMessage deep;
+  deep.set_name("w");
+  for (int i = 0; i < 65; ++i) deep.add_dims(1);
+  auto too_deep = DecodeVariable(Raw(deep), kMax);
+  EXPECT_NE(too_deep.status().message().find("more than 64 dims"), std::string::npos)
+      << too_deep.status();
+  // A name whose length runs past the message's end.
+  std::string cut = tag(2, 2) + std::string("\x7f") + "w";
+  grpc::Slice cut_slice(cut);
+  EXPECT_EQ(DecodeVariable(grpc::ByteBuffer(&cut_slice, 1), kMax).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 Variable Sparse(std::vector<int64_t> rows, int64_t width) {
   Variable v;
   SelectedRows* sr = v.GetMutable<SelectedRows>();
