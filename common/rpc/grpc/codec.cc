@@ -543,6 +543,7 @@ absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t
   // The header may follow the entries (protobuf fields come in any order): entries are parsed
   // with a placeholder meta and given the batch's at the end.
   DecodedBatch batch;
+  batch.vars.reserve(64);  // a step's gradients or rows without regrowing (the CTR job: 59)
   RequestHeader header;
   bool have_header = false;
   const RequestMeta none;
