@@ -297,6 +297,38 @@ grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem
   return std::move(w).Finish();
 }
 
+grpc::ByteBuffer EncodePrefetchBatch(const RequestMeta& meta,
+                                     const std::vector<PrefetchItem>& items, bool after_update) {
+  constexpr int kTablesField = 2, kAfterUpdateField = 3;          // PrefetchBatchRequest
+  constexpr int kTableField = 1, kIdsField = 2, kIdsOfField = 3;  // PrefetchBatchRequest.Table
+  SliceWriter w;
+  std::string& out = w.buf();
+  const std::string header = ToHeader(meta).SerializeAsString();
+  size_t bytes = header.size() + 16;
+  for (const PrefetchItem& item : items) bytes += item.table.size() + 24 + 8 * item.ids->size();
+  out.reserve(bytes);
+  PutBytesField(&out, kHeaderField, header.data(), header.size());
+  std::string table;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const PrefetchItem& item = items[i];
+    table.clear();
+    PutBytesField(&table, kTableField, item.table.data(), item.table.size());
+    // Tables fed by the same ids (the prefetch op hands them the same vector) send them once.
+    size_t same = 0;
+    while (same < i && items[same].ids != item.ids) ++same;
+    const size_t id_bytes = item.ids->size() * sizeof(int64_t);
+    const bool shared = same < i && !item.ids->empty();
+    if (shared) PutVarintField(&table, kIdsOfField, same + 1);
+    const size_t ids_field = shared ? 0 : 1 + WireFormatLite::UInt64Size(id_bytes) + id_bytes;
+    PutTag(&out, kTablesField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+    PutVarint(&out, table.size() + ids_field);
+    out.append(table);
+    if (!shared) PutBytesField(&out, kIdsField, item.ids->data(), id_bytes);
+  }
+  PutVarintField(&out, kAfterUpdateField, after_update ? 1 : 0);
+  return std::move(w).Finish();
+}
+
 // Reads DecodedVariable's private fields for the decoders below.
 class CodecAccess {
  public:

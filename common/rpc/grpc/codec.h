@@ -65,6 +65,12 @@ absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, i
 grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem>& entries,
                              bool send_barrier);
 
+// Encodes a PrefetchBatchRequest (proto/pserver.proto) for `items`, in one buffer: a table whose
+// ids vector is an earlier table's (the same pointer) names it (ids_of_table) instead of
+// repeating the ids.
+grpc::ByteBuffer EncodePrefetchBatch(const RequestMeta& meta,
+                                     const std::vector<PrefetchItem>& items, bool after_update);
+
 // A received VariableBatch: every entry validated as DecodeVariable validates a message, none of
 // them a chunk, no name twice; each entry's meta() is the batch's.
 struct DecodedBatch {

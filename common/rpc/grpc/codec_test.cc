@@ -342,6 +342,36 @@ TEST(CodecTest, RejectsBadRowReferences) {
   EXPECT_NE(lone.status().message().find("rows_of_entry"), std::string::npos) << lone.status();
 }
 
+// EncodePrefetchBatch writes an ordinary PrefetchBatchRequest; a table fed by the same ids
+// vector as an earlier one names it.
+TEST(CodecTest, PrefetchBatchIsAValidProtobuf) {
+  std::vector<int64_t> a = {3, -1, INT64_MAX}, b = {9}, empty;
+  Tensor out;
+  for (bool after : {false, true}) {
+    grpc::ByteBuffer bb = EncodePrefetchBatch(
+        {"job", 2, 7},
+        {{"deep", &a, &out}, {"other", &b, &out}, {"wide", &a, &out}, {"none", &empty, &out}},
+        after);
+    PrefetchBatchRequest req;
+    ASSERT_TRUE(ParseProto(bb, &req).ok());
+    EXPECT_EQ(req.header().job_id(), "job");
+    EXPECT_EQ(req.header().trainer_id(), 2);
+    EXPECT_EQ(req.header().step(), 7);
+    EXPECT_EQ(req.after_update(), after);
+    ASSERT_EQ(req.tables_size(), 4);
+    EXPECT_EQ(req.tables(0).table(), "deep");
+    EXPECT_EQ(req.tables(0).ids(), std::string(reinterpret_cast<const char*>(a.data()), 24));
+    EXPECT_EQ(req.tables(0).ids_of_table(), 0);
+    EXPECT_EQ(req.tables(1).ids().size(), 8u);
+    EXPECT_EQ(req.tables(2).table(), "wide");
+    EXPECT_TRUE(req.tables(2).ids().empty());
+    EXPECT_EQ(req.tables(2).ids_of_table(), 1);
+    EXPECT_EQ(req.tables(3).table(), "none");
+    EXPECT_TRUE(req.tables(3).ids().empty());
+    EXPECT_EQ(req.tables(3).ids_of_table(), 0);
+  }
+}
+
 TEST(CodecTest, BatchHeaderMayFollowItsEntries) {
   Variable w = Dense(2, 2);
   VariableBatch head;

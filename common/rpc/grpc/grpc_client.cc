@@ -535,26 +535,10 @@ void GrpcPServerClient::PrefetchBatchAsync(const RequestMeta& meta, std::vector<
     done(absl::OkStatus());
     return;
   }
-  PrefetchBatchRequest req;
-  *req.mutable_header() = ToHeader(meta);
-  req.set_after_update(after_update);
-  for (size_t i = 0; i < items.size(); ++i) {
-    const PrefetchItem& item = items[i];
-    PrefetchBatchRequest::Table* t = req.add_tables();
-    t->set_table(item.table);
-    // Tables fed by the same ids (the prefetch op hands them the same vector) send them once.
-    size_t same = 0;
-    while (same < i && items[same].ids != item.ids) ++same;
-    if (same < i && !item.ids->empty()) {
-      t->set_ids_of_table(static_cast<int32_t>(same) + 1);
-    } else {
-      t->set_ids(reinterpret_cast<const char*>(item.ids->data()),
-                 item.ids->size() * sizeof(int64_t));
-    }
-  }
   const int64_t max_bytes = options_.max_message_bytes;
+  grpc::ByteBuffer request = EncodePrefetchBatch(meta, items, after_update);  // before the move
   Call(
-      "PrefetchBatch", SerializeProto(req),
+      "PrefetchBatch", std::move(request),
       [items = std::move(items), max_bytes](const grpc::ByteBuffer& resp) -> absl::Status {
         TS_ASSIGN_OR_RETURN(DecodedBatch got, DecodeBatch(resp, max_bytes));
         if (got.vars.size() != items.size()) {
