@@ -193,11 +193,10 @@ absl::Status Applier::ApplyTable(Table& t, const std::vector<const SelectedRows*
 absl::Status Applier::ApplyStep(
     int64_t step,
     const std::function<std::vector<const SelectedRows*>(const std::string& grad)>& table_grads,
-    const std::function<void(const std::string& table)>& after_table) {
+    const std::function<void(const std::string& table)>& after_table,
+    const std::function<void()>& tables_done) {
   absl::Status lr_status = has_lr_block_ ? executor_.Run(lr_block_, scope_) : absl::OkStatus();
-  std::vector<absl::Status> results(blocks_.size());
-  pool_->ParallelFor(static_cast<int>(blocks_.size()),
-                     [&](int i) { results[i] = executor_.Run(blocks_[i].prepared, scope_); });
+  // Tables first: lookups of their updated rows can be answered while the blocks run.
   std::vector<std::vector<const SelectedRows*>> grads(tables_.size());
   for (size_t ti = 0; ti < tables_.size(); ++ti) grads[ti] = table_grads(tables_[ti].grad);
   std::vector<absl::Status> table_results(tables_.size());
@@ -206,6 +205,14 @@ absl::Status Applier::ApplyStep(
     table_results[i] = ApplyTable(tables_[i], grads[i], step + 1);
     if (after_table) after_table(tables_[i].name);
   });
+  if (tables_done && lr_status.ok() &&
+      std::all_of(table_results.begin(), table_results.end(),
+                  [](const absl::Status& r) { return r.ok(); })) {
+    tables_done();
+  }
+  std::vector<absl::Status> results(blocks_.size());
+  pool_->ParallelFor(static_cast<int>(blocks_.size()),
+                     [&](int i) { results[i] = executor_.Run(blocks_[i].prepared, scope_); });
   if (!lr_status.ok()) {
     return absl::InternalError(absl::StrCat("pserver ", options_.endpoint,
                                             " learning-rate schedule: ", lr_status.message()));

@@ -2,10 +2,10 @@
 // pserver program (one per parameter block, from listen_and_serv's grad_to_block_id), its
 // distributed tables (every sparse_table op: a SparseTable shard each) and its learning-rate
 // schedule block (lr_decay_block_id), and applies gradients to them:
-//   sync   ApplyStep: once per step, the schedule, then every optimize block and every table
-//          in parallel on the pool (each block sums the trainers' gradients and scales 1/N;
-//          each table concatenates the trainers' rows, in trainer order, and applies them
-//          scaled 1/N, taking an optimizer step whether or not its rows were touched);
+//   sync   ApplyStep: once per step, the schedule, then every table and then every optimize
+//          block, each in parallel on the pool (each table concatenates the trainers' rows, in
+//          trainer order, and applies them scaled 1/N, taking an optimizer step whether or not
+//          its rows were touched; each block sums the trainers' gradients and scales 1/N);
 //   async  ApplyPush: one trainer's complete gradient, alone, under its block's (or table's)
 //          lock; every N-th push of the first gradient advances the schedule.
 // It also serves what reads parameters: Read (a get), Lookup (a prefetch), consistent copies for
@@ -62,14 +62,17 @@ class Applier {
                                                          ApplierOptions options);
   ~Applier();
 
-  // Sync step `step` (0-based): applies every block and table; `table_grads(grad)` gives the
-  // trainers' gradients of a table for this step; `after_table(table)` (may be empty) runs on the
-  // same thread right after table `table` was applied (e.g. the next batch's lookups). Returns
-  // the first failure, naming the pserver and the gradient (InternalError).
+  // Sync step `step` (0-based): applies every table, then every block; `table_grads(grad)` gives
+  // the trainers' gradients of a table for this step; `after_table(table)` (may be empty) runs
+  // on the same thread right after table `table` was applied (e.g. the next batch's lookups);
+  // `tables_done()` (may be empty) runs once every table was applied without error, before the
+  // blocks (their rows are final for the step: lookups can be answered). Returns the first
+  // failure, naming the pserver and the gradient (InternalError).
   absl::Status ApplyStep(
       int64_t step,
       const std::function<std::vector<const SelectedRows*>(const std::string& grad)>& table_grads,
-      const std::function<void(const std::string& table)>& after_table = nullptr);
+      const std::function<void(const std::string& table)>& after_table = nullptr,
+      const std::function<void()>& tables_done = nullptr);
   // Async: applies gradient `grad` received in `trainer_scope`.
   absl::Status ApplyPush(const std::string& grad, Scope* trainer_scope);
   // Runs `fn` on the optimizer pool.

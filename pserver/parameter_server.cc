@@ -200,15 +200,18 @@ void ParameterServer::HandlePrefetchBatch(const RequestMeta& meta,
   batch->queries = std::move(queries);
   batch->rows.resize(batch->queries.size());
   batch->filled.assign(batch->queries.size(), 0);
-  // Looks every query up (unless the step's optimize did), then answers.
-  auto finish = [this, batch, done](absl::Status s) {
-    if (!s.ok()) return done(std::vector<absl::StatusOr<Tensor>>(batch->queries.size(), s));
+  batch->done = std::move(done);
+  // Looks every query up (unless the step's optimize did), then answers; nothing if the
+  // optimize answered already.
+  auto finish = [this, batch](absl::Status s) {
+    if (batch->answered.exchange(true)) return;
+    if (!s.ok()) return batch->done(std::vector<absl::StatusOr<Tensor>>(batch->queries.size(), s));
     if (!batch->looked_up) {
       applier_->ParallelFor(static_cast<int>(batch->queries.size()), [&](int i) {
         batch->rows[i] = applier_->Lookup(batch->queries[i].table, batch->queries[i].ids);
       });
     }
-    done(std::move(batch->rows));
+    batch->done(std::move(batch->rows));
   };
   {
     absl::MutexLock lock(&mu_);
@@ -501,6 +504,13 @@ void ParameterServer::RunSyncOptimize() {
       by_table[f->queries[i].table].push_back({f.get(), i});
     }
   }
+  // A table this pserver does not serve was not applied: its lookup gives the error.
+  auto complete = [this](FusedLookup& f) {
+    for (size_t i = 0; i < f.queries.size(); ++i) {
+      if (!f.filled[i]) f.rows[i] = applier_->Lookup(f.queries[i].table, f.queries[i].ids);
+    }
+    f.looked_up = true;
+  };
   absl::Status s = applier_->ApplyStep(
       step, [&](const std::string& grad) { return inbox_->TableGradients(grad, step); },
       [&](const std::string& table) {
@@ -510,13 +520,17 @@ void ParameterServer::RunSyncOptimize() {
           f->rows[i] = applier_->Lookup(table, f->queries[i].ids);
           f->filled[i] = 1;
         }
+      },
+      [&] {
+        // Every table is applied: the rows are the step's, answered while the dense blocks run
+        // (their gets and the send barrier wait for the whole update).
+        for (const auto& f : fused) {
+          complete(*f);
+          if (!f->answered.exchange(true)) f->done(std::move(f->rows));
+        }
       });
   for (const auto& f : fused) {
-    // A table this pserver does not serve was not applied: its lookup gives the error.
-    for (size_t i = 0; i < f->queries.size(); ++i) {
-      if (!f->filled[i]) f->rows[i] = applier_->Lookup(f->queries[i].table, f->queries[i].ids);
-    }
-    f->looked_up = true;
+    if (!f->looked_up) complete(*f);
   }
   std::vector<SyncBarrier::Reply> replies;
   std::vector<PendingGet> gets;

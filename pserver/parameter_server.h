@@ -26,6 +26,7 @@
 #ifndef TESSERA_PSERVER_PARAMETER_SERVER_H_
 #define TESSERA_PSERVER_PARAMETER_SERVER_H_
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -37,10 +38,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/thread_pool.h"
 #include "common/framework/executor.h"
 #include "common/io/file_system.h"
 #include "common/rpc/server.h"
-#include "common/base/thread_pool.h"
 #include "pserver/applier.h"
 #include "pserver/eval_reducer.h"
 #include "pserver/gradient_inbox.h"
@@ -189,12 +190,15 @@ class ParameterServer : public RequestHandler {
     GetDone done;
   };
   // A PrefetchBatch waiting for the step's update; `rows` filled by the optimize (looked_up)
-  // or after it.
+  // or after it. Answered once (`answered`): by the optimize as soon as its tables are applied
+  // (before the dense blocks), else when the update is awaited (its failure, or a late batch).
   struct FusedLookup {
     std::vector<PrefetchQuery> queries;
     std::vector<absl::StatusOr<Tensor>> rows;
     std::vector<char> filled;  // per query: looked up by the optimize
     bool looked_up = false;
+    PrefetchBatchDone done;
+    std::atomic<bool> answered{false};
   };
 
   ParameterServer(const ProgramDesc& program, Scope* scope, const OpRegistry* registry,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/framework/executor.h"
 #include "common/framework/op_desc.h"
 #include "common/layers/layers.h"
@@ -116,7 +117,7 @@ std::vector<float> Row(const absl::StatusOr<Tensor>& rows, int i) {
 
 // Sends every gradient of step `step` (dense: all `dense`; table rows {1: (1, 2)}) and the send
 // barrier.
-void SendStep(Job& job, int64_t step, float dense = 0) {
+void SendStep(Job& job, int64_t step, float dense = 0, DoneCallback barrier_done = nullptr) {
   for (const std::string& g : job.dense_grads) {
     VariableHeader h;
     h.name = g;
@@ -144,8 +145,8 @@ void SendStep(Job& job, int64_t step, float dense = 0) {
   sr->value.data<float>()[0] = 1;
   sr->value.data<float>()[1] = 2;
   job.server->HandleSend(Meta(step), h, *dest, [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
-  job.server->HandleBarrier(Meta(step), SEND_BARRIER,
-                            [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
+  if (!barrier_done) barrier_done = [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; };
+  job.server->HandleBarrier(Meta(step), SEND_BARRIER, std::move(barrier_done));
 }
 
 TEST(ParameterServerTest, LookupsAfterTheUpdateWaitForItAndSeeIt) {
@@ -167,8 +168,18 @@ TEST(ParameterServerTest, LookupsAfterTheUpdateWaitForItAndSeeIt) {
             std::string::npos)
       << refused.rows[0].status();
   EXPECT_FALSE(fused.Answered());
-  SendStep(*job, 0);
+  // The held lookup is answered as soon as the tables are applied: before the send barrier,
+  // which waits for the whole update (the dense blocks too).
+  absl::Notification applied;
+  bool fused_first = false;
+  SendStep(*job, 0, 0, [&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    fused_first = fused.Answered();
+    applied.Notify();
+  });
   fused.Wait();
+  ASSERT_TRUE(applied.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_TRUE(fused_first);
   ASSERT_EQ(fused.rows.size(), 1u);
   EXPECT_EQ(Row(fused.rows[0], 0), row2);  // untouched
   EXPECT_EQ(Row(fused.rows[0], 1), (std::vector<float>{row1[0] - kLr * 1, row1[1] - kLr * 2}));
