@@ -142,6 +142,32 @@ class CountingObserver : public RpcObserver {
   std::map<RpcMethod, int64_t> last_request_bytes_;
 };
 
+// One unary call of `method` (a full path) with `request` as its bytes, bypassing every
+// encoder; the response's bytes go to `response` when given.
+grpc::Status RawCall(const std::string& endpoint, const std::string& method,
+                     const std::string& request, std::string* response = nullptr) {
+  auto channel = grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::Slice slice(request);
+  grpc::ByteBuffer in(&slice, 1), out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &in, &out, [&](grpc::Status s) {
+    status = s;
+    done.Notify();
+  });
+  done.WaitForNotification();
+  if (status.ok() && response != nullptr) {
+    grpc::Slice flat;
+    if (out.DumpToSingleSlice(&flat).ok()) {
+      response->assign(reinterpret_cast<const char*>(flat.begin()), flat.size());
+    }
+  }
+  return status;
+}
+
 // A [rows, cols] float tensor holding start, start + 1, ...
 Variable Dense(int64_t rows, int64_t cols, float start) {
   Variable v;
@@ -421,23 +447,8 @@ TEST_F(GrpcRpcTest, PrefetchBatchSendsSharedIdsOnce) {
 
 // A hostile ids_of_table (itself, a later table, or with ids of its own) is refused, naming it.
 TEST_F(GrpcRpcTest, PrefetchBatchRefusesBadIdsReferences) {
-  auto channel = grpc::CreateChannel(endpoint_, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
   auto call = [&](const PrefetchBatchRequest& req) {
-    std::string bytes = req.SerializeAsString();
-    grpc::Slice slice(bytes);
-    grpc::ByteBuffer in(&slice, 1), out;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    absl::Notification done;
-    grpc::Status status;
-    stub.UnaryCall(&ctx, "/tessera.PServer/PrefetchBatch", grpc::StubOptions(), &in, &out,
-                   [&](grpc::Status s) {
-                     status = s;
-                     done.Notify();
-                   });
-    done.WaitForNotification();
-    return status;
+    return RawCall(endpoint_, "/tessera.PServer/PrefetchBatch", req.SerializeAsString());
   };
   PrefetchBatchRequest good;
   *good.mutable_header() = ToHeader(meta_);
@@ -473,27 +484,12 @@ TEST_F(GrpcRpcTest, AbortCarriesItsReason) {
 
 // The standard gRPC health service answers SERVING for the PServer service.
 TEST_F(GrpcRpcTest, HealthServiceSaysServing) {
-  auto channel = grpc::CreateChannel(endpoint_, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
   // HealthCheckRequest{service: "tessera.PServer"} (field 1, length-delimited).
   std::string service = "tessera.PServer";
   std::string request = std::string("\x0a") + static_cast<char>(service.size()) + service;
-  grpc::Slice slice(request);
-  grpc::ByteBuffer req(&slice, 1), resp;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  absl::Notification done;
-  grpc::Status status;
-  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &req, &resp,
-                 [&](grpc::Status s) {
-                   status = s;
-                   done.Notify();
-                 });
-  done.WaitForNotification();
+  std::string bytes;
+  grpc::Status status = RawCall(endpoint_, "/grpc.health.v1.Health/Check", request, &bytes);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  grpc::Slice out;
-  ASSERT_TRUE(resp.DumpToSingleSlice(&out).ok());
-  std::string bytes(reinterpret_cast<const char*>(out.begin()), out.size());
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // HealthCheckResponse{status: SERVING}
 }
 
