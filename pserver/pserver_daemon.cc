@@ -177,6 +177,9 @@ void PserverProcess::AddMetricsCollector() {
   Counter* sends = counter("tessera_pserver_send_messages_total", "SendVariable messages.");
   Counter* gets = counter("tessera_pserver_get_requests_total", "GetVariable requests.");
   Counter* prefetches = counter("tessera_pserver_prefetch_requests_total", "Prefetch requests.");
+  Counter* fused =
+      counter("tessera_pserver_fused_prefetches_total",
+              "Table lookups a sync step's optimize did right after the table's update.");
   Counter* applied = counter("tessera_pserver_grads_applied_total", "Gradients optimized.");
   Gauge* rows = *metrics_.GetGauge("tessera_pserver_table_rows",
                                    "Rows held by this pserver's table shards.", labels);
@@ -192,7 +195,7 @@ void PserverProcess::AddMetricsCollector() {
     int64_t unauthenticated ABSL_GUARDED_BY(mu) = 0;
   };
   auto published = std::make_shared<Published>();
-  metrics_.AddCollector([this, published, steps, sends, gets, prefetches, applied, rows,
+  metrics_.AddCollector([this, published, steps, sends, gets, prefetches, fused, applied, rows,
                          refused_ids, unauthenticated] {
     absl::MutexLock lock(&published->mu);
     const int64_t refused = server_->unauthenticated_requests();
@@ -204,6 +207,7 @@ void PserverProcess::AddMetricsCollector() {
     sends->Increment(static_cast<double>(now.sends - last.sends));
     gets->Increment(static_cast<double>(now.gets - last.gets));
     prefetches->Increment(static_cast<double>(now.prefetches - last.prefetches));
+    fused->Increment(static_cast<double>(now.fused_prefetches - last.fused_prefetches));
     applied->Increment(static_cast<double>(now.grads_applied - last.grads_applied));
     rows->Set(static_cast<double>(now.table_rows));
     refused_ids->Increment(static_cast<double>(now.table_refused_rows - last.table_refused_rows));

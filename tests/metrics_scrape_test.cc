@@ -63,6 +63,8 @@ TEST(MetricsScrapeTest, PserverAndTrainerCountersMove) {
   }
   EXPECT_NE(ps_text.find("# TYPE tessera_pserver_grads_applied_total counter"), std::string::npos)
       << ps_text;
+  // This job has no distributed table: no lookup, none fused (parameter_server_test counts them).
+  EXPECT_EQ(Sample(ps_text, "tessera_pserver_fused_prefetches_total"), 0) << ps_text;
   double ps_before = Sample(ps_text, "tessera_pserver_grads_applied_total");
   double tr_before = Sample(tr_text, "tessera_trainer_steps_total");
   double samples_before = Sample(tr_text, "tessera_trainer_samples_total");
