@@ -69,6 +69,16 @@ absl::Status CheckPrefetchIds(absl::string_view table, size_t id_bytes) {
                                                  id_bytes, " bytes, not a multiple of 8"));
 }
 
+absl::Status CheckIdsOfTable(absl::string_view table, int index, int32_t ids_of_table,
+                             size_t id_bytes) {
+  if (ids_of_table == 0 || (ids_of_table >= 1 && ids_of_table <= index && id_bytes == 0)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("prefetch of ", Shown(table), ": ids_of_table ",
+                                                 ids_of_table, " must name an earlier table (1..",
+                                                 index, ") and come without ids of its own"));
+}
+
 absl::Status CheckAbortReason(absl::string_view reason) {
   if (reason.size() > kMaxAbortReasonBytes) {
     return absl::InvalidArgumentError(

@@ -47,6 +47,11 @@ absl::Status CheckAbortReason(absl::string_view reason);
 // The ids field of a Prefetch of `table`: a whole number of little-endian int64 ids.
 absl::Status CheckPrefetchIds(absl::string_view table, size_t id_bytes);
 
+// PrefetchBatchRequest.Table.ids_of_table of the table at 0-based `index`: 0, or 1 + the index
+// of an earlier table (1..index) when the table comes without ids of its own.
+absl::Status CheckIdsOfTable(absl::string_view table, int index, int32_t ids_of_table,
+                             size_t id_bytes);
+
 }  // namespace tessera
 
 #endif  // TESSERA_COMMON_RPC_REQUEST_CHECKS_H_

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -75,6 +76,16 @@ TEST(RequestChecksTest, RequestMetaAndNames) {
   EXPECT_NE(CheckPrefetchIds("emb", 12).message().find("12 bytes"), absl::string_view::npos);
   // A name with a control character is echoed escaped: every refusal stays one line.
   EXPECT_EQ(CheckPrefetchIds("e\nmb", 12).message().find('\n'), absl::string_view::npos);
+  // ids_of_table: 0, or an earlier table's 1-based index with no ids of its own.
+  EXPECT_TRUE(CheckIdsOfTable("wide", 1, 0, 16).ok());
+  EXPECT_TRUE(CheckIdsOfTable("wide", 1, 1, 0).ok());
+  EXPECT_TRUE(CheckIdsOfTable("wide", 3, 2, 0).ok());
+  for (int32_t bad : {-1, 2, 5}) {
+    absl::Status s = CheckIdsOfTable("wide", 1, bad, 0);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find(absl::StrCat("ids_of_table ", bad)), absl::string_view::npos) << s;
+  }
+  EXPECT_FALSE(CheckIdsOfTable("wide", 1, 1, 8).ok());  // ids of its own as well
   EXPECT_EQ(ResolveByteRange("w\n", 9, 0, 8).status().message().find('\n'),
             absl::string_view::npos);
 }

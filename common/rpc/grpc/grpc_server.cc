@@ -211,12 +211,7 @@ class GrpcServer::Service : public RawService {
         s = absl::InvalidArgumentError(
             absl::StrCat("table ", t.table(), " appears twice in one prefetch"));
       }
-      const int32_t of = t.ids_of_table();
-      if (s.ok() && of != 0 && (of < 1 || of > i || !t.ids().empty())) {
-        s = absl::InvalidArgumentError(absl::StrCat("table ", t.table(), " has ids_of_table ", of,
-                                                    ": it must name an earlier table (1..", i,
-                                                    ") and come without ids of its own"));
-      }
+      if (s.ok()) s = CheckIdsOfTable(t.table(), i, t.ids_of_table(), t.ids().size());
       if (!s.ok()) return Fail(reactor, s);
     }
     std::vector<RequestHandler::PrefetchQuery> queries(req.tables_size());
