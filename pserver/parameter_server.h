@@ -165,7 +165,8 @@ class ParameterServer : public RequestHandler {
                       PrefetchDone done) override;
   // The tables side by side on the optimizer pool (and the calling thread). Sync, with
   // after_update for the current step before its optimize started: the optimize looks each
-  // table up as soon as it applied it (its rows still in cache), and answers with the update.
+  // table up as soon as it applied it (its rows still in cache), and answers once every table
+  // is applied (before the dense blocks).
   void HandlePrefetchBatch(const RequestMeta& meta, std::vector<PrefetchQuery> queries,
                            bool after_update, PrefetchBatchDone done) override;
   void HandleBarrier(const RequestMeta& meta, BarrierKind kind, DoneCallback done) override;
