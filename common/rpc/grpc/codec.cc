@@ -151,25 +151,18 @@ class SliceWriter {
   }
   grpc::ByteBuffer Finish() && {
     auto* owned = new std::string(std::move(buf_));
+    grpc::Slice all(
+        owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); }, owned);
+    if (refs_.empty()) return grpc::ByteBuffer(&all, 1);
     std::vector<grpc::Slice> slices;
     slices.reserve(2 * refs_.size() + 1);
-    if (refs_.empty()) {
-      grpc::Slice all(
-          owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); },
-          owned);
-      slices.push_back(std::move(all));
-    } else {
-      grpc::Slice all(
-          owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); },
-          owned);
-      size_t pos = 0;
-      for (const Ref& r : refs_) {
-        if (r.at > pos) slices.push_back(all.sub(pos, r.at));
-        pos = r.at;
-        slices.push_back(BufferSlice(r.buffer, r.offset, r.length));
-      }
-      if (owned->size() > pos) slices.push_back(all.sub(pos, owned->size()));
+    size_t pos = 0;
+    for (const Ref& r : refs_) {
+      if (r.at > pos) slices.push_back(all.sub(pos, r.at));
+      pos = r.at;
+      slices.push_back(BufferSlice(r.buffer, r.offset, r.length));
     }
+    if (owned->size() > pos) slices.push_back(all.sub(pos, owned->size()));
     return grpc::ByteBuffer(slices.data(), slices.size());
   }
 

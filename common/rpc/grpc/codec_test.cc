@@ -280,16 +280,31 @@ TEST(CodecTest, BatchSendsEqualRowIdsOnce) {
   }
 }
 
+// A valid batch: job "job", step 1, one dense float entry "w" of 2 elements.
+VariableBatch BatchOfDenseW() {
+  VariableBatch b;
+  *b.mutable_header() = ToHeader({"job", 0, 1});
+  VariableMessage* v = b.add_vars();
+  v->set_name("w");
+  v->set_dtype(FLOAT32);
+  v->add_dims(2);
+  v->set_payload(std::string(8, '\0'));
+  return b;
+}
+
+// DecodeBatch refuses `m` with a one-line INVALID_ARGUMENT containing `needle`.
+void ExpectBadBatch(const VariableBatch& m, const std::string& needle) {
+  auto d = DecodeBatch(SerializeProto(m), kMax);
+  ASSERT_FALSE(d.ok()) << needle;
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << d.status();
+  EXPECT_NE(d.status().message().find(needle), std::string::npos) << d.status();
+  EXPECT_EQ(d.status().message().find('\n'), std::string::npos);
+}
+
 // A peer's rows_of_entry must name an earlier sparse entry with as many rows, in a batch, and
 // come without row ids of its own.
 TEST(CodecTest, RejectsBadRowReferences) {
-  VariableBatch good;
-  *good.mutable_header() = ToHeader({"job", 0, 1});
-  VariableMessage* d = good.add_vars();
-  d->set_name("w");
-  d->set_dtype(FLOAT32);
-  d->add_dims(2);
-  d->set_payload(std::string(8, '\0'));
+  VariableBatch good = BatchOfDenseW();
   VariableMessage* a = good.add_vars();
   a->set_name("a");
   a->set_type(SELECTED_ROWS);
@@ -309,31 +324,25 @@ TEST(CodecTest, RejectsBadRowReferences) {
   ok->vars[2].CopyRows(rows.data());
   EXPECT_EQ(rows, (std::vector<int64_t>(2, 0x0101010101010101)));
 
-  auto expect_bad = [](const VariableBatch& m, const std::string& needle) {
-    auto got = DecodeBatch(SerializeProto(m), kMax);
-    ASSERT_FALSE(got.ok()) << needle;
-    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
-    EXPECT_NE(got.status().message().find(needle), std::string::npos) << got.status();
-  };
   VariableBatch m = good;
   m.mutable_vars(2)->set_rows_of_entry(3);  // itself
-  expect_bad(m, "not an earlier entry");
+  ExpectBadBatch(m, "not an earlier entry");
   m.mutable_vars(2)->set_rows_of_entry(9);
-  expect_bad(m, "not an earlier entry");
+  ExpectBadBatch(m, "not an earlier entry");
   m.mutable_vars(2)->set_rows_of_entry(-1);
-  expect_bad(m, "not an earlier entry");
+  ExpectBadBatch(m, "not an earlier entry");
   m.mutable_vars(2)->set_rows_of_entry(1);  // the dense entry
-  expect_bad(m, "not sparse with as many rows");
+  ExpectBadBatch(m, "not sparse with as many rows");
   m = good;
   m.mutable_vars(2)->set_dims(0, 3);
   m.mutable_vars(2)->set_payload(std::string(12, '\0'));
-  expect_bad(m, "not sparse with as many rows");
+  ExpectBadBatch(m, "not sparse with as many rows");
   m = good;
   m.mutable_vars(2)->set_rows_data(std::string(16, '\2'));  // ids of its own as well
-  expect_bad(m, "rows_of_entry");
+  ExpectBadBatch(m, "rows_of_entry");
   m = good;
   m.mutable_vars(0)->set_rows_of_entry(1);  // on a dense entry
-  expect_bad(m, "rows_of_entry");
+  ExpectBadBatch(m, "rows_of_entry");
   // Outside a batch there is nothing to refer to.
   VariableMessage single = good.vars(2);
   *single.mutable_header() = ToHeader({"job", 0, 1});
@@ -391,38 +400,25 @@ TEST(CodecTest, BatchHeaderMayFollowItsEntries) {
 }
 
 TEST(CodecTest, RejectsMalformedBatches) {
-  auto expect_bad = [](const VariableBatch& m, const std::string& needle) {
-    auto d = DecodeBatch(SerializeProto(m), kMax);
-    ASSERT_FALSE(d.ok()) << needle;
-    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << d.status();
-    EXPECT_NE(d.status().message().find(needle), std::string::npos) << d.status();
-    EXPECT_EQ(d.status().message().find('\n'), std::string::npos);
-  };
-  VariableBatch good;
-  *good.mutable_header() = ToHeader({"job", 0, 1});
-  VariableMessage* v = good.add_vars();
-  v->set_name("w");
-  v->set_dtype(FLOAT32);
-  v->add_dims(2);
-  v->set_payload(std::string(8, '\0'));
+  VariableBatch good = BatchOfDenseW();
   ASSERT_TRUE(DecodeBatch(SerializeProto(good), kMax).ok());
 
   VariableBatch m = good;
   *m.add_vars() = good.vars(0);
-  expect_bad(m, "appears twice");
+  ExpectBadBatch(m, "appears twice");
   m = good;
   m.mutable_vars(0)->set_total_bytes(16);
   m.mutable_vars(0)->mutable_dims()->Set(0, 4);
-  expect_bad(m, "is a chunk");
+  ExpectBadBatch(m, "is a chunk");
   m = good;
   m.mutable_vars(0)->set_dims(0, -1);
-  expect_bad(m, "negative dim");
+  ExpectBadBatch(m, "negative dim");
   m = good;
   m.clear_header();
-  expect_bad(m, "without a header");
+  ExpectBadBatch(m, "without a header");
   m = good;
   m.mutable_header()->set_job_id("j\nob");
-  expect_bad(m, "job id");
+  ExpectBadBatch(m, "job id");
   // An entry's length that runs past the buffer, and a truncated buffer.
   std::string bytes = good.SerializeAsString();
   bytes.resize(bytes.size() - 2);
