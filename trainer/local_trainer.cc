@@ -78,6 +78,31 @@ bool PipelinedSend(const BlockDesc& block, int tail) {
   return !GetStringsAttr(block.ops(block.ops_size() - 1), "fetch_barrier_endpoints").empty();
 }
 
+// Folds the receive of a pipelined block (the one `recv` op at `tail`, after the sync `send` at
+// tail - 1; PipelinedSend) into that send (attr recv_folded): the send gets the recv's outputs
+// ("Out", from "recv_epmap", perhaps none) and its fetch barrier, and sends them along with its gradients (one request per
+// pserver, answered once the step is applied). False, and `block` unchanged, unless every
+// pserver the recv involves gets the send's barrier.
+bool FoldReceive(BlockDesc* block, int tail) {
+  if (tail < 1 || tail + 1 != block->ops_size()) return false;
+  const OpDesc& recv = block->ops(tail);
+  OpDesc* send = block->mutable_ops(tail - 1);
+  const std::vector<std::string> barrier = GetStringsAttr(*send, "barrier_endpoints");
+  const std::vector<std::string> eps = GetStringsAttr(recv, "epmap");
+  const std::vector<std::string> fetch = GetStringsAttr(recv, "fetch_barrier_endpoints");
+  for (const std::vector<std::string>* list : {&eps, &fetch}) {
+    for (const std::string& ep : *list) {
+      if (std::find(barrier.begin(), barrier.end(), ep) == barrier.end()) return false;
+    }
+  }
+  if (!OpOutputs(*send, "Out").empty()) return false;
+  SetOpOutputs(send, "Out", OpOutputs(recv, "Out"));
+  SetAttr(send, "recv_epmap", eps);
+  SetAttr(send, "fetch_barrier_endpoints", fetch);
+  SetAttr(send, "recv_folded", true);
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<ProgramDesc> ForwardProgram(const ProgramDesc& main,
@@ -191,6 +216,8 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
       for (int i = t->tail_begin_; i < b->ops_size(); ++i) {
         SetAttr(b->mutable_ops(i), "after_update", true);
       }
+      // The step's receive rides on its send where it can (one request per pserver and step).
+      t->folded_ = FoldReceive(b, t->tail_begin_);
       TS_ASSIGN_OR_RETURN(t->pipelined_block_, t->executor_.Prepare(t->pipelined_program_, 0));
       t->pipelined_ = true;
     }
@@ -312,7 +339,11 @@ absl::Status LocalTrainer::RunPipelined(int64_t next_size, const FeedFn& next_fe
   }
   absl::Status s =
       executor_.RunOps(main_block_, looked_up ? head_end_ : 0, tail_begin_ - 1, &scope_);
-  if (s.ok()) {
+  if (s.ok() && folded_) {
+    flight->received_done.Notify();
+    // The send, with the step's receive folded in.
+    s = executor_.RunOps(pipelined_block_, tail_begin_ - 1, tail_begin_, &scope_);
+  } else if (s.ok()) {
     ahead_->Schedule([this, flight, n] {
       flight->received = executor_.RunOps(pipelined_block_, tail_begin_, n, &scope_);
       flight->received_done.Notify();

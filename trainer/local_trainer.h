@@ -199,8 +199,8 @@ class LocalTrainer {
   absl::Status RunAhead(int64_t next_size, const FeedFn& next_feed,
                         const std::function<bool()>& ends);
   // RunAhead when pipelined_ (and the epoch's length is known): the next batch is fed and its
-  // lookups sent during the compute, the receives together with the send, both answered by
-  // the pservers once they applied the step.
+  // lookups sent during the compute, the receives together with the send (folded_: in the
+  // send's own requests), both answered by the pservers once they applied the step.
   absl::Status RunPipelined(int64_t next_size, const FeedFn& next_feed);
   EpochStats EndEpoch(EpochRun* run);
   // Value of the loss variable after a run; error if it is missing or not finite.
@@ -233,6 +233,9 @@ class LocalTrainer {
   // leading lookups and trailing receives; the requests of the running step, kept past a failed
   // one (they end when the job fails).
   bool pipelined_ = false;
+  // Pipelined with the receive folded into the send (its outputs on the send op of
+  // pipelined_program_: one request per pserver and step, PServerClient::SendGetBatchAsync).
+  bool folded_ = false;
   ProgramDesc pipelined_program_;
   PreparedBlock pipelined_block_;
   struct InFlight {

@@ -254,6 +254,55 @@ std::vector<PserverPart> PartsByPserver(const std::vector<std::string>& eps,
   return parts;
 }
 
+// A sync send with the step's receive folded in (attr recv_folded; LocalTrainer's pipelined
+// step): outputs Out[j] from recv_epmap[j] once the pserver applied the step, with the fetch
+// barrier to the pservers of fetch_barrier_endpoints (perhaps with nothing to fetch: hybrid). Every pserver involved must carry the send barrier: one request per
+// pserver (PServerClient::SendGetBatchAsync; a pserver with nothing to fetch, a SendBatch).
+absl::Status SendAndReceive(RpcContext* rpc, OpContext& ctx, const std::vector<std::string>& vars,
+                            const std::vector<const Variable*>& values,
+                            const std::vector<std::string>& eps) {
+  const std::vector<std::string> outs = OpOutputs(ctx.op(), "Out");
+  const std::vector<std::string> out_eps = ctx.StringsAttr("recv_epmap");
+  TS_RETURN_IF_ERROR(CheckParallel(ctx, outs, out_eps));
+  const std::vector<std::string> barrier = ctx.StringsAttr("barrier_endpoints");
+  const std::vector<std::string> fetch_barrier = ctx.StringsAttr("fetch_barrier_endpoints");
+  for (const std::vector<std::string>* list : {&out_eps, &fetch_barrier}) {
+    for (const std::string& ep : *list) {
+      if (std::find(barrier.begin(), barrier.end(), ep) == barrier.end()) {
+        return ctx.Error(absl::StrCat("receives from pserver ", ep,
+                                      ", which does not get this send's barrier"));
+      }
+    }
+  }
+  std::vector<Variable*> received;
+  for (size_t j = 0; j < outs.size(); ++j) {
+    TS_ASSIGN_OR_RETURN(Variable * v, ctx.OutputVar("Out", static_cast<int>(j)));
+    received.push_back(v);
+  }
+  std::vector<PserverPart> parts = PartsByPserver(eps, barrier);
+  StatusGroup group(static_cast<int>(parts.size()));
+  RequestMeta meta = rpc->Meta();
+  for (const PserverPart& part : parts) {
+    std::vector<SendItem> items;
+    for (size_t i : part.vars) items.push_back({vars[i], values[i]});
+    std::vector<GetItem> gets;
+    for (size_t j = 0; j < outs.size(); ++j) {
+      if (out_eps[j] == part.endpoint) gets.push_back({outs[j], received[j]});
+    }
+    const bool fetch = std::find(fetch_barrier.begin(), fetch_barrier.end(), part.endpoint) !=
+                       fetch_barrier.end();
+    PServerClient* client = rpc->clients->Get(part.endpoint);
+    if (gets.empty() && !fetch) {
+      client->SendBatchAsync(meta, std::move(items), part.barrier, &rpc->step_reply,
+                             group.Callback());
+    } else {
+      client->SendGetBatchAsync(meta, std::move(items), &rpc->step_reply, std::move(gets), fetch,
+                                group.Callback());
+    }
+  }
+  return group.Wait();
+}
+
 // send: X[i] to epmap[i], one request per pserver; with attr barrier_endpoints (sync), each of
 // those pservers' requests also carries this trainer's send barrier (a pserver that gets no
 // gradient gets a barrier-only request).
@@ -271,6 +320,7 @@ absl::Status Send(RpcContext* rpc, OpContext& ctx) {
     for (size_t i = 0; i < vars.size(); ++i) grads.push_back({vars[i], eps[i], values[i]});
     return rpc->communicator->PushAll(grads);
   }
+  if (ctx.BoolAttr("recv_folded", false)) return SendAndReceive(rpc, ctx, vars, values, eps);
   std::vector<PserverPart> parts = PartsByPserver(eps, ctx.StringsAttr("barrier_endpoints"));
   StatusGroup group(static_cast<int>(parts.size()));
   RequestMeta meta = rpc->Meta();

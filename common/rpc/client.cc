@@ -40,6 +40,15 @@ void PServerClient::SendBatchAsync(const RequestMeta& meta, std::vector<SendItem
   }
 }
 
+void PServerClient::SendGetBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
+                                      StepReply* reply, std::vector<GetItem> gets,
+                                      bool fetch_barrier, DoneCallback done) {
+  std::vector<DoneCallback> both = JoinThen(
+      2, [done] { done(absl::OkStatus()); }, done);
+  SendBatchAsync(meta, std::move(items), /*send_barrier=*/true, reply, std::move(both[0]));
+  GetBatchAsync(meta, std::move(gets), fetch_barrier, /*after_update=*/true, std::move(both[1]));
+}
+
 void PServerClient::AwaitUpdateAsync(const RequestMeta& meta, DoneCallback done) {
   done(absl::UnimplementedError(
       absl::StrCat("the client of pserver ", endpoint(), " cannot wait for a step's update")));

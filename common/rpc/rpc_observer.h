@@ -23,12 +23,13 @@ enum class RpcMethod {
   kRegister,
   kSendBatch,
   kGetBatch,
-  kPrefetchBatch
+  kPrefetchBatch,
+  kSendGetBatch
 };
-inline constexpr int kNumRpcMethods = 9;
+inline constexpr int kNumRpcMethods = 10;
 
 // The metric label of a method: "Send", "Get", "Prefetch", "Barrier", "Checkpoint", "Register",
-// "SendBatch", "GetBatch", "PrefetchBatch".
+// "SendBatch", "GetBatch", "PrefetchBatch", "SendGetBatch".
 inline const char* RpcMethodLabel(RpcMethod method) {
   switch (method) {
     case RpcMethod::kSend:
@@ -49,12 +50,15 @@ inline const char* RpcMethodLabel(RpcMethod method) {
       return "GetBatch";
     case RpcMethod::kPrefetchBatch:
       return "PrefetchBatch";
+    case RpcMethod::kSendGetBatch:
+      return "SendGetBatch";
   }
   return "Unknown";
 }
 
 // The method of a wire method name ("SendVariable", "GetVariable", "Prefetch", "Barrier",
-// "Checkpoint", "Register", "SendBatch", "GetBatch", "PrefetchBatch"); false for any other name.
+// "Checkpoint", "Register", "SendBatch", "GetBatch", "PrefetchBatch", "SendGetBatch"); false for
+// any other name.
 inline bool RpcMethodFromWireName(absl::string_view name, RpcMethod* method) {
   if (name == "SendVariable") {
     *method = RpcMethod::kSend;
@@ -74,6 +78,8 @@ inline bool RpcMethodFromWireName(absl::string_view name, RpcMethod* method) {
     *method = RpcMethod::kGetBatch;
   } else if (name == "PrefetchBatch") {
     *method = RpcMethod::kPrefetchBatch;
+  } else if (name == "SendGetBatch") {
+    *method = RpcMethod::kSendGetBatch;
   } else {
     return false;
   }

@@ -79,6 +79,12 @@ bool CodecSeeds(const std::string& dir) {
   put("batch_send_shared_rows",
       Flatten(EncodeBatch(meta, {{"emb@GRAD.shard0", &sparse}, {"wide@GRAD.shard0", &wide}},
                           /*send_barrier=*/true)));
+  // A pipelined sync step's SendGetBatch: gradients, both barriers, the names to fetch.
+  BatchExtras fold;
+  fold.get_names = {"fc.w", "fc.b"};
+  fold.fetch_barrier = true;
+  put("batch_send_get",
+      Flatten(EncodeBatch(meta, {{"emb@GRAD.shard0", &sparse}}, /*send_barrier=*/true, fold)));
   GetBatchRequest get_batch;
   *get_batch.mutable_header() = ToHeader(meta);
   get_batch.add_names("fc.w");

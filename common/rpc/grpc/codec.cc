@@ -110,6 +110,9 @@ constexpr int kRowsOfEntryField = 16;
 constexpr int kBatchHeaderField = 1;
 constexpr int kBatchVarsField = 2;
 constexpr int kBatchSendBarrierField = 3;
+constexpr int kBatchGetNamesField = 4;
+constexpr int kBatchFetchBarrierField = 5;
+constexpr int kBatchEpochEndField = 6;
 
 // Payloads up to this size are copied into the message's buffer rather than referenced in
 // place (a slice of their own costs more than the copy).
@@ -261,10 +264,20 @@ grpc::ByteBuffer EncodeVariable(const RequestMeta& meta, const std::string& name
 
 grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem>& entries,
                              bool send_barrier) {
+  return EncodeBatch(meta, entries, send_barrier, BatchExtras());
+}
+
+grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem>& entries,
+                             bool send_barrier, const BatchExtras& extras) {
   SliceWriter w;
   const std::string header = ToHeader(meta).SerializeAsString();
   PutBytesField(&w.buf(), kBatchHeaderField, header.data(), header.size());
   PutVarintField(&w.buf(), kBatchSendBarrierField, send_barrier ? 1 : 0);
+  for (const std::string& name : extras.get_names) {
+    PutBytesField(&w.buf(), kBatchGetNamesField, name.data(), name.size());
+  }
+  if (extras.fetch_barrier) PutVarintField(&w.buf(), kBatchFetchBarrierField, 1);
+  if (extras.epoch_end) PutVarintField(&w.buf(), kBatchEpochEndField, 1);
   std::string scratch;
   // The sparse entries so far (index, rows): an entry whose row ids equal one of the last few
   // (a slot's deep and wide gradients) names it instead of repeating them.
@@ -600,6 +613,27 @@ absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t
       uint64_t v;
       if (!in.ReadVarint64(&v)) return Bad("truncated send_barrier");
       batch.send_barrier = v != 0;
+    } else if (field == kBatchGetNamesField &&
+               wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t len;
+      std::string name;
+      if (!in.ReadVarint32(&len) || len > static_cast<uint32_t>(std::max(0, in.BytesUntilLimit())) ||
+          !in.ReadString(&name, static_cast<int>(len))) {
+        return Bad("truncated get name");
+      }
+      if (!google::protobuf::internal::IsStructurallyValidUTF8(name.data(),
+                                                              static_cast<int>(name.size()))) {
+        return Bad("get name is not UTF-8");
+      }
+      batch.extras.get_names.push_back(std::move(name));
+    } else if (field == kBatchFetchBarrierField && wire == WireFormatLite::WIRETYPE_VARINT) {
+      uint64_t v;
+      if (!in.ReadVarint64(&v)) return Bad("truncated fetch_barrier");
+      batch.extras.fetch_barrier = v != 0;
+    } else if (field == kBatchEpochEndField && wire == WireFormatLite::WIRETYPE_VARINT) {
+      uint64_t v;
+      if (!in.ReadVarint64(&v)) return Bad("truncated epoch_end");
+      batch.extras.epoch_end = v != 0;
     } else if (!WireFormatLite::SkipField(&in, tag)) {
       return Bad("truncated field");
     }

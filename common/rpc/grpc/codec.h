@@ -64,6 +64,14 @@ absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, i
 // instead of repeating them.
 grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem>& entries,
                              bool send_barrier);
+// The VariableBatch fields beyond the entries and send_barrier (SendGetBatch; proto comments).
+struct BatchExtras {
+  std::vector<std::string> get_names;
+  bool fetch_barrier = false;
+  bool epoch_end = false;
+};
+grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem>& entries,
+                             bool send_barrier, const BatchExtras& extras);
 
 // Encodes a PrefetchBatchRequest (proto/pserver.proto) for `items`, in one buffer: a table whose
 // ids vector is an earlier table's (the same pointer) names it (ids_of_table) instead of
@@ -76,6 +84,7 @@ grpc::ByteBuffer EncodePrefetchBatch(const RequestMeta& meta,
 struct DecodedBatch {
   RequestMeta meta;
   bool send_barrier = false;
+  BatchExtras extras;  // get names: UTF-8 (as protobuf requires of strings), unchecked otherwise
   std::vector<DecodedVariable> vars;
 };
 absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t max_bytes);

@@ -353,6 +353,41 @@ TEST(CodecTest, RejectsBadRowReferences) {
 
 // EncodePrefetchBatch writes an ordinary PrefetchBatchRequest; a table fed by the same ids
 // vector as an earlier one names it.
+// A SendGetBatch's fields (the names to fetch, the fetch barrier) and its reply's epoch_end
+// travel with the batch: protobuf reads them, and so does the decoder; a get name that is not
+// UTF-8 is refused, as protobuf refuses such a string.
+TEST(CodecTest, BatchCarriesGetNamesFetchBarrierAndEpochEnd) {
+  Variable g = Dense(1, 2);
+  BatchExtras extras;
+  extras.get_names = {"w", "b.block1", std::string("\xc3\xa9t\xc3\xa9")};
+  extras.fetch_barrier = true;
+  extras.epoch_end = true;
+  grpc::ByteBuffer buffer = EncodeBatch({"job", 1, 7}, {{"w@GRAD", &g}}, true, extras);
+  VariableBatch parsed;
+  ASSERT_TRUE(ParseProto(buffer, &parsed).ok());
+  ASSERT_EQ(parsed.get_names_size(), 3);
+  EXPECT_EQ(parsed.get_names(2), extras.get_names[2]);
+  EXPECT_TRUE(parsed.fetch_barrier());
+  EXPECT_TRUE(parsed.epoch_end());
+  auto d = DecodeBatch(buffer, kMax);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->extras.get_names, extras.get_names);
+  EXPECT_TRUE(d->extras.fetch_barrier);
+  EXPECT_TRUE(d->extras.epoch_end);
+  EXPECT_TRUE(d->send_barrier);
+  ASSERT_EQ(d->vars.size(), 1u);
+
+  auto plain = DecodeBatch(EncodeBatch({"job", 1, 7}, {{"w@GRAD", &g}}, false), kMax);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(plain->extras.get_names.empty());
+  EXPECT_FALSE(plain->extras.fetch_barrier);
+  EXPECT_FALSE(plain->extras.epoch_end);
+
+  VariableBatch m = BatchOfDenseW();
+  m.add_get_names("\xff\xfe");
+  ExpectBadBatch(m, "get name is not UTF-8");
+}
+
 TEST(CodecTest, PrefetchBatchIsAValidProtobuf) {
   std::vector<int64_t> a = {3, -1, INT64_MAX}, b = {9}, empty;
   Tensor out;

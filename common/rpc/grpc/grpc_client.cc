@@ -564,4 +564,52 @@ void GrpcPServerClient::PrefetchBatchAsync(const RequestMeta& meta, std::vector<
       std::move(done));
 }
 
+void GrpcPServerClient::SendGetBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
+                                          StepReply* reply, std::vector<GetItem> gets,
+                                          bool fetch_barrier, DoneCallback done) {
+  // One request when each half would be one: no tensor over the chunk size, and at most a
+  // chunk of gradients and of parameters (as far as the destinations' sizes tell).
+  const int64_t chunk = options_.chunk_bytes;
+  bool one = true;
+  int64_t sent = 0, fetched = 0;
+  for (const SendItem& item : items) sent += PayloadBytes(*item.var);
+  for (const GetItem& item : gets) {
+    const Tensor* t = item.out->GetIf<Tensor>();
+    fetched += t != nullptr && t->initialized() ? static_cast<int64_t>(t->nbytes()) : 0;
+  }
+  if (chunk > 0 && (sent > chunk || fetched > chunk)) one = false;
+  if (!one) {
+    PServerClient::SendGetBatchAsync(meta, std::move(items), reply, std::move(gets),
+                                     fetch_barrier, std::move(done));
+    return;
+  }
+  BatchExtras extras;
+  for (const GetItem& item : gets) extras.get_names.push_back(item.name);
+  extras.fetch_barrier = fetch_barrier;
+  grpc::ByteBuffer request = EncodeBatch(meta, items, /*send_barrier=*/true, extras);
+  const int64_t max_bytes = options_.max_message_bytes;
+  Call(
+      "SendGetBatch", std::move(request),
+      [items = std::move(items), gets = std::move(gets), reply,
+       max_bytes](const grpc::ByteBuffer& resp) -> absl::Status {
+        TS_ASSIGN_OR_RETURN(DecodedBatch got, DecodeBatch(resp, max_bytes));
+        if (got.vars.size() != gets.size()) {
+          return absl::InternalError(absl::StrCat("SendGetBatch returned ", got.vars.size(),
+                                                  " variables for ", gets.size(), " names"));
+        }
+        for (size_t i = 0; i < gets.size(); ++i) {
+          const DecodedVariable& d = got.vars[i];
+          if (d.header().name != gets[i].name || d.header().type != DENSE_TENSOR) {
+            return absl::InternalError(absl::StrCat("SendGetBatch returned '", d.header().name,
+                                                    "' where dense '", gets[i].name,
+                                                    "' was asked for"));
+          }
+          TS_RETURN_IF_ERROR(DecodeVariableInto(d, gets[i].out));
+        }
+        if (got.extras.epoch_end && reply != nullptr) reply->epoch_end.store(true);
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
 }  // namespace tessera

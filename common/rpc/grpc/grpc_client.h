@@ -76,6 +76,9 @@ class GrpcPServerClient : public PServerClient {
                      bool after_update, DoneCallback done) override;
   void PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,
                           bool after_update, DoneCallback done) override;
+  void SendGetBatchAsync(const RequestMeta& meta, std::vector<SendItem> items, StepReply* reply,
+                         std::vector<GetItem> gets, bool fetch_barrier,
+                         DoneCallback done) override;
 
  private:
   using Stub = grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>;

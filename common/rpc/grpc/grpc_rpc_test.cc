@@ -1,4 +1,5 @@
 // The gRPC transport end to end on loopback, against a small in-memory handler.
+#include <atomic>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -46,10 +47,13 @@ class MemoryHandler : public RequestHandler {
     done(absl::OkStatus());  // not under mu_: a batch's barrier may follow from this callback
   }
   void HandleGet(const RequestMeta& meta, const std::string& name, GetDone done) override {
-    absl::MutexLock lock(&mu_);
-    auto it = vars_.find(name);
-    if (it == vars_.end()) return done(absl::NotFoundError("no variable " + name));
-    done(it->second);
+    absl::StatusOr<Variable> got = absl::NotFoundError("no variable " + name);
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = vars_.find(name);
+      if (it != vars_.end()) got = it->second;
+    }
+    done(std::move(got));  // not under mu_: the batch's fetch barrier may follow from it
   }
   void HandlePrefetch(const RequestMeta& meta, const std::string& table, std::vector<int64_t> ids,
                       PrefetchDone done) override {
@@ -91,6 +95,8 @@ class MemoryHandler : public RequestHandler {
                         DoneCallback done) override {
     done(absl::UnimplementedError("no checkpoints here"));
   }
+  bool StepEndsEpoch(int64_t step) override { return ends_epoch.load(); }
+  std::atomic<bool> ends_epoch{false};
   void HandleAbort(const RequestMeta& meta, const std::string& reason, DoneCallback done) override {
     {
       absl::MutexLock lock(&mu_);
@@ -400,6 +406,72 @@ TEST_F(GrpcRpcTest, AfterUpdateRequestsWaitForTheUpdate) {
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
     EXPECT_NE(s.message().find("the step failed"), std::string::npos) << s;
   }
+}
+
+// A sync step's send and receive in one request per trainer (SendGetBatch): the gradients and
+// the send barrier, then, once the update is released, the parameters as it left them and the
+// fetch barrier; the epoch's end comes with them. A tensor that needs chunks makes the client
+// fall back to a SendBatch and a GetBatch, with the same results.
+TEST_F(GrpcRpcTest, SendGetBatchFoldsAStepIntoOneRequest) {
+  for (int64_t chunk : {int64_t{4} << 20, int64_t{16}}) {
+    SCOPED_TRACE(absl::StrCat("chunk_bytes ", chunk));
+    const bool folded = chunk > 1024;
+    handler_.ends_epoch = folded;  // the fallback's SendBatch answers epoch_end as before
+    auto c0 = Client(chunk), c1 = Client(chunk);
+    Variable w = Dense(3, 2, 1), b = Dense(1, 2, 100);
+    Variable out_w, out_b;
+    out_w.GetMutable<Tensor>()->Resize(FLOAT32, {3, 2});  // 24 bytes known: over 16, a chunk
+    StepReply reply0, reply1;
+    StatusGroup sent(2);
+    const int calls_before = observer_.calls(RpcMethod::kSendGetBatch);
+    const int sends_before = handler_.sends();
+    c0->SendGetBatchAsync({"job", 0, 1}, {{"w", &w}}, &reply0, {{"b", &out_b}}, true,
+                          sent.Callback());
+    c1->SendGetBatchAsync({"job", 1, 1}, {{"b", &b}}, &reply1, {{"w", &out_w}}, true,
+                          sent.Callback());
+    // Both are held for the update once their barrier was released.
+    for (int i = 0; i < 2000 && handler_.awaiting() < 2; ++i) absl::SleepFor(absl::Milliseconds(5));
+    ASSERT_EQ(handler_.awaiting(), 2);
+    if (folded) EXPECT_EQ(handler_.sends() - sends_before, 2);  // both gradients are in
+    ASSERT_TRUE(c0->SendVariable(meta_, "b", Dense(1, 2, 500)).ok());  // "the update"
+    handler_.ReleaseUpdate(absl::OkStatus());
+    ASSERT_TRUE(sent.Wait().ok());
+    EXPECT_EQ(out_b.Get<Tensor>().data<float>()[1], 501.0f);
+    EXPECT_EQ(out_w.Get<Tensor>().data<float>()[5], 6.0f);
+    EXPECT_EQ(reply0.epoch_end.load(), folded);
+    EXPECT_EQ(reply1.epoch_end.load(), folded);
+    EXPECT_EQ(observer_.calls(RpcMethod::kSendGetBatch) - calls_before, folded ? 2 : 0);
+  }
+  // The fallback's requests: a SendBatch per trainer; a GetBatch for trainer 0, two for trainer
+  // 1, which fetches w in chunks (one waits for the update, one carries the fetch barrier).
+  EXPECT_EQ(observer_.calls(RpcMethod::kSendBatch), 2);
+  EXPECT_EQ(observer_.calls(RpcMethod::kGetBatch), 3);
+}
+
+// A hostile SendGetBatch without the send barrier, or with a bad name to fetch, is refused
+// before anything is stored.
+TEST_F(GrpcRpcTest, SendGetBatchRefusesAStepWithoutItsBarrierOrWithBadNames) {
+  VariableBatch req;
+  *req.mutable_header() = ToHeader({"job", 0, 1});
+  VariableMessage* v = req.add_vars();
+  v->set_name("w");
+  v->set_dtype(FLOAT32);
+  v->add_dims(2);
+  v->set_payload(std::string(8, '\0'));
+  req.add_get_names("b");
+  auto call = [&](const VariableBatch& m) {
+    return RawCall(endpoint_, "/tessera.PServer/SendGetBatch", m.SerializeAsString());
+  };
+  grpc::Status s = call(req);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("without the send barrier"), std::string::npos)
+      << s.error_message();
+  req.set_send_barrier(true);
+  req.add_get_names("");
+  s = call(req);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("variable name"), std::string::npos) << s.error_message();
+  EXPECT_EQ(handler_.sends(), 0);
 }
 
 // A hostile prefetch naming one table twice is refused (its answer could not say which is which).

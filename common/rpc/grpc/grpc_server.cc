@@ -23,7 +23,8 @@ using RawService =
         PServer::WithRawCallbackMethod_Prefetch<PServer::WithRawCallbackMethod_Barrier<
             PServer::WithRawCallbackMethod_Checkpoint<PServer::WithRawCallbackMethod_Register<
                 PServer::WithRawCallbackMethod_SendBatch<PServer::WithRawCallbackMethod_GetBatch<
-                    PServer::WithRawCallbackMethod_PrefetchBatch<PServer::Service>>>>>>>>>;
+                    PServer::WithRawCallbackMethod_PrefetchBatch<
+                        PServer::WithRawCallbackMethod_SendGetBatch<PServer::Service>>>>>>>>>>;
 
 namespace {
 
@@ -92,46 +93,57 @@ class GrpcServer::Service : public RawService {
   }
 
   // Every gradient of the batch, then (send_barrier) the send barrier; the reply comes when the
-  // barrier is released. All destinations are prepared before any bytes are stored, so a bad
-  // entry refuses the whole batch and stores nothing.
+  // barrier is released.
   grpc::ServerUnaryReactor* SendBatch(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override {
     ObservedReactor* reactor = NewReactor(RpcMethod::kSendBatch, request, response);
-    absl::Status auth = CheckToken(ctx);
-    if (!auth.ok()) return Fail(reactor, auth);
-    auto batch = DecodeBatch(*request, max_bytes_);
-    if (!batch.ok()) return Fail(reactor, batch.status());
-    const RequestMeta meta = batch->meta;
-    absl::Status admit = Admit(meta);
-    if (!admit.ok()) return Fail(reactor, admit);
-    std::vector<Variable*> dests;
-    for (const DecodedVariable& d : batch->vars) {
-      auto dest = handler_->PrepareReceive(meta, d.header());
-      if (!dest.ok()) return Fail(reactor, dest.status());
-      dests.push_back(*dest);
-    }
-    for (size_t i = 0; i < dests.size(); ++i) {
-      absl::Status copied = CopyReceived(batch->vars[i], dests[i]);
-      if (!copied.ok()) return Fail(reactor, copied);
-    }
-    *response = SerializeProto(SendResponse());
-    DoneCallback finish = [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); };
-    const bool barrier = batch->send_barrier;
-    std::vector<DoneCallback> callbacks = JoinThen(
-        static_cast<int>(dests.size()),
-        [this, meta, barrier, response, finish] {
-          if (barrier) {
-            SendBarrier<SendResponse>(meta, response, finish);
-          } else {
-            finish(absl::OkStatus());
-          }
-        },
-        finish);
-    for (size_t i = 0; i < dests.size(); ++i) {
-      handler_->HandleSend(meta, batch->vars[i].header(), dests[i], std::move(callbacks[i]));
-    }
-    return reactor;
+    return ReceiveBatch(ctx, *request, reactor, nullptr,
+                        [this, response](const RequestMeta& meta, const DecodedBatch& batch,
+                                         DoneCallback finish) {
+                          *response = SerializeProto(SendResponse());
+                          if (batch.send_barrier) {
+                            SendBarrier<SendResponse>(meta, response, std::move(finish));
+                          } else {
+                            finish(absl::OkStatus());
+                          }
+                        });
+  }
+
+  // A sync step's send with its recv folded in: every gradient and the send barrier as a
+  // SendBatch, then, once the step is applied, the named parameters and (fetch_barrier) the
+  // fetch barrier as a GetBatch with after_update. One reply: the parameters, and epoch_end.
+  grpc::ServerUnaryReactor* SendGetBatch(grpc::CallbackServerContext* ctx,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override {
+    ObservedReactor* reactor = NewReactor(RpcMethod::kSendGetBatch, request, response);
+    auto check = [](const DecodedBatch& batch) {
+      if (!batch.send_barrier) {
+        return absl::InvalidArgumentError("SendGetBatch without the send barrier");
+      }
+      for (const std::string& name : batch.extras.get_names) {
+        TS_RETURN_IF_ERROR(CheckRequestName("variable name", name));
+      }
+      return absl::OkStatus();
+    };
+    return ReceiveBatch(
+        ctx, *request, reactor, check,
+        [this, response](const RequestMeta& meta, const DecodedBatch& batch, DoneCallback finish) {
+          auto names = std::make_shared<std::vector<std::string>>(batch.extras.get_names);
+          const bool fetch_barrier = batch.extras.fetch_barrier;
+          handler_->HandleBarrier(
+              meta, SEND_BARRIER,
+              [this, meta, names, fetch_barrier, response, finish](absl::Status st) {
+                if (!st.ok()) return finish(st);
+                const bool epoch_end = handler_->StepEndsEpoch(meta.step);
+                AfterUpdate(
+                    true, meta,
+                    [this, meta, names, fetch_barrier, epoch_end, response, finish] {
+                      ServeGets(meta, *names, fetch_barrier, epoch_end, response, finish);
+                    },
+                    finish);
+              });
+        });
   }
 
   // Every named parameter (whole dense tensors, in order), then (fetch_barrier) the fetch
@@ -148,47 +160,17 @@ class GrpcServer::Service : public RawService {
       s = CheckRequestName("variable name", name);
       if (!s.ok()) return Fail(reactor, s);
     }
-    struct Gathered {
-      std::vector<std::string> names;
-      std::vector<Variable> values;
-    };
-    auto got = std::make_shared<Gathered>();
-    got->names.assign(req.names().begin(), req.names().end());
-    got->values.resize(got->names.size());
+    auto names = std::make_shared<std::vector<std::string>>(req.names().begin(), req.names().end());
     DoneCallback finish = [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); };
     const bool barrier = req.fetch_barrier();
-    // Everything from the first get on runs in `serve`, after the update where one is awaited
-    // (a request with no names too: it only waits).
-    auto serve = [this, meta, got, barrier, response, finish] {
-      std::vector<DoneCallback> callbacks = JoinThen(
-          static_cast<int>(got->names.size()),
-          [this, meta, got, barrier, response, finish] {
-            std::vector<SendItem> entries;
-            for (size_t i = 0; i < got->names.size(); ++i) {
-              entries.push_back({got->names[i], &got->values[i]});
-            }
-            *response = EncodeBatch(meta, entries, /*send_barrier=*/false);
-            if (barrier) {
-              handler_->HandleBarrier(meta, FETCH_BARRIER, finish);
-            } else {
-              finish(absl::OkStatus());
-            }
-          },
-          finish);
-      for (size_t i = 0; i < got->names.size(); ++i) {
-        handler_->HandleGet(meta, got->names[i],
-                            [got, i, cb = std::move(callbacks[i])](absl::StatusOr<Variable> var) {
-                              if (!var.ok()) return cb(var.status());
-                              if (!var->Is<Tensor>()) {
-                                return cb(absl::InvalidArgumentError(
-                                    absl::StrCat("variable ", got->names[i], " is not dense")));
-                              }
-                              got->values[i] = *std::move(var);
-                              cb(absl::OkStatus());
-                            });
-      }
-    };
-    AfterUpdate(req.after_update(), meta, std::move(serve), std::move(finish));
+    // Everything from the first get on runs after the update where one is awaited (a request
+    // with no names too: it only waits).
+    AfterUpdate(
+        req.after_update(), meta,
+        [this, meta, names, barrier, response, finish] {
+          ServeGets(meta, *names, barrier, /*epoch_end=*/false, response, finish);
+        },
+        finish);
     return reactor;
   }
 
@@ -364,6 +346,89 @@ class GrpcServer::Service : public RawService {
   }
 
  private:
+  // The start of SendBatch and SendGetBatch: decodes the batch, checks it (`check`, nullable,
+  // before anything is stored), prepares every destination (a bad entry refuses the whole batch
+  // and stores nothing), stores the bytes and hands each gradient to the handler; once all are
+  // handled, `then` continues (and finishes the call).
+  using BatchThen = std::function<void(const RequestMeta&, const DecodedBatch&, DoneCallback)>;
+  grpc::ServerUnaryReactor* ReceiveBatch(grpc::CallbackServerContext* ctx,
+                                         const grpc::ByteBuffer& request,
+                                         ObservedReactor* reactor,
+                                         const std::function<absl::Status(const DecodedBatch&)>& check,
+                                         BatchThen then) {
+    absl::Status auth = CheckToken(ctx);
+    if (!auth.ok()) return Fail(reactor, auth);
+    auto decoded = DecodeBatch(request, max_bytes_);
+    if (!decoded.ok()) return Fail(reactor, decoded.status());
+    auto batch = std::make_shared<DecodedBatch>(*std::move(decoded));
+    const RequestMeta meta = batch->meta;
+    absl::Status admit = Admit(meta);
+    if (!admit.ok()) return Fail(reactor, admit);
+    if (check) {
+      absl::Status checked = check(*batch);
+      if (!checked.ok()) return Fail(reactor, checked);
+    }
+    std::vector<Variable*> dests;
+    for (const DecodedVariable& d : batch->vars) {
+      auto dest = handler_->PrepareReceive(meta, d.header());
+      if (!dest.ok()) return Fail(reactor, dest.status());
+      dests.push_back(*dest);
+    }
+    for (size_t i = 0; i < dests.size(); ++i) {
+      absl::Status copied = CopyReceived(batch->vars[i], dests[i]);
+      if (!copied.ok()) return Fail(reactor, copied);
+    }
+    DoneCallback finish = [reactor](absl::Status s) { reactor->Finish(ToGrpcStatus(s)); };
+    std::vector<DoneCallback> callbacks = JoinThen(
+        static_cast<int>(dests.size()),
+        [meta, batch, then = std::move(then), finish] { then(meta, *batch, finish); }, finish);
+    for (size_t i = 0; i < dests.size(); ++i) {
+      handler_->HandleSend(meta, batch->vars[i].header(), dests[i], std::move(callbacks[i]));
+    }
+    return reactor;
+  }
+  // Gets every named parameter (whole dense tensors) into `response` (a VariableBatch in that
+  // order, with epoch_end), then (fetch_barrier) the fetch barrier, then `finish`.
+  void ServeGets(const RequestMeta& meta, const std::vector<std::string>& names,
+                 bool fetch_barrier, bool epoch_end, grpc::ByteBuffer* response,
+                 DoneCallback finish) {
+    struct Gathered {
+      std::vector<std::string> names;
+      std::vector<Variable> values;
+    };
+    auto got = std::make_shared<Gathered>();
+    got->names = names;
+    got->values.resize(names.size());
+    std::vector<DoneCallback> callbacks = JoinThen(
+        static_cast<int>(got->names.size()),
+        [this, meta, got, fetch_barrier, epoch_end, response, finish] {
+          std::vector<SendItem> entries;
+          for (size_t i = 0; i < got->names.size(); ++i) {
+            entries.push_back({got->names[i], &got->values[i]});
+          }
+          BatchExtras extras;
+          extras.epoch_end = epoch_end;
+          *response = EncodeBatch(meta, entries, /*send_barrier=*/false, extras);
+          if (fetch_barrier) {
+            handler_->HandleBarrier(meta, FETCH_BARRIER, finish);
+          } else {
+            finish(absl::OkStatus());
+          }
+        },
+        finish);
+    for (size_t i = 0; i < got->names.size(); ++i) {
+      handler_->HandleGet(meta, got->names[i],
+                          [got, i, cb = std::move(callbacks[i])](absl::StatusOr<Variable> var) {
+                            if (!var.ok()) return cb(var.status());
+                            if (!var->Is<Tensor>()) {
+                              return cb(absl::InvalidArgumentError(
+                                  absl::StrCat("variable ", got->names[i], " is not dense")));
+                            }
+                            got->values[i] = *std::move(var);
+                            cb(absl::OkStatus());
+                          });
+    }
+  }
   // The send barrier of meta's trainer; once it is released, `response` holds its answer (an
   // `Answer`: SendResponse or BarrierResponse, whose epoch_end tells whether the step ends the
   // epoch, sync mode with streamed data), then `finish` runs.
