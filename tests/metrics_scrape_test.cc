@@ -94,9 +94,9 @@ TEST(MetricsScrapeTest, PserverAndTrainerCountersMove) {
     std::string series;
   };
   std::vector<Moving> moving;
-  // A sync step's requests: one SendBatch (with the send barrier) and one GetBatch (with the
-  // fetch barrier) per pserver.
-  for (const char* method : {"SendBatch", "GetBatch"}) {
+  // A sync step's request: one SendGetBatch per pserver (the gradients with the send barrier,
+  // the parameters with the fetch barrier).
+  for (const char* method : {"SendGetBatch"}) {
     moving.push_back({ps_metrics, Labeled("tessera_rpc_latency_seconds_count", server(method))});
     moving.push_back(
         {ps_metrics, Labeled("tessera_rpc_requests_total", "code=\"OK\"," + server(method))});
@@ -104,10 +104,12 @@ TEST(MetricsScrapeTest, PserverAndTrainerCountersMove) {
     moving.push_back(
         {tr_metrics, Labeled("tessera_rpc_requests_total", "code=\"OK\"," + client(method))});
   }
-  moving.push_back({ps_metrics, Labeled("tessera_rpc_received_bytes_total", server("SendBatch"))});
-  moving.push_back({ps_metrics, Labeled("tessera_rpc_sent_bytes_total", server("GetBatch"))});
-  moving.push_back({tr_metrics, Labeled("tessera_rpc_sent_bytes_total", client("SendBatch"))});
-  moving.push_back({tr_metrics, Labeled("tessera_rpc_received_bytes_total", client("GetBatch"))});
+  moving.push_back(
+      {ps_metrics, Labeled("tessera_rpc_received_bytes_total", server("SendGetBatch"))});
+  moving.push_back({ps_metrics, Labeled("tessera_rpc_sent_bytes_total", server("SendGetBatch"))});
+  moving.push_back({tr_metrics, Labeled("tessera_rpc_sent_bytes_total", client("SendGetBatch"))});
+  moving.push_back(
+      {tr_metrics, Labeled("tessera_rpc_received_bytes_total", client("SendGetBatch"))});
   for (const char* kind : {"send", "fetch"}) {
     moving.push_back({ps_metrics, Labeled("tessera_pserver_barrier_wait_seconds_count",
                                           ep + "kind=\"" + kind + "\"")});
@@ -123,9 +125,9 @@ TEST(MetricsScrapeTest, PserverAndTrainerCountersMove) {
   }
   // A histogram's +Inf bucket counts every observation.
   double send_count =
-      Series(ps_text, Labeled("tessera_rpc_latency_seconds_count", server("SendBatch")));
+      Series(ps_text, Labeled("tessera_rpc_latency_seconds_count", server("SendGetBatch")));
   EXPECT_EQ(Series(ps_text, Labeled("tessera_rpc_latency_seconds_bucket",
-                                    server("SendBatch") + ",le=\"+Inf\"")),
+                                    server("SendGetBatch") + ",le=\"+Inf\"")),
             send_count);
   EXPECT_NE(ps_text.find("# TYPE tessera_rpc_latency_seconds histogram"), std::string::npos);
   // No call failed while training ran.

@@ -1,7 +1,7 @@
 // A real pserver + trainer job with --trace: the trainer's Chrome-trace JSON is valid (parsed
 // by protobuf's JSON parser), holds one "step" span per traced step and, nested in each, the
 // phases compute, prefetch, send and recv (the sync barriers ride on send and recv, and no
-// separate barrier phase appears; a pipelined step's recv rides on its send). A job whose
+// separate barrier phase appears; on one place the step's recv rides on its send). A job whose
 // pserver dies
 // still leaves the steps it recorded, the failed one marked incomplete; a bad --trace path fails
 // at start naming the path.
@@ -148,8 +148,8 @@ void ExpectNestedStepTimeline(const std::vector<std::string>& extra, bool prefet
     for (const char* want : {"compute", "prefetch", "send"}) {
       EXPECT_GE(phases[step].count(want), 1u) << want << " missing in step " << step;
     }
-    // Pipelined (prefetch_ahead, sync), the step's receive rides on its send: no recv of its own.
-    EXPECT_EQ(phases[step].count("recv"), prefetch_ahead ? 0u : 1u) << "step " << step;
+    // Sync on one place, the step's receive rides on its send: no recv of its own.
+    EXPECT_EQ(phases[step].count("recv"), 0u) << "step " << step;
     for (const char* gone : {"send_barrier", "fetch_barrier"}) {
       EXPECT_EQ(phases[step].count(gone), 0u)
           << gone << " is a request of its own in step " << step;

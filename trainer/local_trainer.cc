@@ -78,24 +78,31 @@ bool PipelinedSend(const BlockDesc& block, int tail) {
   return !GetStringsAttr(block.ops(block.ops_size() - 1), "fetch_barrier_endpoints").empty();
 }
 
-// Folds the receive of a pipelined block (the one `recv` op at `tail`, after the sync `send` at
-// tail - 1; PipelinedSend) into that send (attr recv_folded): the send gets the recv's outputs
-// ("Out", from "recv_epmap", perhaps none) and its fetch barrier, and sends them along with its gradients (one request per
-// pserver, answered once the step is applied). False, and `block` unchanged, unless every
-// pserver the recv involves gets the send's barrier.
-bool FoldReceive(BlockDesc* block, int tail) {
-  if (tail < 1 || tail + 1 != block->ops_size()) return false;
-  const OpDesc& recv = block->ops(tail);
-  OpDesc* send = block->mutable_ops(tail - 1);
+// Folds a sync step's receive into its send when `block` ends with them: a `send` carrying the
+// send barrier, then one `recv` carrying the fetch barrier, every pserver it involves getting
+// the send's barrier. The send gets the recv's outputs ("Out", from "recv_epmap"; perhaps none,
+// as in hybrid mode) and fetch barrier (attr recv_folded) and sends them with its gradients:
+// one request per pserver (SendGetBatch), answered once the pserver applied the step, as the
+// recv would be. The recv stays in the block; a step must not run it. False, and `block`
+// unchanged, unless it has that shape.
+bool FoldReceive(BlockDesc* block) {
+  const int n = block->ops_size();
+  if (n < 2) return false;
+  const OpDesc& recv = block->ops(n - 1);
+  OpDesc* send = block->mutable_ops(n - 2);
+  if (recv.type() != "recv" || send->type() != "send" || !GetBoolAttr(*send, "sync_mode", true) ||
+      !OpOutputs(*send, "Out").empty()) {
+    return false;
+  }
   const std::vector<std::string> barrier = GetStringsAttr(*send, "barrier_endpoints");
   const std::vector<std::string> eps = GetStringsAttr(recv, "epmap");
   const std::vector<std::string> fetch = GetStringsAttr(recv, "fetch_barrier_endpoints");
+  if (barrier.empty() || fetch.empty()) return false;
   for (const std::vector<std::string>* list : {&eps, &fetch}) {
     for (const std::string& ep : *list) {
       if (std::find(barrier.begin(), barrier.end(), ep) == barrier.end()) return false;
     }
   }
-  if (!OpOutputs(*send, "Out").empty()) return false;
   SetOpOutputs(send, "Out", OpOutputs(recv, "Out"));
   SetAttr(send, "recv_epmap", eps);
   SetAttr(send, "fetch_barrier_endpoints", fetch);
@@ -196,28 +203,31 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
   std::vector<std::string> targets = {t->model_.loss};
   if (!t->model_.prediction.empty()) targets.push_back(t->model_.prediction);
   TS_ASSIGN_OR_RETURN(t->eval_program_, ForwardProgram(t->model_.main, targets));
-  TS_ASSIGN_OR_RETURN(t->main_block_, t->executor_.Prepare(t->model_.main, 0));
+  const int num_places = t->options_.place_registries.empty()
+                             ? t->options_.cpu_places
+                             : static_cast<int>(t->options_.place_registries.size());
+  // One place: a sync step's receive rides on its send where the program allows (the places'
+  // runner steps the program as it is).
+  t->run_program_ = t->model_.main;
+  t->folded_ = num_places == 1 && t->options_.place_registries.empty() &&
+               FoldReceive(t->run_program_.mutable_blocks(0));
+  TS_ASSIGN_OR_RETURN(t->main_block_, t->executor_.Prepare(t->run_program_, 0));
   TS_ASSIGN_OR_RETURN(t->eval_block_, t->executor_.Prepare(t->eval_program_, 0));
   absl::Status s = t->executor_.Run(t->model_.startup, 0, &t->scope_);
   if (s.ok() && t->options_.after_run) s = t->options_.after_run(&t->scope_);
   if (!s.ok()) {
     return absl::Status(s.code(), absl::StrCat("startup program: ", s.message()));
   }
-  const int num_places = t->options_.place_registries.empty()
-                             ? t->options_.cpu_places
-                             : static_cast<int>(t->options_.place_registries.size());
   if (t->options_.prefetch_ahead && num_places == 1 && !t->options_.after_run) {
     std::tie(t->head_end_, t->tail_begin_) = AheadSplit(block);
     if (t->head_end_ > 0 && PipelinedSend(block, t->tail_begin_)) {
       // The lookups and the receives wait on the pservers for the step's update instead.
-      t->pipelined_program_ = t->model_.main;
+      t->pipelined_program_ = t->run_program_;
       BlockDesc* b = t->pipelined_program_.mutable_blocks(0);
       for (int i = 0; i < t->head_end_; ++i) SetAttr(b->mutable_ops(i), "after_update", true);
       for (int i = t->tail_begin_; i < b->ops_size(); ++i) {
         SetAttr(b->mutable_ops(i), "after_update", true);
       }
-      // The step's receive rides on its send where it can (one request per pserver and step).
-      t->folded_ = FoldReceive(b, t->tail_begin_);
       TS_ASSIGN_OR_RETURN(t->pipelined_block_, t->executor_.Prepare(t->pipelined_program_, 0));
       t->pipelined_ = true;
     }
@@ -386,7 +396,10 @@ absl::Status LocalTrainer::RunAhead(int64_t next_size, const FeedFn& next_feed,
       done.Notify();
     });
   }
-  absl::Status received = executor_.RunOps(main_block_, tail_begin_, block.ops_size(), &scope_);
+  // Folded, the send fetched the parameters already.
+  absl::Status received =
+      folded_ ? absl::OkStatus()
+              : executor_.RunOps(main_block_, tail_begin_, block.ops_size(), &scope_);
   if (ahead) done.WaitForNotification();
   TS_RETURN_IF_ERROR(received);
   TS_RETURN_IF_ERROR(looked);
@@ -417,7 +430,13 @@ absl::Status LocalTrainer::RunStep(int64_t size, FeedFn feed, const std::functio
   } else {
     TS_RETURN_IF_ERROR(feed(0, size, &scope_));
     if (options_.before_step) options_.before_step(global_step_);
-    TS_RETURN_IF_ERROR(executor_.Run(main_block_, &scope_));
+    if (folded_) {  // the last op, the recv, rode on the send
+      executor_.CreateVariables(main_block_, &scope_);
+      TS_RETURN_IF_ERROR(
+          executor_.RunOps(main_block_, 0, run_program_.blocks(0).ops_size() - 1, &scope_));
+    } else {
+      TS_RETURN_IF_ERROR(executor_.Run(main_block_, &scope_));
+    }
   }
   if (options_.after_run) TS_RETURN_IF_ERROR(options_.after_run(&scope_));
   TS_ASSIGN_OR_RETURN(double loss, ReadLoss());

@@ -212,6 +212,9 @@ class LocalTrainer {
   Options options_;
   Feeder feeder_;
   ProgramDesc eval_program_;
+  // The main program as steps run it (model_.main, the receive folded into the send when
+  // folded_), and its prepared block 0.
+  ProgramDesc run_program_;
   PreparedBlock main_block_;
   PreparedBlock eval_block_;
   Scope scope_;
@@ -233,8 +236,10 @@ class LocalTrainer {
   // leading lookups and trailing receives; the requests of the running step, kept past a failed
   // one (they end when the job fails).
   bool pipelined_ = false;
-  // Pipelined with the receive folded into the send (its outputs on the send op of
-  // pipelined_program_: one request per pserver and step, PServerClient::SendGetBatchAsync).
+  // One place, sync, the program ending with a send and a recv carrying the barriers: the
+  // recv folded into the send (its outputs on the send op of run_program_ and
+  // pipelined_program_: one request per pserver and step, PServerClient::SendGetBatchAsync);
+  // no step runs the recv op itself.
   bool folded_ = false;
   ProgramDesc pipelined_program_;
   PreparedBlock pipelined_block_;

@@ -27,17 +27,25 @@ absl::Status RegisterTimedOps(const OpRegistry& base, const OpTimingOptions& opt
     const char* carried = type == "send"   ? "barrier_endpoints"
                           : type == "recv" ? "fetch_barrier_endpoints"
                                            : nullptr;
+    // A send with the step's receive folded in (attr recv_folded) carries both barriers: its
+    // time counts as both waits.
+    Histogram* folded_wait = type == "send" ? options.fetch_barrier_wait : nullptr;
     StepTracer* tracer = options.tracer;
     if (info->kernel && (wait != nullptr || tracer != nullptr)) {
-      timed.kernel = [kernel = info->kernel, phase, wait, carried, tracer](OpContext& ctx) {
+      timed.kernel = [kernel = info->kernel, phase, wait, folded_wait, carried,
+                      tracer](OpContext& ctx) {
         const bool trace = tracer != nullptr && tracer->recording();
         Histogram* observed =
             carried == nullptr || !ctx.StringsAttr(carried).empty() ? wait : nullptr;
-        if (!trace && observed == nullptr) return kernel(ctx);
+        Histogram* also = folded_wait != nullptr && ctx.BoolAttr("recv_folded", false)
+                              ? folded_wait
+                              : nullptr;
+        if (!trace && observed == nullptr && also == nullptr) return kernel(ctx);
         const int64_t start = Tracer::NowMicros();
         absl::Status s = kernel(ctx);
         const int64_t end = Tracer::NowMicros();
         if (observed != nullptr) observed->Observe(static_cast<double>(end - start) * 1e-6);
+        if (also != nullptr) also->Observe(static_cast<double>(end - start) * 1e-6);
         if (trace) tracer->Phase(phase, start, end);
         return s;
       };

@@ -2,6 +2,7 @@
 
 #include "absl/time/clock.h"
 #include "common/framework/executor.h"
+#include "common/framework/op_desc.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -81,6 +82,30 @@ TEST(OpTimingTest, TracesStepsAndTimesBarriers) {
   absl::Status bad = exec.Run(Program({"bad"}), 0, &scope);
   EXPECT_EQ(bad.code(), absl::StatusCode::kInternal);
   EXPECT_NE(bad.message().find("boom"), std::string::npos);
+}
+
+// A send that carries its barriers counts as the send wait; one with the step's receive folded
+// in (attr recv_folded) as both waits; one without a barrier as neither.
+TEST(OpTimingTest, ASendWithTheReceiveFoldedInCountsAsBothWaits) {
+  OpRegistry base;
+  ASSERT_TRUE(base.Register("send", Sleeper(absl::ZeroDuration())).ok());
+  MetricsRegistry metrics;
+  Histogram* send_wait = metrics.GetHistogram("send_wait", "", {0.002}).value();
+  Histogram* fetch_wait = metrics.GetHistogram("fetch_wait", "", {0.002}).value();
+  OpRegistry timed;
+  ASSERT_TRUE(
+      RegisterTimedOps(base, OpTimingOptions{nullptr, send_wait, fetch_wait}, &timed).ok());
+  ProgramDesc p = Program({"send", "send", "send"});
+  OpDesc* barrier = p.mutable_blocks(0)->mutable_ops(1);
+  SetAttr(barrier, "barrier_endpoints", std::vector<std::string>{"ps0"});
+  OpDesc* folded = p.mutable_blocks(0)->mutable_ops(2);
+  SetAttr(folded, "barrier_endpoints", std::vector<std::string>{"ps0"});
+  SetAttr(folded, "recv_folded", true);
+  Executor exec(&timed);
+  Scope scope;
+  ASSERT_TRUE(exec.Run(p, 0, &scope).ok());
+  EXPECT_EQ(send_wait->Get().count, 2u);
+  EXPECT_EQ(fetch_wait->Get().count, 1u);
 }
 
 }  // namespace
