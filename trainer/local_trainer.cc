@@ -78,36 +78,40 @@ bool PipelinedSend(const BlockDesc& block, int tail) {
   return !GetStringsAttr(block.ops(block.ops_size() - 1), "fetch_barrier_endpoints").empty();
 }
 
-// Folds a sync step's receive into its send when `block` ends with them: a `send` carrying the
-// send barrier, then one `recv` carrying the fetch barrier, every pserver it involves getting
-// the send's barrier. The send gets the recv's outputs ("Out", from "recv_epmap"; perhaps none,
-// as in hybrid mode) and fetch barrier (attr recv_folded) and sends them with its gradients:
-// one request per pserver (SendGetBatch), answered once the pserver applied the step, as the
-// recv would be. The recv stays in the block; a step must not run it. False, and `block`
-// unchanged, unless it has that shape.
-bool FoldReceive(BlockDesc* block) {
-  const int n = block->ops_size();
-  if (n < 2) return false;
-  const OpDesc& recv = block->ops(n - 1);
-  OpDesc* send = block->mutable_ops(n - 2);
-  if (recv.type() != "recv" || send->type() != "send" || !GetBoolAttr(*send, "sync_mode", true) ||
-      !OpOutputs(*send, "Out").empty()) {
-    return false;
-  }
-  const std::vector<std::string> barrier = GetStringsAttr(*send, "barrier_endpoints");
-  const std::vector<std::string> eps = GetStringsAttr(recv, "epmap");
-  const std::vector<std::string> fetch = GetStringsAttr(recv, "fetch_barrier_endpoints");
-  if (barrier.empty() || fetch.empty()) return false;
-  for (const std::vector<std::string>* list : {&eps, &fetch}) {
-    for (const std::string& ep : *list) {
-      if (std::find(barrier.begin(), barrier.end(), ep) == barrier.end()) return false;
+// Folds a sync step's receive into its send: a `send` carrying the send barrier immediately
+// followed by a `recv` carrying the fetch barrier, every pserver the recv involves getting the
+// send's barrier (ops after them, e.g. the concats of sliced parameters, read what the recv
+// wrote, which the send now writes at the same point). The send gets the recv's outputs ("Out",
+// from "recv_epmap"; perhaps none, as in hybrid mode) and fetch barrier (attr recv_folded) and
+// sends them with its gradients: one request per pserver (SendGetBatch), answered once the
+// pserver applied the step, as the recv would be. The recv stays in the block; a step must not
+// run it. Returns the recv's index, or -1 (and `block` unchanged) if there is none such.
+int FoldReceive(BlockDesc* block) {
+  for (int i = 1; i < block->ops_size(); ++i) {
+    const OpDesc& recv = block->ops(i);
+    OpDesc* send = block->mutable_ops(i - 1);
+    if (recv.type() != "recv" || send->type() != "send" ||
+        !GetBoolAttr(*send, "sync_mode", true) || !OpOutputs(*send, "Out").empty()) {
+      continue;
     }
+    const std::vector<std::string> barrier = GetStringsAttr(*send, "barrier_endpoints");
+    const std::vector<std::string> eps = GetStringsAttr(recv, "epmap");
+    const std::vector<std::string> fetch = GetStringsAttr(recv, "fetch_barrier_endpoints");
+    if (barrier.empty() || fetch.empty()) continue;
+    bool covered = true;
+    for (const std::vector<std::string>* list : {&eps, &fetch}) {
+      for (const std::string& ep : *list) {
+        covered &= std::find(barrier.begin(), barrier.end(), ep) != barrier.end();
+      }
+    }
+    if (!covered) continue;
+    SetOpOutputs(send, "Out", OpOutputs(recv, "Out"));
+    SetAttr(send, "recv_epmap", eps);
+    SetAttr(send, "fetch_barrier_endpoints", fetch);
+    SetAttr(send, "recv_folded", true);
+    return i;
   }
-  SetOpOutputs(send, "Out", OpOutputs(recv, "Out"));
-  SetAttr(send, "recv_epmap", eps);
-  SetAttr(send, "fetch_barrier_endpoints", fetch);
-  SetAttr(send, "recv_folded", true);
-  return true;
+  return -1;
 }
 
 }  // namespace
@@ -209,8 +213,9 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
   // One place: a sync step's receive rides on its send where the program allows (the places'
   // runner steps the program as it is).
   t->run_program_ = t->model_.main;
-  t->folded_ = num_places == 1 && t->options_.place_registries.empty() &&
-               FoldReceive(t->run_program_.mutable_blocks(0));
+  if (num_places == 1 && t->options_.place_registries.empty()) {
+    t->folded_recv_ = FoldReceive(t->run_program_.mutable_blocks(0));
+  }
   TS_ASSIGN_OR_RETURN(t->main_block_, t->executor_.Prepare(t->run_program_, 0));
   TS_ASSIGN_OR_RETURN(t->eval_block_, t->executor_.Prepare(t->eval_program_, 0));
   absl::Status s = t->executor_.Run(t->model_.startup, 0, &t->scope_);
@@ -321,6 +326,13 @@ LocalTrainer::EpochRun LocalTrainer::BeginEpoch() {
   return run;
 }
 
+absl::Status LocalTrainer::RunSteps(const PreparedBlock& block, int begin, int end,
+                                    Scope* scope) {
+  if (folded_recv_ < begin || folded_recv_ >= end) return executor_.RunOps(block, begin, end, scope);
+  TS_RETURN_IF_ERROR(executor_.RunOps(block, begin, folded_recv_, scope));
+  return executor_.RunOps(block, folded_recv_ + 1, end, scope);
+}
+
 absl::Status LocalTrainer::RunPipelined(int64_t next_size, const FeedFn& next_feed) {
   const int n = model_.main.blocks(0).ops_size();
   executor_.CreateVariables(main_block_, &scope_);
@@ -347,18 +359,17 @@ absl::Status LocalTrainer::RunPipelined(int64_t next_size, const FeedFn& next_fe
   } else {
     flight->lookups_done.Notify();
   }
-  absl::Status s =
-      executor_.RunOps(main_block_, looked_up ? head_end_ : 0, tail_begin_ - 1, &scope_);
-  if (s.ok() && folded_) {
+  absl::Status s = RunSteps(main_block_, looked_up ? head_end_ : 0, tail_begin_ - 1, &scope_);
+  if (s.ok() && folded_recv_ == tail_begin_ && tail_begin_ == n - 1) {
     flight->received_done.Notify();
-    // The send, with the step's receive folded in.
+    // The send, with the step's receive (the only op after it) folded in.
     s = executor_.RunOps(pipelined_block_, tail_begin_ - 1, tail_begin_, &scope_);
   } else if (s.ok()) {
     ahead_->Schedule([this, flight, n] {
-      flight->received = executor_.RunOps(pipelined_block_, tail_begin_, n, &scope_);
+      flight->received = RunSteps(pipelined_block_, tail_begin_, n, &scope_);
       flight->received_done.Notify();
     });
-    s = executor_.RunOps(main_block_, tail_begin_ - 1, tail_begin_, &scope_);  // the send
+    s = executor_.RunOps(pipelined_block_, tail_begin_ - 1, tail_begin_, &scope_);  // the send
   } else {
     flight->received_done.Notify();
   }
@@ -382,8 +393,7 @@ absl::Status LocalTrainer::RunAhead(int64_t next_size, const FeedFn& next_feed,
   executor_.CreateVariables(main_block_, &scope_);
   const bool looked_up = staged_;
   staged_ = false;
-  TS_RETURN_IF_ERROR(
-      executor_.RunOps(main_block_, looked_up ? head_end_ : 0, tail_begin_, &scope_));
+  TS_RETURN_IF_ERROR(RunSteps(main_block_, looked_up ? head_end_ : 0, tail_begin_, &scope_));
   // The send has returned (sync: every pserver applied this step): the next batch's lookups
   // see what they would see at the next step's start. Not when the epoch ends here.
   const bool ahead = next_feed != nullptr && next_size > 0 && !(ends && ends());
@@ -396,10 +406,7 @@ absl::Status LocalTrainer::RunAhead(int64_t next_size, const FeedFn& next_feed,
       done.Notify();
     });
   }
-  // Folded, the send fetched the parameters already.
-  absl::Status received =
-      folded_ ? absl::OkStatus()
-              : executor_.RunOps(main_block_, tail_begin_, block.ops_size(), &scope_);
+  absl::Status received = RunSteps(main_block_, tail_begin_, block.ops_size(), &scope_);
   if (ahead) done.WaitForNotification();
   TS_RETURN_IF_ERROR(received);
   TS_RETURN_IF_ERROR(looked);
@@ -430,10 +437,9 @@ absl::Status LocalTrainer::RunStep(int64_t size, FeedFn feed, const std::functio
   } else {
     TS_RETURN_IF_ERROR(feed(0, size, &scope_));
     if (options_.before_step) options_.before_step(global_step_);
-    if (folded_) {  // the last op, the recv, rode on the send
+    if (folded_recv_ >= 0) {
       executor_.CreateVariables(main_block_, &scope_);
-      TS_RETURN_IF_ERROR(
-          executor_.RunOps(main_block_, 0, run_program_.blocks(0).ops_size() - 1, &scope_));
+      TS_RETURN_IF_ERROR(RunSteps(main_block_, 0, run_program_.blocks(0).ops_size(), &scope_));
     } else {
       TS_RETURN_IF_ERROR(executor_.Run(main_block_, &scope_));
     }

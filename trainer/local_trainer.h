@@ -202,6 +202,9 @@ class LocalTrainer {
   // lookups sent during the compute, the receives together with the send (folded_: in the
   // send's own requests), both answered by the pservers once they applied the step.
   absl::Status RunPipelined(int64_t next_size, const FeedFn& next_feed);
+  // Runs ops [begin, end) of `block` (main_block_ or pipelined_block_: run_program_'s op
+  // indices) but the folded recv.
+  absl::Status RunSteps(const PreparedBlock& block, int begin, int end, Scope* scope);
   EpochStats EndEpoch(EpochRun* run);
   // Value of the loss variable after a run; error if it is missing or not finite.
   absl::StatusOr<double> ReadLoss() const;
@@ -213,7 +216,7 @@ class LocalTrainer {
   Feeder feeder_;
   ProgramDesc eval_program_;
   // The main program as steps run it (model_.main, the receive folded into the send when
-  // folded_), and its prepared block 0.
+  // folded_recv_ >= 0), and its prepared block 0.
   ProgramDesc run_program_;
   PreparedBlock main_block_;
   PreparedBlock eval_block_;
@@ -236,11 +239,11 @@ class LocalTrainer {
   // leading lookups and trailing receives; the requests of the running step, kept past a failed
   // one (they end when the job fails).
   bool pipelined_ = false;
-  // One place, sync, the program ending with a send and a recv carrying the barriers: the
-  // recv folded into the send (its outputs on the send op of run_program_ and
-  // pipelined_program_: one request per pserver and step, PServerClient::SendGetBatchAsync);
-  // no step runs the recv op itself.
-  bool folded_ = false;
+  // One place, sync, a send and a recv carrying the barriers one after the other: the index
+  // of the recv, folded into the send (its outputs on the send op of run_program_ and
+  // pipelined_program_: one request per pserver and step, PServerClient::SendGetBatchAsync;
+  // no step runs the recv op itself), or -1.
+  int folded_recv_ = -1;
   ProgramDesc pipelined_program_;
   PreparedBlock pipelined_block_;
   struct InFlight {
