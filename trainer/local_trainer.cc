@@ -328,7 +328,9 @@ LocalTrainer::EpochRun LocalTrainer::BeginEpoch() {
 
 absl::Status LocalTrainer::RunSteps(const PreparedBlock& block, int begin, int end,
                                     Scope* scope) {
-  if (folded_recv_ < begin || folded_recv_ >= end) return executor_.RunOps(block, begin, end, scope);
+  if (folded_recv_ < begin || folded_recv_ >= end) {
+    return executor_.RunOps(block, begin, end, scope);
+  }
   TS_RETURN_IF_ERROR(executor_.RunOps(block, begin, folded_recv_, scope));
   return executor_.RunOps(block, folded_recv_ + 1, end, scope);
 }

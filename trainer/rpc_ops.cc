@@ -254,10 +254,12 @@ std::vector<PserverPart> PartsByPserver(const std::vector<std::string>& eps,
   return parts;
 }
 
-// A sync send with the step's receive folded in (attr recv_folded; LocalTrainer's pipelined
-// step): outputs Out[j] from recv_epmap[j] once the pserver applied the step, with the fetch
-// barrier to the pservers of fetch_barrier_endpoints (perhaps with nothing to fetch: hybrid). Every pserver involved must carry the send barrier: one request per
-// pserver (PServerClient::SendGetBatchAsync; a pserver with nothing to fetch, a SendBatch).
+// A sync send with the step's receive folded in (attr recv_folded, set by LocalTrainer's
+// FoldReceive): outputs Out[j] from recv_epmap[j] once the pserver applied the step, with the
+// fetch barrier to the pservers of fetch_barrier_endpoints (perhaps nothing to fetch: hybrid).
+// Every pserver involved must get the send barrier. One request per pserver
+// (PServerClient::SendGetBatchAsync; a pserver with nothing to fetch and no fetch barrier, a
+// SendBatch).
 absl::Status SendAndReceive(RpcContext* rpc, OpContext& ctx, const std::vector<std::string>& vars,
                             const std::vector<const Variable*>& values,
                             const std::vector<std::string>& eps) {

@@ -617,7 +617,8 @@ absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t
                wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       uint32_t len;
       std::string name;
-      if (!in.ReadVarint32(&len) || len > static_cast<uint32_t>(std::max(0, in.BytesUntilLimit())) ||
+      if (!in.ReadVarint32(&len) ||
+          len > static_cast<uint32_t>(std::max(0, in.BytesUntilLimit())) ||
           !in.ReadString(&name, static_cast<int>(len))) {
         return Bad("truncated get name");
       }

@@ -351,10 +351,10 @@ class GrpcServer::Service : public RawService {
   // and stores nothing), stores the bytes and hands each gradient to the handler; once all are
   // handled, `then` continues (and finishes the call).
   using BatchThen = std::function<void(const RequestMeta&, const DecodedBatch&, DoneCallback)>;
+  using BatchCheck = std::function<absl::Status(const DecodedBatch&)>;
   grpc::ServerUnaryReactor* ReceiveBatch(grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer& request,
-                                         ObservedReactor* reactor,
-                                         const std::function<absl::Status(const DecodedBatch&)>& check,
+                                         ObservedReactor* reactor, const BatchCheck& check,
                                          BatchThen then) {
     absl::Status auth = CheckToken(ctx);
     if (!auth.ok()) return Fail(reactor, auth);
