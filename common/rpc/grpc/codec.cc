@@ -585,6 +585,13 @@ absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t
   RequestHeader header;
   bool have_header = false;
   const RequestMeta none;
+  // A bool field's varint (nonzero: true).
+  auto read_bool = [&in](const char* name, bool* out) {
+    uint64_t v;
+    if (!in.ReadVarint64(&v)) return Bad(absl::StrCat("truncated ", name));
+    *out = v != 0;
+    return absl::OkStatus();
+  };
   while (true) {
     uint32_t tag = in.ReadTag();
     if (tag == 0) break;
@@ -610,9 +617,7 @@ absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t
       }
       have_header = true;
     } else if (field == kBatchSendBarrierField && wire == WireFormatLite::WIRETYPE_VARINT) {
-      uint64_t v;
-      if (!in.ReadVarint64(&v)) return Bad("truncated send_barrier");
-      batch.send_barrier = v != 0;
+      TS_RETURN_IF_ERROR(read_bool("send_barrier", &batch.send_barrier));
     } else if (field == kBatchGetNamesField &&
                wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       uint32_t len;
@@ -628,13 +633,9 @@ absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t
       }
       batch.extras.get_names.push_back(std::move(name));
     } else if (field == kBatchFetchBarrierField && wire == WireFormatLite::WIRETYPE_VARINT) {
-      uint64_t v;
-      if (!in.ReadVarint64(&v)) return Bad("truncated fetch_barrier");
-      batch.extras.fetch_barrier = v != 0;
+      TS_RETURN_IF_ERROR(read_bool("fetch_barrier", &batch.extras.fetch_barrier));
     } else if (field == kBatchEpochEndField && wire == WireFormatLite::WIRETYPE_VARINT) {
-      uint64_t v;
-      if (!in.ReadVarint64(&v)) return Bad("truncated epoch_end");
-      batch.extras.epoch_end = v != 0;
+      TS_RETURN_IF_ERROR(read_bool("epoch_end", &batch.extras.epoch_end));
     } else if (!WireFormatLite::SkipField(&in, tag)) {
       return Bad("truncated field");
     }

@@ -422,6 +422,26 @@ void RunParts(size_t singles, size_t batches, bool barrier,
   for (size_t b = 0; b < before; ++b) batch(b, false, std::move(callbacks[c++]));
 }
 
+// Stores the dense variables of a `method` reply (GetBatch, SendGetBatch) into items
+// [begin, end), which asked for them in that order.
+absl::Status StoreFetched(const char* method, const DecodedBatch& got,
+                          const std::vector<GetItem>& items, size_t begin, size_t end) {
+  if (got.vars.size() != end - begin) {
+    return absl::InternalError(absl::StrCat(method, " returned ", got.vars.size(),
+                                            " variables for ", end - begin, " names"));
+  }
+  for (size_t i = begin; i < end; ++i) {
+    const DecodedVariable& d = got.vars[i - begin];
+    if (d.header().name != items[i].name || d.header().type != DENSE_TENSOR) {
+      return absl::InternalError(absl::StrCat(method, " returned '", d.header().name,
+                                              "' where dense '", items[i].name,
+                                              "' was asked for"));
+    }
+    TS_RETURN_IF_ERROR(DecodeVariableInto(d, items[i].out));
+  }
+  return absl::OkStatus();
+}
+
 int64_t PayloadBytes(const Variable& var) {
   if (const SelectedRows* sr = var.GetIf<SelectedRows>()) {
     return static_cast<int64_t>(sr->value.nbytes() + sr->rows.size() * sizeof(int64_t));
@@ -503,20 +523,7 @@ void GrpcPServerClient::GetBatchAsync(const RequestMeta& meta, std::vector<GetIt
         "GetBatch", SerializeProto(req),
         [small, begin, end, max_bytes](const grpc::ByteBuffer& resp) -> absl::Status {
           TS_ASSIGN_OR_RETURN(DecodedBatch got, DecodeBatch(resp, max_bytes));
-          if (got.vars.size() != end - begin) {
-            return absl::InternalError(absl::StrCat("GetBatch returned ", got.vars.size(),
-                                                    " variables for ", end - begin, " names"));
-          }
-          for (size_t i = begin; i < end; ++i) {
-            const DecodedVariable& d = got.vars[i - begin];
-            if (d.header().name != (*small)[i].name || d.header().type != DENSE_TENSOR) {
-              return absl::InternalError(absl::StrCat("GetBatch returned '", d.header().name,
-                                                      "' where dense '", (*small)[i].name,
-                                                      "' was asked for"));
-            }
-            TS_RETURN_IF_ERROR(DecodeVariableInto(d, (*small)[i].out));
-          }
-          return absl::OkStatus();
+          return StoreFetched("GetBatch", got, *small, begin, end);
         },
         std::move(cb));
   };
@@ -567,49 +574,48 @@ void GrpcPServerClient::PrefetchBatchAsync(const RequestMeta& meta, std::vector<
 void GrpcPServerClient::SendGetBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
                                           StepReply* reply, std::vector<GetItem> gets,
                                           bool fetch_barrier, DoneCallback done) {
-  // One request when each half would be one: no tensor over the chunk size, and at most a
-  // chunk of gradients and of parameters (as far as the destinations' sizes tell).
+  // One request when the gradients fit one batch and the parameters one reply (as far as the
+  // destinations' sizes tell); gradients that need several go the unfolded way.
   const int64_t chunk = options_.chunk_bytes;
-  bool one = true;
   int64_t sent = 0, fetched = 0;
   for (const SendItem& item : items) sent += PayloadBytes(*item.var);
   for (const GetItem& item : gets) {
     const Tensor* t = item.out->GetIf<Tensor>();
     fetched += t != nullptr && t->initialized() ? static_cast<int64_t>(t->nbytes()) : 0;
   }
-  if (chunk > 0 && (sent > chunk || fetched > chunk)) one = false;
-  if (!one) {
+  if (chunk > 0 && sent > chunk) {
     PServerClient::SendGetBatchAsync(meta, std::move(items), reply, std::move(gets),
                                      fetch_barrier, std::move(done));
     return;
   }
+  // Parameters over a reply's worth: the request only waits for the update, then GetBatchAsync
+  // fetches them in its usual parts (chunks, batches), the last with the fetch barrier.
+  const bool fetch_here = chunk <= 0 || fetched <= chunk;
+  auto fetch = std::make_shared<std::vector<GetItem>>(std::move(gets));
   BatchExtras extras;
-  for (const GetItem& item : gets) extras.get_names.push_back(item.name);
-  extras.fetch_barrier = fetch_barrier;
+  if (fetch_here) {
+    for (const GetItem& item : *fetch) extras.get_names.push_back(item.name);
+    extras.fetch_barrier = fetch_barrier;
+  }
   grpc::ByteBuffer request = EncodeBatch(meta, items, /*send_barrier=*/true, extras);
   const int64_t max_bytes = options_.max_message_bytes;
+  DoneCallback then = std::move(done);
+  if (!fetch_here) {
+    then = [this, meta, fetch, fetch_barrier, done = std::move(then)](absl::Status s) {
+      if (!s.ok()) return done(s);
+      GetBatchAsync(meta, std::move(*fetch), fetch_barrier, /*after_update=*/false, done);
+    };
+  }
   Call(
       "SendGetBatch", std::move(request),
-      [items = std::move(items), gets = std::move(gets), reply,
+      [items = std::move(items), fetch, fetch_here, reply,
        max_bytes](const grpc::ByteBuffer& resp) -> absl::Status {
         TS_ASSIGN_OR_RETURN(DecodedBatch got, DecodeBatch(resp, max_bytes));
-        if (got.vars.size() != gets.size()) {
-          return absl::InternalError(absl::StrCat("SendGetBatch returned ", got.vars.size(),
-                                                  " variables for ", gets.size(), " names"));
-        }
-        for (size_t i = 0; i < gets.size(); ++i) {
-          const DecodedVariable& d = got.vars[i];
-          if (d.header().name != gets[i].name || d.header().type != DENSE_TENSOR) {
-            return absl::InternalError(absl::StrCat("SendGetBatch returned '", d.header().name,
-                                                    "' where dense '", gets[i].name,
-                                                    "' was asked for"));
-          }
-          TS_RETURN_IF_ERROR(DecodeVariableInto(d, gets[i].out));
-        }
+        if (fetch_here) TS_RETURN_IF_ERROR(StoreFetched("SendGetBatch", got, *fetch, 0, fetch->size()));
         if (got.extras.epoch_end && reply != nullptr) reply->epoch_end.store(true);
         return absl::OkStatus();
       },
-      std::move(done));
+      std::move(then));
 }
 
 }  // namespace tessera
