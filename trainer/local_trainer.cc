@@ -230,6 +230,9 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
       t->pipelined_program_ = t->run_program_;
       BlockDesc* b = t->pipelined_program_.mutable_blocks(0);
       for (int i = 0; i < t->head_end_; ++i) SetAttr(b->mutable_ops(i), "after_update", true);
+      // The first lookup op's requests ride on the send (the next ones wait for its answer).
+      t->ride_ = t->options_.lookup_riders != nullptr && t->folded_recv_ == t->tail_begin_;
+      if (t->ride_) SetAttr(b->mutable_ops(0), "ride_on_send", true);
       for (int i = t->tail_begin_; i < b->ops_size(); ++i) {
         SetAttr(b->mutable_ops(i), "after_update", true);
       }
@@ -349,13 +352,15 @@ absl::Status LocalTrainer::RunPipelined(int64_t next_size, const FeedFn& next_fe
   in_flight_ = flight;
   const bool ahead = next_feed != nullptr && next_size > 0;
   if (ahead) {
-    // The next batch is fed beside the compute; its lookups go out then and are answered
-    // once the pservers applied this step.
+    // The next batch is fed beside the compute; its lookups go out then (ride_: with the
+    // send) and are answered once the pservers applied this step.
+    if (ride_) options_.lookup_riders->Expect();
     ahead_->Schedule([this, flight, next_size, next_feed] {
       flight->lookups = next_feed(0, next_size, &staging_);
       if (flight->lookups.ok()) {
         flight->lookups = executor_.RunOps(pipelined_block_, 0, head_end_, &staging_);
       }
+      if (ride_) options_.lookup_riders->Withdraw();  // they never came (the send must not wait)
       flight->lookups_done.Notify();
     });
   } else {
@@ -375,6 +380,8 @@ absl::Status LocalTrainer::RunPipelined(int64_t next_size, const FeedFn& next_fe
   } else {
     flight->received_done.Notify();
   }
+  // Lookups the send did not take (it failed, or never ran) go out by themselves.
+  if (ride_) options_.lookup_riders->Release();
   // On an error the requests in flight may wait on the pservers until the job fails (this
   // trainer's caller aborts it): they are not waited for here.
   TS_RETURN_IF_ERROR(s);

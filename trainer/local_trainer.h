@@ -37,6 +37,7 @@
 #include "proto/program.pb.h"
 #include "trainer/evaluation.h"
 #include "trainer/feeder.h"
+#include "trainer/lookup_riders.h"
 #include "trainer/places.h"
 
 namespace tessera {
@@ -101,6 +102,10 @@ struct LocalTrainerOptions {
   // with prefetch ops that read only fed variables and ends with recv ops, cpu_places is 1 and
   // after_run is empty. A traced step shows the next step's prefetch beside its recv.
   bool prefetch_ahead = false;
+  // Pipelined prefetch_ahead with the step's receive folded into its send: where the next
+  // batch's lookups meet that send, which carries them (RpcContext::lookup_riders; one request
+  // per pserver and step). nullptr: the lookups go in their own requests.
+  LookupRiders* lookup_riders = nullptr;
 };
 
 struct EpochStats {
@@ -244,6 +249,9 @@ class LocalTrainer {
   // pipelined_program_: one request per pserver and step, PServerClient::SendGetBatchAsync;
   // no step runs the recv op itself), or -1.
   int folded_recv_ = -1;
+  // Pipelined, folded_recv_ right after the send and Options::lookup_riders set: the next
+  // batch's lookups ride on the step's send (attr ride_on_send on the first lookup op).
+  bool ride_ = false;
   ProgramDesc pipelined_program_;
   PreparedBlock pipelined_block_;
   struct InFlight {

@@ -194,7 +194,23 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   StatusGroup group(static_cast<int>(requests.size()));
   RequestMeta meta = rpc->Meta();
   const bool after_update = ctx.BoolAttr("after_update", false);
+  bool rode = false;
+  if (after_update && ctx.BoolAttr("ride_on_send", false)) {
+    // The step's send carries them where it expects them and each pserver gets one request;
+    // otherwise it must not wait for them.
+    std::vector<bool> seen(endpoints.size());
+    bool one_each = true;
+    std::vector<LookupRiders::Ride> rides;
+    for (const auto& [e, items] : requests) {
+      one_each &= !seen[e];
+      seen[e] = true;
+      rides.push_back({rpc->clients->Get(endpoints[e]), meta, items, group.Callback()});
+    }
+    rode = one_each && rpc->lookup_riders.Leave(std::move(rides));
+    if (!rode) rpc->lookup_riders.Withdraw();
+  }
   for (auto& [e, items] : requests) {
+    if (rode) break;
     rpc->clients->Get(endpoints[e])
         ->PrefetchBatchAsync(meta, std::move(items), after_update, group.Callback());
   }
@@ -284,6 +300,8 @@ absl::Status SendAndReceive(RpcContext* rpc, OpContext& ctx, const std::vector<s
   std::vector<PserverPart> parts = PartsByPserver(eps, barrier);
   StatusGroup group(static_cast<int>(parts.size()));
   RequestMeta meta = rpc->Meta();
+  // The next batch's lookups, where the look-ahead left them for this step's requests.
+  std::vector<LookupRiders::Ride> rides = rpc->lookup_riders.Take();
   for (const PserverPart& part : parts) {
     std::vector<SendItem> items;
     for (size_t i : part.vars) items.push_back({vars[i], values[i]});
@@ -294,13 +312,30 @@ absl::Status SendAndReceive(RpcContext* rpc, OpContext& ctx, const std::vector<s
     const bool fetch = std::find(fetch_barrier.begin(), fetch_barrier.end(), part.endpoint) !=
                        fetch_barrier.end();
     PServerClient* client = rpc->clients->Get(part.endpoint);
-    if (gets.empty() && !fetch) {
+    std::vector<PrefetchItem> lookups;
+    DoneCallback done = group.Callback();
+    auto ride = std::find_if(rides.begin(), rides.end(), [&](const LookupRiders::Ride& r) {
+      return r.client == client && r.meta.step == meta.step;
+    });
+    if (ride != rides.end()) {
+      lookups = std::move(ride->items);
+      done = [sent = std::move(done), looked_up = std::move(ride->done)](absl::Status s) {
+        looked_up(s);
+        sent(s);
+      };
+      rides.erase(ride);
+    }
+    if (gets.empty() && !fetch && lookups.empty()) {
       client->SendBatchAsync(meta, std::move(items), part.barrier, &rpc->step_reply,
-                             group.Callback());
+                             std::move(done));
     } else {
       client->SendGetBatchAsync(meta, std::move(items), &rpc->step_reply, std::move(gets), fetch,
-                                group.Callback());
+                                std::move(lookups), std::move(done));
     }
+  }
+  for (LookupRiders::Ride& ride : rides) {  // pservers this send does not reach
+    ride.client->PrefetchBatchAsync(ride.meta, std::move(ride.items), /*after_update=*/true,
+                                    std::move(ride.done));
   }
   return group.Wait();
 }

@@ -12,6 +12,9 @@
 //                 of the trainer's current step, so the op can run beside that step's send
 //                 (LocalTrainer's prefetch_ahead sets it on the step's receives and on the next
 //                 batch's lookups).
+//   Attr ride_on_send (prefetch, with after_update): the lookups ride on the step's send where
+//                 RpcContext::lookup_riders expects them (a send with its receive folded in
+//                 takes them: one request per pserver; trainer/lookup_riders.h).
 //   send_barrier  attr endpoints: the send barrier alone (programs transpiled before the
 //                 barriers rode on send and recv).
 //   fetch_barrier attr endpoints: the fetch barrier alone (likewise).
@@ -29,6 +32,7 @@
 #include "common/framework/op_registry.h"
 #include "common/rpc/client.h"
 #include "trainer/evaluation.h"
+#include "trainer/lookup_riders.h"
 
 namespace tessera {
 
@@ -67,6 +71,9 @@ struct RpcContext {
   // clears it before each step).
   std::atomic<bool> last_batch{false};
   StepReply step_reply;
+  // Sync pipelined steps: where the next batch's lookups meet the step's send
+  // (LocalTrainerOptions::lookup_riders).
+  LookupRiders lookup_riders;
 
   RequestMeta Meta() const {
     return RequestMeta{job_id, trainer_id, step.load(), last_batch.load()};

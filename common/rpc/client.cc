@@ -42,11 +42,14 @@ void PServerClient::SendBatchAsync(const RequestMeta& meta, std::vector<SendItem
 
 void PServerClient::SendGetBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
                                       StepReply* reply, std::vector<GetItem> gets,
-                                      bool fetch_barrier, DoneCallback done) {
-  std::vector<DoneCallback> both = JoinThen(
-      2, [done] { done(absl::OkStatus()); }, done);
-  SendBatchAsync(meta, std::move(items), /*send_barrier=*/true, reply, std::move(both[0]));
-  GetBatchAsync(meta, std::move(gets), fetch_barrier, /*after_update=*/true, std::move(both[1]));
+                                      bool fetch_barrier, std::vector<PrefetchItem> lookups,
+                                      DoneCallback done) {
+  const bool lookup = !lookups.empty();
+  std::vector<DoneCallback> all = JoinThen(
+      lookup ? 3 : 2, [done] { done(absl::OkStatus()); }, done);
+  SendBatchAsync(meta, std::move(items), /*send_barrier=*/true, reply, std::move(all[0]));
+  GetBatchAsync(meta, std::move(gets), fetch_barrier, /*after_update=*/true, std::move(all[1]));
+  if (lookup) PrefetchBatchAsync(meta, std::move(lookups), /*after_update=*/true, all[2]);
 }
 
 void PServerClient::AwaitUpdateAsync(const RequestMeta& meta, DoneCallback done) {

@@ -81,13 +81,14 @@ class PServerClient {
                              bool fetch_barrier, bool after_update, DoneCallback done);
   virtual void PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,
                                   bool after_update, DoneCallback done);
-  // A sync step's send and receive together: SendBatchAsync(items, send_barrier = true, reply)
-  // and GetBatchAsync(gets, fetch_barrier, after_update = true); `done` runs once both are done.
-  // The default issues the two calls side by side; a transport may fold them into one request
-  // (gRPC: SendGetBatch, when no tensor needs chunks).
+  // A sync step's send and receive together, and perhaps the next batch's lookups:
+  // SendBatchAsync(items, send_barrier = true, reply), GetBatchAsync(gets, fetch_barrier,
+  // after_update = true) and PrefetchBatchAsync(lookups, after_update = true); `done` runs once
+  // all are done. The default issues the calls side by side; a transport may fold them into one
+  // request (gRPC: SendGetBatch, when the gradients need no chunks).
   virtual void SendGetBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
                                  StepReply* reply, std::vector<GetItem> gets, bool fetch_barrier,
-                                 DoneCallback done);
+                                 std::vector<PrefetchItem> lookups, DoneCallback done);
 
   // Blocking forms.
   absl::Status SendVariable(const RequestMeta& meta, const std::string& name, const Variable& var);

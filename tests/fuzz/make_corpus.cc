@@ -85,6 +85,12 @@ bool CodecSeeds(const std::string& dir) {
   fold.fetch_barrier = true;
   put("batch_send_get",
       Flatten(EncodeBatch(meta, {{"emb@GRAD.shard0", &sparse}}, /*send_barrier=*/true, fold)));
+  // ... with the next batch's lookups riding along (deep and wide share their ids).
+  const std::vector<int64_t> next_ids = {7, -2, LLONG_MIN};
+  Tensor unused;
+  fold.lookups = {{"emb", &next_ids, &unused}, {"wide", &next_ids, &unused}};
+  put("batch_send_get_lookups",
+      Flatten(EncodeBatch(meta, {{"emb@GRAD.shard0", &sparse}}, /*send_barrier=*/true, fold)));
   GetBatchRequest get_batch;
   *get_batch.mutable_header() = ToHeader(meta);
   get_batch.add_names("fc.w");

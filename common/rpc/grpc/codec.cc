@@ -113,6 +113,7 @@ constexpr int kBatchSendBarrierField = 3;
 constexpr int kBatchGetNamesField = 4;
 constexpr int kBatchFetchBarrierField = 5;
 constexpr int kBatchEpochEndField = 6;
+constexpr int kBatchLookupsField = 7;
 
 // Payloads up to this size are copied into the message's buffer rather than referenced in
 // place (a slice of their own costs more than the copy).
@@ -252,6 +253,32 @@ void PutVariable(const RequestMeta* meta, const std::string& name, const Variabl
   }
 }
 
+// Appends `items` as PrefetchBatchRequest.Table messages in field `field` of `out`: a table
+// whose ids vector is an earlier item's (the same pointer; the prefetch op hands a slot's deep
+// and wide tables the same vector) names it (ids_of_table) instead of repeating the ids.
+void PutLookupTables(std::string* out, int field, const std::vector<PrefetchItem>& items) {
+  constexpr int kTableField = 1, kIdsField = 2, kIdsOfField = 3;  // PrefetchBatchRequest.Table
+  size_t bytes = out->size();
+  for (const PrefetchItem& item : items) bytes += item.table.size() + 24 + 8 * item.ids->size();
+  out->reserve(bytes);
+  std::string table;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const PrefetchItem& item = items[i];
+    table.clear();
+    PutBytesField(&table, kTableField, item.table.data(), item.table.size());
+    size_t same = 0;
+    while (same < i && items[same].ids != item.ids) ++same;
+    const size_t id_bytes = item.ids->size() * sizeof(int64_t);
+    const bool shared = same < i && !item.ids->empty();
+    if (shared) PutVarintField(&table, kIdsOfField, same + 1);
+    const size_t ids_field = shared ? 0 : 1 + WireFormatLite::UInt64Size(id_bytes) + id_bytes;
+    PutTag(out, field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+    PutVarint(out, table.size() + ids_field);
+    out->append(table);
+    if (!shared) PutBytesField(out, kIdsField, item.ids->data(), id_bytes);
+  }
+}
+
 }  // namespace
 
 grpc::ByteBuffer EncodeVariable(const RequestMeta& meta, const std::string& name,
@@ -278,6 +305,7 @@ grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem
   }
   if (extras.fetch_barrier) PutVarintField(&w.buf(), kBatchFetchBarrierField, 1);
   if (extras.epoch_end) PutVarintField(&w.buf(), kBatchEpochEndField, 1);
+  PutLookupTables(&w.buf(), kBatchLookupsField, extras.lookups);
   std::string scratch;
   // The sparse entries so far (index, rows): an entry whose row ids equal one of the last few
   // (a slot's deep and wide gradients) names it instead of repeating them.
@@ -305,32 +333,13 @@ grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem
 
 grpc::ByteBuffer EncodePrefetchBatch(const RequestMeta& meta,
                                      const std::vector<PrefetchItem>& items, bool after_update) {
-  constexpr int kTablesField = 2, kAfterUpdateField = 3;          // PrefetchBatchRequest
-  constexpr int kTableField = 1, kIdsField = 2, kIdsOfField = 3;  // PrefetchBatchRequest.Table
+  constexpr int kTablesField = 2, kAfterUpdateField = 3;  // PrefetchBatchRequest
   SliceWriter w;
   std::string& out = w.buf();
   const std::string header = ToHeader(meta).SerializeAsString();
-  size_t bytes = header.size() + 16;
-  for (const PrefetchItem& item : items) bytes += item.table.size() + 24 + 8 * item.ids->size();
-  out.reserve(bytes);
+  out.reserve(header.size() + 16);
   PutBytesField(&out, kHeaderField, header.data(), header.size());
-  std::string table;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const PrefetchItem& item = items[i];
-    table.clear();
-    PutBytesField(&table, kTableField, item.table.data(), item.table.size());
-    // Tables fed by the same ids (the prefetch op hands them the same vector) send them once.
-    size_t same = 0;
-    while (same < i && items[same].ids != item.ids) ++same;
-    const size_t id_bytes = item.ids->size() * sizeof(int64_t);
-    const bool shared = same < i && !item.ids->empty();
-    if (shared) PutVarintField(&table, kIdsOfField, same + 1);
-    const size_t ids_field = shared ? 0 : 1 + WireFormatLite::UInt64Size(id_bytes) + id_bytes;
-    PutTag(&out, kTablesField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
-    PutVarint(&out, table.size() + ids_field);
-    out.append(table);
-    if (!shared) PutBytesField(&out, kIdsField, item.ids->data(), id_bytes);
-  }
+  PutLookupTables(&out, kTablesField, items);
   PutVarintField(&out, kAfterUpdateField, after_update ? 1 : 0);
   return std::move(w).Finish();
 }
@@ -636,6 +645,15 @@ absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t
       TS_RETURN_IF_ERROR(read_bool("fetch_barrier", &batch.extras.fetch_barrier));
     } else if (field == kBatchEpochEndField && wire == WireFormatLite::WIRETYPE_VARINT) {
       TS_RETURN_IF_ERROR(read_bool("epoch_end", &batch.extras.epoch_end));
+    } else if (field == kBatchLookupsField && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t len;
+      std::string bytes;
+      if (!in.ReadVarint32(&len) ||
+          len > static_cast<uint32_t>(std::max(0, in.BytesUntilLimit())) ||
+          !in.ReadString(&bytes, static_cast<int>(len))) {
+        return Bad("truncated lookup");
+      }
+      if (!batch.lookups.Add()->ParseFromString(bytes)) return Bad("unparsable lookup");
     } else if (!WireFormatLite::SkipField(&in, tag)) {
       return Bad("truncated field");
     }

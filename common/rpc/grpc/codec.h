@@ -65,10 +65,13 @@ absl::StatusOr<DecodedVariable> DecodeVariable(const grpc::ByteBuffer& buffer, i
 grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem>& entries,
                              bool send_barrier);
 // The VariableBatch fields beyond the entries and send_barrier (SendGetBatch; proto comments).
+// `lookups` are encoded as EncodePrefetchBatch encodes its items; they are not decoded here
+// (DecodedBatch::lookups).
 struct BatchExtras {
   std::vector<std::string> get_names;
   bool fetch_barrier = false;
   bool epoch_end = false;
+  std::vector<PrefetchItem> lookups;
 };
 grpc::ByteBuffer EncodeBatch(const RequestMeta& meta, const std::vector<SendItem>& entries,
                              bool send_barrier, const BatchExtras& extras);
@@ -84,7 +87,10 @@ grpc::ByteBuffer EncodePrefetchBatch(const RequestMeta& meta,
 struct DecodedBatch {
   RequestMeta meta;
   bool send_barrier = false;
-  BatchExtras extras;  // get names: UTF-8 (as protobuf requires of strings), unchecked otherwise
+  // Get names: UTF-8 (as protobuf requires of strings), unchecked otherwise; no lookups.
+  BatchExtras extras;
+  // The lookups, parsed by protobuf (table names UTF-8), unchecked otherwise.
+  google::protobuf::RepeatedPtrField<PrefetchBatchRequest::Table> lookups;
   std::vector<DecodedVariable> vars;
 };
 absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t max_bytes);

@@ -388,6 +388,47 @@ TEST(CodecTest, BatchCarriesGetNamesFetchBarrierAndEpochEnd) {
   ExpectBadBatch(m, "get name is not UTF-8");
 }
 
+// The next batch's lookups riding on a SendGetBatch: encoded as a PrefetchBatchRequest's tables
+// (shared ids once), parsed back as such; a lookup that is not a Table message is refused.
+TEST(CodecTest, BatchCarriesLookups) {
+  Variable g = Dense(1, 2);
+  std::vector<int64_t> ids = {3, -1, INT64_MAX}, other = {9};
+  Tensor out;
+  BatchExtras extras;
+  extras.get_names = {"w"};
+  extras.lookups = {{"deep", &ids, &out}, {"wide", &ids, &out}, {"other", &other, &out}};
+  grpc::ByteBuffer buffer = EncodeBatch({"job", 1, 7}, {{"w@GRAD", &g}}, true, extras);
+  VariableBatch parsed;
+  ASSERT_TRUE(ParseProto(buffer, &parsed).ok());
+  ASSERT_EQ(parsed.lookups_size(), 3);
+  auto d = DecodeBatch(buffer, kMax);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->lookups.size(), 3);
+  const auto& decoded = d->lookups;
+  for (const auto* lookups : {&parsed.lookups(), &decoded}) {
+    EXPECT_EQ(lookups->Get(0).table(), "deep");
+    ASSERT_EQ(lookups->Get(0).ids().size(), 3 * sizeof(int64_t));
+    int64_t last;
+    std::memcpy(&last, lookups->Get(0).ids().data() + 16, sizeof(last));
+    EXPECT_EQ(last, INT64_MAX);
+    EXPECT_EQ(lookups->Get(1).table(), "wide");
+    EXPECT_TRUE(lookups->Get(1).ids().empty());
+    EXPECT_EQ(lookups->Get(1).ids_of_table(), 1);
+    EXPECT_EQ(lookups->Get(2).ids().size(), sizeof(int64_t));
+    EXPECT_EQ(lookups->Get(2).ids_of_table(), 0);
+  }
+  EXPECT_EQ(d->extras.get_names, extras.get_names);
+  ASSERT_EQ(d->vars.size(), 1u);
+  EXPECT_TRUE(DecodeBatch(EncodeBatch({"job", 1, 7}, {}, true), kMax)->lookups.empty());
+
+  // Field 7 holding a Table whose name runs past its end.
+  const std::string bad = BatchOfDenseW().SerializeAsString() + std::string("\x3a\x02\x0a\x05");
+  auto refused = DecodeBatch(Sliced(bad, bad.size()), kMax);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("unparsable lookup"), std::string::npos)
+      << refused.status();
+}
+
 TEST(CodecTest, PrefetchBatchIsAValidProtobuf) {
   std::vector<int64_t> a = {3, -1, INT64_MAX}, b = {9}, empty;
   Tensor out;

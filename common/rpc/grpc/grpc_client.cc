@@ -9,10 +9,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "absl/types/span.h"
+#include "common/base/status.h"
 #include "common/rpc/grpc/codec.h"
 #include "common/rpc/grpc/credentials.h"
 #include "common/rpc/grpc/grpc_util.h"
-#include "common/base/status.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -422,22 +423,46 @@ void RunParts(size_t singles, size_t batches, bool barrier,
   for (size_t b = 0; b < before; ++b) batch(b, false, std::move(callbacks[c++]));
 }
 
-// Stores the dense variables of a `method` reply (GetBatch, SendGetBatch) into items
+// Stores the dense variables of a `method` reply (GetBatch, SendGetBatch), `vars`, into items
 // [begin, end), which asked for them in that order.
-absl::Status StoreFetched(const char* method, const DecodedBatch& got,
+absl::Status StoreFetched(const char* method, absl::Span<const DecodedVariable> vars,
                           const std::vector<GetItem>& items, size_t begin, size_t end) {
-  if (got.vars.size() != end - begin) {
-    return absl::InternalError(absl::StrCat(method, " returned ", got.vars.size(),
-                                            " variables for ", end - begin, " names"));
+  if (vars.size() != end - begin) {
+    return absl::InternalError(
+        absl::StrCat(method, " returned ", vars.size(), " variables for ", end - begin, " names"));
   }
   for (size_t i = begin; i < end; ++i) {
-    const DecodedVariable& d = got.vars[i - begin];
+    const DecodedVariable& d = vars[i - begin];
     if (d.header().name != items[i].name || d.header().type != DENSE_TENSOR) {
       return absl::InternalError(absl::StrCat(method, " returned '", d.header().name,
                                               "' where dense '", items[i].name,
                                               "' was asked for"));
     }
     TS_RETURN_IF_ERROR(DecodeVariableInto(d, items[i].out));
+  }
+  return absl::OkStatus();
+}
+
+// Stores the rows of a `method` reply (PrefetchBatch, SendGetBatch), `vars`, one tensor per
+// table of `items` in order, into the items' outputs.
+absl::Status StoreRows(const char* method, absl::Span<const DecodedVariable> vars,
+                       const std::vector<PrefetchItem>& items) {
+  if (vars.size() != items.size()) {
+    return absl::InternalError(
+        absl::StrCat(method, " returned ", vars.size(), " tables for ", items.size()));
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    const VariableHeader& h = vars[i].header();
+    const size_t n = items[i].ids->size();
+    if (h.name != items[i].table || h.type != DENSE_TENSOR || h.dims.empty() ||
+        h.dims[0] != static_cast<int64_t>(n)) {
+      return absl::InternalError(absl::StrCat(method, " returned ", h.name, ShapeString(h.dims),
+                                              " for ", n, " ids of ", items[i].table));
+    }
+    Variable v;
+    *v.GetMutable<Tensor>() = *items[i].out;
+    TS_RETURN_IF_ERROR(DecodeVariableInto(vars[i], &v));
+    *items[i].out = v.Get<Tensor>();
   }
   return absl::OkStatus();
 }
@@ -523,7 +548,7 @@ void GrpcPServerClient::GetBatchAsync(const RequestMeta& meta, std::vector<GetIt
         "GetBatch", SerializeProto(req),
         [small, begin, end, max_bytes](const grpc::ByteBuffer& resp) -> absl::Status {
           TS_ASSIGN_OR_RETURN(DecodedBatch got, DecodeBatch(resp, max_bytes));
-          return StoreFetched("GetBatch", got, *small, begin, end);
+          return StoreFetched("GetBatch", got.vars, *small, begin, end);
         },
         std::move(cb));
   };
@@ -548,32 +573,15 @@ void GrpcPServerClient::PrefetchBatchAsync(const RequestMeta& meta, std::vector<
       "PrefetchBatch", std::move(request),
       [items = std::move(items), max_bytes](const grpc::ByteBuffer& resp) -> absl::Status {
         TS_ASSIGN_OR_RETURN(DecodedBatch got, DecodeBatch(resp, max_bytes));
-        if (got.vars.size() != items.size()) {
-          return absl::InternalError(absl::StrCat("PrefetchBatch returned ", got.vars.size(),
-                                                  " tables for ", items.size()));
-        }
-        for (size_t i = 0; i < items.size(); ++i) {
-          const VariableHeader& h = got.vars[i].header();
-          const size_t n = items[i].ids->size();
-          if (h.name != items[i].table || h.type != DENSE_TENSOR || h.dims.empty() ||
-              h.dims[0] != static_cast<int64_t>(n)) {
-            return absl::InternalError(absl::StrCat("PrefetchBatch returned ", h.name,
-                                                    ShapeString(h.dims), " for ", n, " ids of ",
-                                                    items[i].table));
-          }
-          Variable v;
-          *v.GetMutable<Tensor>() = *items[i].out;
-          TS_RETURN_IF_ERROR(DecodeVariableInto(got.vars[i], &v));
-          *items[i].out = v.Get<Tensor>();
-        }
-        return absl::OkStatus();
+        return StoreRows("PrefetchBatch", got.vars, items);
       },
       std::move(done));
 }
 
 void GrpcPServerClient::SendGetBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
                                           StepReply* reply, std::vector<GetItem> gets,
-                                          bool fetch_barrier, DoneCallback done) {
+                                          bool fetch_barrier, std::vector<PrefetchItem> lookups,
+                                          DoneCallback done) {
   // One request when the gradients fit one batch and the parameters one reply (as far as the
   // destinations' sizes tell); gradients that need several go the unfolded way.
   const int64_t chunk = options_.chunk_bytes;
@@ -584,12 +592,13 @@ void GrpcPServerClient::SendGetBatchAsync(const RequestMeta& meta, std::vector<S
     fetched += t != nullptr && t->initialized() ? static_cast<int64_t>(t->nbytes()) : 0;
   }
   if (chunk > 0 && sent > chunk) {
-    PServerClient::SendGetBatchAsync(meta, std::move(items), reply, std::move(gets),
-                                     fetch_barrier, std::move(done));
+    PServerClient::SendGetBatchAsync(meta, std::move(items), reply, std::move(gets), fetch_barrier,
+                                     std::move(lookups), std::move(done));
     return;
   }
-  // Parameters over a reply's worth: the request only waits for the update, then GetBatchAsync
-  // fetches them in its usual parts (chunks, batches), the last with the fetch barrier.
+  // Parameters over a reply's worth: the request only waits for the update (and answers the
+  // lookups), then GetBatchAsync fetches them in its usual parts, the last with the fetch
+  // barrier.
   const bool fetch_here = chunk <= 0 || fetched <= chunk;
   auto fetch = std::make_shared<std::vector<GetItem>>(std::move(gets));
   BatchExtras extras;
@@ -597,6 +606,7 @@ void GrpcPServerClient::SendGetBatchAsync(const RequestMeta& meta, std::vector<S
     for (const GetItem& item : *fetch) extras.get_names.push_back(item.name);
     extras.fetch_barrier = fetch_barrier;
   }
+  extras.lookups = std::move(lookups);
   grpc::ByteBuffer request = EncodeBatch(meta, items, /*send_barrier=*/true, extras);
   const int64_t max_bytes = options_.max_message_bytes;
   DoneCallback then = std::move(done);
@@ -608,10 +618,17 @@ void GrpcPServerClient::SendGetBatchAsync(const RequestMeta& meta, std::vector<S
   }
   Call(
       "SendGetBatch", std::move(request),
-      [items = std::move(items), fetch, fetch_here, reply,
+      [items = std::move(items), fetch, fetch_here, lookups = std::move(extras.lookups), reply,
        max_bytes](const grpc::ByteBuffer& resp) -> absl::Status {
         TS_ASSIGN_OR_RETURN(DecodedBatch got, DecodeBatch(resp, max_bytes));
-        if (fetch_here) TS_RETURN_IF_ERROR(StoreFetched("SendGetBatch", got, *fetch, 0, fetch->size()));
+        const size_t gets = fetch_here ? fetch->size() : 0;
+        if (got.vars.size() < gets) {
+          return absl::InternalError(absl::StrCat("SendGetBatch returned ", got.vars.size(),
+                                                  " variables for ", gets, " names"));
+        }
+        const absl::Span<const DecodedVariable> vars(got.vars);
+        TS_RETURN_IF_ERROR(StoreFetched("SendGetBatch", vars.subspan(0, gets), *fetch, 0, gets));
+        TS_RETURN_IF_ERROR(StoreRows("SendGetBatch", vars.subspan(gets), lookups));
         if (got.extras.epoch_end && reply != nullptr) reply->epoch_end.store(true);
         return absl::OkStatus();
       },

@@ -78,7 +78,7 @@ class GrpcPServerClient : public PServerClient {
                           bool after_update, DoneCallback done) override;
   void SendGetBatchAsync(const RequestMeta& meta, std::vector<SendItem> items, StepReply* reply,
                          std::vector<GetItem> gets, bool fetch_barrier,
-                         DoneCallback done) override;
+                         std::vector<PrefetchItem> lookups, DoneCallback done) override;
 
  private:
   using Stub = grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>;

@@ -1,6 +1,7 @@
 // The gRPC transport end to end on loopback, against a small in-memory handler.
 #include <atomic>
 #include <map>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -410,11 +411,11 @@ TEST_F(GrpcRpcTest, AfterUpdateRequestsWaitForTheUpdate) {
 
 // A sync step's send and receive in one request per trainer (SendGetBatch): the gradients and
 // the send barrier, then, once the update is released, the parameters as it left them and the
-// fetch barrier; the epoch's end comes with them. With a 16-byte chunk size, the same results:
-// trainer 0's gradient needs chunks, so it sends a SendBatch (after the chunks) and a GetBatch
-// beside it; trainer 1's parameter needs chunks, so its SendGetBatch only waits for the update
-// and the parameter follows in chunks, the fetch barrier on a last GetBatch (no request that
-// only waits).
+// fetch barrier; the epoch's end comes with them, and trainer 0's next-batch lookups ride along.
+// With a 16-byte chunk size, the same results: trainer 0's gradient needs chunks, so it sends a
+// SendBatch (after the chunks), a GetBatch and a PrefetchBatch beside it; trainer 1's parameter
+// needs chunks, so its SendGetBatch only waits for the update and the parameter follows in
+// chunks, the fetch barrier on a last GetBatch (no request that only waits).
 TEST_F(GrpcRpcTest, SendGetBatchFoldsAStepIntoOneRequest) {
   for (int64_t chunk : {int64_t{4} << 20, int64_t{16}}) {
     SCOPED_TRACE(absl::StrCat("chunk_bytes ", chunk));
@@ -429,30 +430,37 @@ TEST_F(GrpcRpcTest, SendGetBatchFoldsAStepIntoOneRequest) {
     const int folded_before = observer_.calls(RpcMethod::kSendGetBatch);
     const int send_batches_before = observer_.calls(RpcMethod::kSendBatch);
     const int get_batches_before = observer_.calls(RpcMethod::kGetBatch);
+    const int prefetches_before = observer_.calls(RpcMethod::kPrefetchBatch);
     const int sends_before = handler_.sends();
+    std::vector<int64_t> ids = {3, 1005};
+    Tensor rows;
     c0->SendGetBatchAsync({"job", 0, 1}, {{"w", &w}}, &reply0, {{"b", &out_b}}, true,
+                          {{"emb", &ids, &rows}}, sent.Callback());
+    c1->SendGetBatchAsync({"job", 1, 1}, {{"b", &b}}, &reply1, {{"w", &out_w}}, true, {},
                           sent.Callback());
-    c1->SendGetBatchAsync({"job", 1, 1}, {{"b", &b}}, &reply1, {{"w", &out_w}}, true,
-                          sent.Callback());
-    // Both are held for the update once their barrier was released.
-    for (int i = 0; i < 2000 && handler_.awaiting() < 2; ++i) absl::SleepFor(absl::Milliseconds(5));
-    ASSERT_EQ(handler_.awaiting(), 2);
+    // All are held for the update once their barrier was released (the lookups too).
+    for (int i = 0; i < 2000 && handler_.awaiting() < 3; ++i) absl::SleepFor(absl::Milliseconds(5));
+    ASSERT_EQ(handler_.awaiting(), 3);
     if (folded) EXPECT_EQ(handler_.sends() - sends_before, 2);  // both gradients are in
     ASSERT_TRUE(c0->SendVariable(meta_, "b", Dense(1, 2, 500)).ok());  // "the update"
     handler_.ReleaseUpdate(absl::OkStatus());
     ASSERT_TRUE(sent.Wait().ok());
     EXPECT_EQ(out_b.Get<Tensor>().data<float>()[1], 501.0f);
     EXPECT_EQ(out_w.Get<Tensor>().data<float>()[5], 6.0f);
+    ASSERT_EQ(rows.shape(), (Shape{2, 2}));
+    EXPECT_EQ(rows.data<float>()[0], 3.0f);
+    EXPECT_EQ(rows.data<float>()[2], 5.0f);
     EXPECT_EQ(reply0.epoch_end.load(), folded);
     EXPECT_EQ(reply1.epoch_end.load(), folded);
     EXPECT_EQ(observer_.calls(RpcMethod::kSendGetBatch) - folded_before, folded ? 2 : 1);
     EXPECT_EQ(observer_.calls(RpcMethod::kSendBatch) - send_batches_before, folded ? 0 : 1);
     EXPECT_EQ(observer_.calls(RpcMethod::kGetBatch) - get_batches_before, folded ? 0 : 2);
+    EXPECT_EQ(observer_.calls(RpcMethod::kPrefetchBatch) - prefetches_before, folded ? 0 : 1);
   }
 }
 
-// A hostile SendGetBatch without the send barrier, or with a bad name to fetch, is refused
-// before anything is stored.
+// A hostile SendGetBatch without the send barrier, with bad lookups or with a bad name to fetch,
+// is refused before anything is stored.
 TEST_F(GrpcRpcTest, SendGetBatchRefusesAStepWithoutItsBarrierOrWithBadNames) {
   VariableBatch req;
   *req.mutable_header() = ToHeader({"job", 0, 1});
@@ -470,6 +478,23 @@ TEST_F(GrpcRpcTest, SendGetBatchRefusesAStepWithoutItsBarrierOrWithBadNames) {
   EXPECT_NE(s.error_message().find("without the send barrier"), std::string::npos)
       << s.error_message();
   req.set_send_barrier(true);
+  // Riding lookups are checked as a PrefetchBatch's tables: a table twice, ids that are not
+  // whole int64s.
+  const std::string one_id(8, '\0');
+  for (const auto& [second_table, second_ids, needle] :
+       {std::make_tuple("emb", one_id, "appears twice"),
+        std::make_tuple("wide", std::string(5, '\0'), "not a multiple of 8")}) {
+    VariableBatch bad = req;
+    PrefetchBatchRequest::Table* t = bad.add_lookups();
+    t->set_table("emb");
+    t->set_ids(one_id);
+    t = bad.add_lookups();
+    t->set_table(second_table);
+    t->set_ids(second_ids);
+    s = call(bad);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << needle;
+    EXPECT_NE(s.error_message().find(needle), std::string::npos) << s.error_message();
+  }
   req.add_get_names("");
   s = call(req);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

@@ -60,6 +60,38 @@ class ObservedReactor : public grpc::ServerUnaryReactor {
   absl::Time start_;
 };
 
+// The queries of a PrefetchBatch's tables (or a SendGetBatch's lookups), checked: printable
+// names, each table at most once, whole int64 ids, ids_of_table naming an earlier table.
+absl::Status LookupQueries(
+    const google::protobuf::RepeatedPtrField<PrefetchBatchRequest::Table>& tables,
+    std::vector<RequestHandler::PrefetchQuery>* queries) {
+  absl::flat_hash_set<std::string> seen;
+  for (int i = 0; i < tables.size(); ++i) {
+    const PrefetchBatchRequest::Table& t = tables.Get(i);
+    TS_RETURN_IF_ERROR(CheckRequestName("table name", t.table()));
+    TS_RETURN_IF_ERROR(CheckPrefetchIds(t.table(), t.ids().size()));
+    if (!seen.insert(t.table()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table ", t.table(), " appears twice in one prefetch"));
+    }
+    TS_RETURN_IF_ERROR(CheckIdsOfTable(t.table(), i, t.ids_of_table(), t.ids().size()));
+  }
+  queries->assign(tables.size(), {});
+  for (int i = 0; i < tables.size(); ++i) {
+    const PrefetchBatchRequest::Table& t = tables.Get(i);
+    RequestHandler::PrefetchQuery& q = (*queries)[i];
+    q.table = t.table();
+    if (t.ids_of_table() != 0) {
+      q.ids = (*queries)[t.ids_of_table() - 1].ids;
+      continue;
+    }
+    const std::string& bytes = t.ids();
+    q.ids.resize(bytes.size() / sizeof(int64_t));
+    if (!q.ids.empty()) std::memcpy(q.ids.data(), bytes.data(), bytes.size());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 class GrpcServer::Service : public RawService {
@@ -112,37 +144,66 @@ class GrpcServer::Service : public RawService {
 
   // A sync step's send with its recv folded in: every gradient and the send barrier as a
   // SendBatch, then, once the step is applied, the named parameters and (fetch_barrier) the
-  // fetch barrier as a GetBatch with after_update. One reply: the parameters, and epoch_end.
+  // fetch barrier as a GetBatch with after_update. The next batch's lookups may ride along:
+  // handed to the handler before the barrier (so that the step's optimize looks them up as it
+  // applies the tables), answered as a PrefetchBatch with after_update. One reply: the
+  // parameters, the lookups' rows, and epoch_end.
   grpc::ServerUnaryReactor* SendGetBatch(grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) override {
     ObservedReactor* reactor = NewReactor(RpcMethod::kSendGetBatch, request, response);
-    auto check = [](const DecodedBatch& batch) {
+    auto queries = std::make_shared<std::vector<RequestHandler::PrefetchQuery>>();
+    auto check = [queries](const DecodedBatch& batch) {
       if (!batch.send_barrier) {
         return absl::InvalidArgumentError("SendGetBatch without the send barrier");
       }
       for (const std::string& name : batch.extras.get_names) {
         TS_RETURN_IF_ERROR(CheckRequestName("variable name", name));
       }
-      return absl::OkStatus();
+      return LookupQueries(batch.lookups, queries.get());
     };
     return ReceiveBatch(
         ctx, *request, reactor, check,
-        [this, response](const RequestMeta& meta, const DecodedBatch& batch, DoneCallback finish) {
-          auto names = std::make_shared<std::vector<std::string>>(batch.extras.get_names);
-          const bool fetch_barrier = batch.extras.fetch_barrier;
-          handler_->HandleBarrier(
-              meta, SEND_BARRIER,
-              [this, meta, names, fetch_barrier, response, finish](absl::Status st) {
-                if (!st.ok()) return finish(st);
-                const bool epoch_end = handler_->StepEndsEpoch(meta.step);
-                AfterUpdate(
-                    true, meta,
-                    [this, meta, names, fetch_barrier, epoch_end, response, finish] {
-                      ServeGets(meta, *names, fetch_barrier, epoch_end, response, finish);
-                    },
-                    finish);
-              });
+        [this, response, queries](const RequestMeta& meta, const DecodedBatch& batch,
+                                  DoneCallback finish) {
+          struct Step {
+            std::vector<std::string> names;
+            bool fetch_barrier = false;
+            bool epoch_end = false;
+            Tail rows;  // the lookups': table, rows
+          };
+          auto step = std::make_shared<Step>();
+          step->names = batch.extras.get_names;
+          step->fetch_barrier = batch.extras.fetch_barrier;
+          for (const RequestHandler::PrefetchQuery& q : *queries) {
+            step->rows.push_back({q.table, {}});
+          }
+          // The reply once the update is applied and the lookups are answered.
+          std::vector<DoneCallback> ready = JoinThen(
+              queries->empty() ? 1 : 2,
+              [this, meta, step, response, finish] {
+                ServeGets(meta, step->names, step->fetch_barrier, step->epoch_end, &step->rows,
+                          response, [step, finish](absl::Status s) { finish(s); });
+              },
+              finish);
+          if (!queries->empty()) {
+            handler_->HandlePrefetchBatch(
+                meta, std::move(*queries), /*after_update=*/true,
+                [step, cb = std::move(ready[1])](std::vector<absl::StatusOr<Tensor>> rows) {
+                  for (size_t i = 0; i < rows.size(); ++i) {
+                    if (!rows[i].ok()) return cb(rows[i].status());
+                    *step->rows[i].second.GetMutable<Tensor>() = *std::move(rows[i]);
+                  }
+                  cb(absl::OkStatus());
+                });
+          }
+          handler_->HandleBarrier(meta, SEND_BARRIER,
+                                  [this, meta, step, cb = std::move(ready[0])](absl::Status st) {
+                                    if (!st.ok()) return cb(st);
+                                    step->epoch_end = handler_->StepEndsEpoch(meta.step);
+                                    AfterUpdate(
+                                        true, meta, [cb] { cb(absl::OkStatus()); }, cb);
+                                  });
         });
   }
 
@@ -168,7 +229,7 @@ class GrpcServer::Service : public RawService {
     AfterUpdate(
         req.after_update(), meta,
         [this, meta, names, barrier, response, finish] {
-          ServeGets(meta, *names, barrier, /*epoch_end=*/false, response, finish);
+          ServeGets(meta, *names, barrier, /*epoch_end=*/false, nullptr, response, finish);
         },
         finish);
     return reactor;
@@ -184,31 +245,9 @@ class GrpcServer::Service : public RawService {
     RequestMeta meta;
     absl::Status s = Begin(ctx, *request, &req, &meta);
     if (!s.ok()) return Fail(reactor, s);
-    absl::flat_hash_set<std::string> seen;
-    for (int i = 0; i < req.tables_size(); ++i) {
-      const PrefetchBatchRequest::Table& t = req.tables(i);
-      s = CheckRequestName("table name", t.table());
-      if (s.ok()) s = CheckPrefetchIds(t.table(), t.ids().size());
-      if (s.ok() && !seen.insert(t.table()).second) {
-        s = absl::InvalidArgumentError(
-            absl::StrCat("table ", t.table(), " appears twice in one prefetch"));
-      }
-      if (s.ok()) s = CheckIdsOfTable(t.table(), i, t.ids_of_table(), t.ids().size());
-      if (!s.ok()) return Fail(reactor, s);
-    }
-    std::vector<RequestHandler::PrefetchQuery> queries(req.tables_size());
-    for (int i = 0; i < req.tables_size(); ++i) {
-      const PrefetchBatchRequest::Table& t = req.tables(i);
-      RequestHandler::PrefetchQuery& q = queries[i];
-      q.table = t.table();
-      if (t.ids_of_table() != 0) {
-        q.ids = queries[t.ids_of_table() - 1].ids;
-        continue;
-      }
-      const std::string& bytes = t.ids();
-      q.ids.resize(bytes.size() / sizeof(int64_t));
-      if (!q.ids.empty()) std::memcpy(q.ids.data(), bytes.data(), bytes.size());
-    }
+    std::vector<RequestHandler::PrefetchQuery> queries;
+    s = LookupQueries(req.tables(), &queries);
+    if (!s.ok()) return Fail(reactor, s);
     DoneCallback finish = [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); };
     auto tables = std::make_shared<std::vector<std::string>>();
     for (const RequestHandler::PrefetchQuery& q : queries) tables->push_back(q.table);
@@ -387,10 +426,13 @@ class GrpcServer::Service : public RawService {
     }
     return reactor;
   }
+  // Entries a reply carries after its parameters (a SendGetBatch's lookups: table, rows).
+  using Tail = std::vector<std::pair<std::string, Variable>>;
   // Gets every named parameter (whole dense tensors) into `response` (a VariableBatch in that
-  // order, with epoch_end), then (fetch_barrier) the fetch barrier, then `finish`.
-  void ServeGets(const RequestMeta& meta, const std::vector<std::string>& names,
-                 bool fetch_barrier, bool epoch_end, grpc::ByteBuffer* response,
+  // order, then the entries of `tail` (may be null; must outlive `finish`), with epoch_end), then
+  // (fetch_barrier) the fetch barrier, then `finish`.
+  void ServeGets(const RequestMeta& meta, const std::vector<std::string>& names, bool fetch_barrier,
+                 bool epoch_end, const Tail* tail, grpc::ByteBuffer* response,
                  DoneCallback finish) {
     struct Gathered {
       std::vector<std::string> names;
@@ -401,10 +443,13 @@ class GrpcServer::Service : public RawService {
     got->values.resize(names.size());
     std::vector<DoneCallback> callbacks = JoinThen(
         static_cast<int>(got->names.size()),
-        [this, meta, got, fetch_barrier, epoch_end, response, finish] {
+        [this, meta, got, fetch_barrier, epoch_end, tail, response, finish] {
           std::vector<SendItem> entries;
           for (size_t i = 0; i < got->names.size(); ++i) {
             entries.push_back({got->names[i], &got->values[i]});
+          }
+          if (tail != nullptr) {
+            for (const auto& [name, value] : *tail) entries.push_back({name, &value});
           }
           BatchExtras extras;
           extras.epoch_end = epoch_end;

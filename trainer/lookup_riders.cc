@@ -1,0 +1,51 @@
+#include "trainer/lookup_riders.h"
+
+#include <utility>
+
+namespace tessera {
+
+void LookupRiders::Expect() {
+  absl::MutexLock lock(&mu_);
+  state_ = State::kExpected;
+  rides_.clear();
+}
+
+bool LookupRiders::Leave(std::vector<Ride> rides) {
+  absl::MutexLock lock(&mu_);
+  if (state_ != State::kExpected) return false;
+  rides_ = std::move(rides);
+  state_ = State::kLeft;
+  return true;
+}
+
+void LookupRiders::Withdraw() {
+  absl::MutexLock lock(&mu_);
+  if (state_ == State::kExpected) state_ = State::kIdle;
+}
+
+std::vector<LookupRiders::Ride> LookupRiders::Take() {
+  mu_.LockWhen(absl::Condition(
+      +[](State* state) { return *state != State::kExpected; }, &state_));
+  std::vector<Ride> rides;
+  if (state_ == State::kLeft) rides = std::move(rides_);
+  rides_.clear();
+  state_ = State::kIdle;
+  mu_.Unlock();
+  return rides;
+}
+
+void LookupRiders::Release() {
+  std::vector<Ride> rides;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ == State::kLeft) rides = std::move(rides_);
+    rides_.clear();
+    state_ = State::kIdle;
+  }
+  for (Ride& ride : rides) {
+    ride.client->PrefetchBatchAsync(ride.meta, std::move(ride.items), /*after_update=*/true,
+                                    std::move(ride.done));
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,139 @@
+#include "trainer/lookup_riders.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+// Records the PrefetchBatchAsync calls it gets (Release sends rides by themselves) and answers
+// them at once.
+class RecordingClient : public PServerClient {
+ public:
+  const std::string& endpoint() const override { return endpoint_; }
+  void SendVariableAsync(const RequestMeta&, const std::string&, const Variable*,
+                         DoneCallback done) override {
+    done(absl::UnimplementedError("send"));
+  }
+  void GetVariableAsync(const RequestMeta&, const std::string&, Variable*,
+                        DoneCallback done) override {
+    done(absl::UnimplementedError("get"));
+  }
+  void PrefetchAsync(const RequestMeta&, const std::string&, const std::vector<int64_t>*, Tensor*,
+                     DoneCallback done) override {
+    done(absl::UnimplementedError("prefetch"));
+  }
+  void BarrierAsync(const RequestMeta&, BarrierKind, DoneCallback done) override {
+    done(absl::UnimplementedError("barrier"));
+  }
+  void CheckpointAsync(const RequestMeta&, const std::string&, DoneCallback done) override {
+    done(absl::UnimplementedError("checkpoint"));
+  }
+  void RegisterAsync(const RequestMeta&, const JobFields&, uint64_t, DoneCallback done) override {
+    done(absl::UnimplementedError("register"));
+  }
+  void PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,
+                          bool after_update, DoneCallback done) override {
+    ++calls;
+    tables += static_cast<int>(items.size());
+    last_step = meta.step;
+    last_after_update = after_update;
+    done(absl::OkStatus());
+  }
+
+  std::atomic<int> calls{0}, tables{0};
+  int64_t last_step = -1;
+  bool last_after_update = false;
+
+ private:
+  std::string endpoint_ = "ps0";
+};
+
+LookupRiders::Ride RideOf(PServerClient* client, int64_t step, std::atomic<int>* answered) {
+  static const std::vector<int64_t> kIds = {1, 2};
+  static Tensor out;
+  LookupRiders::Ride ride;
+  ride.client = client;
+  ride.meta.step = step;
+  ride.items = {{"emb", &kIds, &out}, {"wide", &kIds, &out}};
+  ride.done = [answered](absl::Status s) {
+    if (s.ok()) ++*answered;
+  };
+  return ride;
+}
+
+TEST(LookupRidersTest, TakeWithoutExpectReturnsNothingAtOnce) {
+  LookupRiders riders;
+  EXPECT_TRUE(riders.Take().empty());
+  RecordingClient client;
+  std::atomic<int> answered{0};
+  std::vector<LookupRiders::Ride> rides = {RideOf(&client, 3, &answered)};
+  EXPECT_FALSE(riders.Leave(rides));  // nothing expected: the caller sends them itself
+  EXPECT_EQ(client.calls, 0);
+  EXPECT_EQ(answered, 0);
+}
+
+TEST(LookupRidersTest, TheSendWaitsForTheLookupsAndTakesThem) {
+  LookupRiders riders;
+  RecordingClient client;
+  std::atomic<int> answered{0};
+  riders.Expect();
+  std::atomic<bool> taken{false};
+  std::vector<LookupRiders::Ride> got;
+  std::thread send([&] {
+    got = riders.Take();
+    taken = true;
+  });
+  // The send blocks until the look-ahead leaves its lookups.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(taken);
+  EXPECT_TRUE(riders.Leave({RideOf(&client, 7, &answered)}));
+  send.join();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].client, &client);
+  EXPECT_EQ(got[0].meta.step, 7);
+  EXPECT_EQ(got[0].items.size(), 2u);
+  got[0].done(absl::OkStatus());
+  EXPECT_EQ(answered, 1);
+  // Taken: Release sends nothing, and a second Leave is refused.
+  riders.Release();
+  EXPECT_EQ(client.calls, 0);
+  EXPECT_FALSE(riders.Leave({RideOf(&client, 7, &answered)}));
+}
+
+TEST(LookupRidersTest, AWithdrawnLookupLetsTheSendGoWithoutIt) {
+  LookupRiders riders;
+  riders.Expect();
+  std::thread lookahead([&] { riders.Withdraw(); });
+  EXPECT_TRUE(riders.Take().empty());
+  lookahead.join();
+  // Withdraw when nothing is expected changes nothing.
+  riders.Withdraw();
+  EXPECT_TRUE(riders.Take().empty());
+}
+
+TEST(LookupRidersTest, ReleaseSendsLookupsTheSendDidNotTake) {
+  LookupRiders riders;
+  RecordingClient client;
+  std::atomic<int> answered{0};
+  riders.Expect();
+  EXPECT_TRUE(riders.Leave({RideOf(&client, 4, &answered)}));
+  riders.Release();  // e.g. the step failed before its send
+  EXPECT_EQ(client.calls, 1);
+  EXPECT_EQ(client.tables, 2);
+  EXPECT_EQ(client.last_step, 4);
+  EXPECT_TRUE(client.last_after_update);
+  EXPECT_EQ(answered, 1);
+  // Released while still expected (the send failed first): a late Leave is refused, so the
+  // look-ahead sends its lookups itself.
+  riders.Expect();
+  riders.Release();
+  EXPECT_FALSE(riders.Leave({RideOf(&client, 5, &answered)}));
+  EXPECT_TRUE(riders.Take().empty());
+}
+
+}  // namespace
+}  // namespace tessera
