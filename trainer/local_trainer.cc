@@ -210,10 +210,10 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
   const int num_places = t->options_.place_registries.empty()
                              ? t->options_.cpu_places
                              : static_cast<int>(t->options_.place_registries.size());
-  // One place: a sync step's receive rides on its send where the program allows (the places'
-  // runner steps the program as it is).
+  // A sync step's receive rides on its send where the program allows (not on device places,
+  // whose parameters are copied to the devices after the receive).
   t->run_program_ = t->model_.main;
-  if (num_places == 1 && t->options_.place_registries.empty()) {
+  if (t->options_.place_registries.empty()) {
     t->folded_recv_ = FoldReceive(t->run_program_.mutable_blocks(0));
   }
   TS_ASSIGN_OR_RETURN(t->main_block_, t->executor_.Prepare(t->run_program_, 0));
@@ -253,7 +253,12 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
     }
     po.after_place = t->options_.place_after_run;
     po.reducer = t->options_.place_reducer;
-    auto runner = PlaceRunner::Create(&t->executor_, t->model_.main, std::move(po), &t->scope_);
+    // The places' runner steps the program with the folded recv taken out.
+    ProgramDesc stepped = t->run_program_;
+    if (t->folded_recv_ >= 0) {
+      stepped.mutable_blocks(0)->mutable_ops()->DeleteSubrange(t->folded_recv_, 1);
+    }
+    auto runner = PlaceRunner::Create(&t->executor_, stepped, std::move(po), &t->scope_);
     if (!runner.ok()) {
       return absl::Status(runner.status().code(),
                           absl::StrCat("LocalTrainer: cpu_places=", t->options_.cpu_places, ": ",

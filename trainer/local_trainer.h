@@ -244,10 +244,11 @@ class LocalTrainer {
   // leading lookups and trailing receives; the requests of the running step, kept past a failed
   // one (they end when the job fails).
   bool pipelined_ = false;
-  // One place, sync, a send and a recv carrying the barriers one after the other: the index
-  // of the recv, folded into the send (its outputs on the send op of run_program_ and
+  // Sync, not on device places, a send and a recv carrying the barriers one after the other:
+  // the index of the recv, folded into the send (its outputs on the send op of run_program_ and
   // pipelined_program_: one request per pserver and step, PServerClient::SendGetBatchAsync;
-  // no step runs the recv op itself), or -1.
+  // no step runs the recv op itself, and the places' runner gets the program without it), or
+  // -1.
   int folded_recv_ = -1;
   // Pipelined, folded_recv_ right after the send and Options::lookup_riders set: the next
   // batch's lookups ride on the step's send (attr ride_on_send on the first lookup op).
