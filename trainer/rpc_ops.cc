@@ -314,8 +314,9 @@ absl::Status SendAndReceive(RpcContext* rpc, OpContext& ctx, const std::vector<s
     PServerClient* client = rpc->clients->Get(part.endpoint);
     std::vector<PrefetchItem> lookups;
     DoneCallback done = group.Callback();
+    // A SendGetBatch carries the send barrier: only a request with the barrier takes lookups.
     auto ride = std::find_if(rides.begin(), rides.end(), [&](const LookupRiders::Ride& r) {
-      return r.client == client && r.meta.step == meta.step;
+      return part.barrier && r.client == client && r.meta.step == meta.step;
     });
     if (ride != rides.end()) {
       lookups = std::move(ride->items);
