@@ -601,6 +601,16 @@ absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t
     *out = v != 0;
     return absl::OkStatus();
   };
+  // A length-delimited field's bytes (within what is left of the batch).
+  auto read_bytes = [&in](const char* name, std::string* out) {
+    uint32_t len;
+    if (!in.ReadVarint32(&len) ||
+        len > static_cast<uint32_t>(std::max(0, in.BytesUntilLimit())) ||
+        !in.ReadString(out, static_cast<int>(len))) {
+      return Bad(absl::StrCat("truncated ", name));
+    }
+    return absl::OkStatus();
+  };
   while (true) {
     uint32_t tag = in.ReadTag();
     if (tag == 0) break;
@@ -629,13 +639,8 @@ absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t
       TS_RETURN_IF_ERROR(read_bool("send_barrier", &batch.send_barrier));
     } else if (field == kBatchGetNamesField &&
                wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
-      uint32_t len;
       std::string name;
-      if (!in.ReadVarint32(&len) ||
-          len > static_cast<uint32_t>(std::max(0, in.BytesUntilLimit())) ||
-          !in.ReadString(&name, static_cast<int>(len))) {
-        return Bad("truncated get name");
-      }
+      TS_RETURN_IF_ERROR(read_bytes("get name", &name));
       if (!google::protobuf::internal::IsStructurallyValidUTF8(name.data(),
                                                               static_cast<int>(name.size()))) {
         return Bad("get name is not UTF-8");
@@ -646,13 +651,8 @@ absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t
     } else if (field == kBatchEpochEndField && wire == WireFormatLite::WIRETYPE_VARINT) {
       TS_RETURN_IF_ERROR(read_bool("epoch_end", &batch.extras.epoch_end));
     } else if (field == kBatchLookupsField && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
-      uint32_t len;
       std::string bytes;
-      if (!in.ReadVarint32(&len) ||
-          len > static_cast<uint32_t>(std::max(0, in.BytesUntilLimit())) ||
-          !in.ReadString(&bytes, static_cast<int>(len))) {
-        return Bad("truncated lookup");
-      }
+      TS_RETURN_IF_ERROR(read_bytes("lookup", &bytes));
       if (!batch.lookups.Add()->ParseFromString(bytes)) return Bad("unparsable lookup");
     } else if (!WireFormatLite::SkipField(&in, tag)) {
       return Bad("truncated field");
