@@ -604,8 +604,7 @@ absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t
   // A length-delimited field's bytes (within what is left of the batch).
   auto read_bytes = [&in](const char* name, std::string* out) {
     uint32_t len;
-    if (!in.ReadVarint32(&len) ||
-        len > static_cast<uint32_t>(std::max(0, in.BytesUntilLimit())) ||
+    if (!in.ReadVarint32(&len) || len > static_cast<uint32_t>(std::max(0, in.BytesUntilLimit())) ||
         !in.ReadString(out, static_cast<int>(len))) {
       return Bad(absl::StrCat("truncated ", name));
     }
@@ -637,8 +636,7 @@ absl::StatusOr<DecodedBatch> DecodeBatch(const grpc::ByteBuffer& buffer, int64_t
       have_header = true;
     } else if (field == kBatchSendBarrierField && wire == WireFormatLite::WIRETYPE_VARINT) {
       TS_RETURN_IF_ERROR(read_bool("send_barrier", &batch.send_barrier));
-    } else if (field == kBatchGetNamesField &&
-               wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+    } else if (field == kBatchGetNamesField && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       std::string name;
       TS_RETURN_IF_ERROR(read_bytes("get name", &name));
       if (!google::protobuf::internal::IsStructurallyValidUTF8(name.data(),
