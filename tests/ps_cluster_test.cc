@@ -497,6 +497,30 @@ TEST(PsClusterTest, CtrWithDistributedTablesLearns) {
   }
 }
 
+// With one trainer the next batch's lookups keep their own request (answered as soon as the
+// pserver applied the tables, overlapping its dense update) and the receive rides on the send:
+// 2 requests per pipelined step, not 1 (tests/bench/RESULTS.md: riding did not pay there).
+// 24 steps of 128; besides them the trainer registers, pulls the initial parameters and
+// completes, and its held-out evaluation prefetches once per batch of 128 and reduces through
+// pserver 0 (send and fetch).
+TEST(PsClusterTest, OneTrainerKeepsItsLookupsOwnRequest) {
+  std::string dir = MakeTempDir("ctr_one_trainer");
+  PsJob job;
+  job.example = "ctr";
+  job.pservers = 1;
+  job.trainers = 1;
+  job.flags = {"--num_examples=3072", "--num_test_examples=512", "--batch_size=128",
+               "--epochs=1",          "--seed=2",                 "--vocab_per_slot=500",
+               "--distributed_tables", "--heartbeat_s=0"};
+  RunPsJob(job, dir);
+  const int64_t steps = 3072 / 128;
+  const int64_t eval_batches = 512 / 128;
+  const std::string log = ReadFileOrEmpty(dir + "/pserver.0.log");
+  const int64_t requests = SumAfter(log, " requests=");
+  EXPECT_GE(requests, 2 * steps) << log;  // riding would make about steps + 8
+  EXPECT_LE(requests, 2 * steps + 4 + eval_batches + 2) << log;
+}
+
 // The held-out value "<key> X" of trainer 0's evaluation line `line` (NaN when missing).
 double EvalValue(const std::string& line, const std::string& key) {
   const size_t pos = line.find(" " + key + " ");

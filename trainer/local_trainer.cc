@@ -230,8 +230,10 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
       t->pipelined_program_ = t->run_program_;
       BlockDesc* b = t->pipelined_program_.mutable_blocks(0);
       for (int i = 0; i < t->head_end_; ++i) SetAttr(b->mutable_ops(i), "after_update", true);
-      // The first lookup op's requests ride on the send (the next ones wait for its answer).
-      t->ride_ = t->options_.lookup_riders != nullptr && t->folded_recv_ == t->tail_begin_;
+      // The lookup op's requests ride on the send: only a block's single one (a later one would
+      // go out only once the first got its answer, with the step's reply).
+      t->ride_ = t->options_.lookup_riders != nullptr && t->folded_recv_ == t->tail_begin_ &&
+                 t->head_end_ == 1;
       if (t->ride_) SetAttr(b->mutable_ops(0), "ride_on_send", true);
       for (int i = t->tail_begin_; i < b->ops_size(); ++i) {
         SetAttr(b->mutable_ops(i), "after_update", true);
@@ -385,8 +387,8 @@ absl::Status LocalTrainer::RunPipelined(int64_t next_size, const FeedFn& next_fe
   } else {
     flight->received_done.Notify();
   }
-  // Lookups the send did not take (it failed, or never ran) go out by themselves.
-  if (ride_) options_.lookup_riders->Release();
+  // Lookups the send did not take: the step failed before its send (they get its error).
+  if (ride_) options_.lookup_riders->Release(s);
   // On an error the requests in flight may wait on the pservers until the job fails (this
   // trainer's caller aborts it): they are not waited for here.
   TS_RETURN_IF_ERROR(s);

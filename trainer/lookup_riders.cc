@@ -5,9 +5,16 @@
 namespace tessera {
 
 void LookupRiders::Expect() {
-  absl::MutexLock lock(&mu_);
-  state_ = State::kExpected;
-  rides_.clear();
+  std::vector<Ride> stale;
+  {
+    absl::MutexLock lock(&mu_);
+    state_ = State::kExpected;
+    stale = std::move(rides_);
+    rides_.clear();
+  }
+  for (Ride& ride : stale) {
+    ride.done(absl::InternalError("lookups left from an earlier step were never sent"));
+  }
 }
 
 bool LookupRiders::Leave(std::vector<Ride> rides) {
@@ -34,7 +41,7 @@ std::vector<LookupRiders::Ride> LookupRiders::Take() {
   return rides;
 }
 
-void LookupRiders::Release() {
+void LookupRiders::Release(const absl::Status& step) {
   std::vector<Ride> rides;
   {
     absl::MutexLock lock(&mu_);
@@ -43,6 +50,10 @@ void LookupRiders::Release() {
     state_ = State::kIdle;
   }
   for (Ride& ride : rides) {
+    if (!step.ok()) {
+      ride.done(step);
+      continue;
+    }
     ride.client->PrefetchBatchAsync(ride.meta, std::move(ride.items), /*after_update=*/true,
                                     std::move(ride.done));
   }

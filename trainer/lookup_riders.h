@@ -9,9 +9,12 @@
 // Per step: LocalTrainer calls Expect() before the look-ahead starts. The look-ahead's prefetch
 // op (attr ride_on_send) either leaves its requests here (Leave) or says they will not come
 // (Withdraw), before it waits for anything. The step's send takes them (Take), which waits for
-// one of the two (the look-ahead only feeds the batch and splits its ids before). After the
-// send, Release() sends whatever was left and not taken by itself, as PrefetchBatchAsync with
-// after_update. Thread-safe.
+// one of the two. Two rules keep that wait short and finite: only the block's one lookup op
+// rides (LocalTrainer sets the attr only when the block has a single one), and nothing before
+// Leave or Withdraw waits on a pserver (the look-ahead only feeds the batch and splits its ids
+// by pserver). After the send, Release() answers whatever was left and not taken: with the
+// step's error if it failed (it never reached the pservers, so they could not answer), else
+// by sending it alone, as PrefetchBatchAsync with after_update. Thread-safe.
 #ifndef TESSERA_TRAINER_LOOKUP_RIDERS_H_
 #define TESSERA_TRAINER_LOOKUP_RIDERS_H_
 
@@ -33,17 +36,19 @@ class LookupRiders {
     DoneCallback done;
   };
 
-  // The next step's send waits for the look-ahead's lookups (Leave or Withdraw).
+  // The next step's send waits for the look-ahead's lookups (Leave or Withdraw). Lookups still
+  // left (Release not called) are answered with an error.
   void Expect();
-  // Hands over `rides` when lookups are expected (true: the send, or Release, will run each
-  // ride's `done`); false (rides untouched) otherwise: the caller sends them itself.
+  // Takes over `rides` when lookups are expected (true: the send, or Release, will run each
+  // ride's `done`); false otherwise, `rides` discarded: the caller sends its requests itself.
   bool Leave(std::vector<Ride> rides);
   // The expected lookups will not come (no-op unless expected).
   void Withdraw();
   // The send: waits while lookups are expected, then takes what was left (perhaps nothing).
   std::vector<Ride> Take();
-  // After the send: lookups left and not taken go out by themselves; nothing is expected.
-  void Release();
+  // After the send: lookups left and not taken get `step`'s error, or (step OK) go out by
+  // themselves; nothing is expected any more.
+  void Release(const absl::Status& step);
 
  private:
   enum class State { kIdle, kExpected, kLeft };

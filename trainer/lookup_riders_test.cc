@@ -60,7 +60,7 @@ LookupRiders::Ride RideOf(PServerClient* client, int64_t step, std::atomic<int>*
   ride.meta.step = step;
   ride.items = {{"emb", &kIds, &out}, {"wide", &kIds, &out}};
   ride.done = [answered](absl::Status s) {
-    if (s.ok()) ++*answered;
+    if (s.ok() && answered != nullptr) ++*answered;
   };
   return ride;
 }
@@ -99,7 +99,7 @@ TEST(LookupRidersTest, TheSendWaitsForTheLookupsAndTakesThem) {
   got[0].done(absl::OkStatus());
   EXPECT_EQ(answered, 1);
   // Taken: Release sends nothing, and a second Leave is refused.
-  riders.Release();
+  riders.Release(absl::OkStatus());
   EXPECT_EQ(client.calls, 0);
   EXPECT_FALSE(riders.Leave({RideOf(&client, 7, &answered)}));
 }
@@ -121,7 +121,7 @@ TEST(LookupRidersTest, ReleaseSendsLookupsTheSendDidNotTake) {
   std::atomic<int> answered{0};
   riders.Expect();
   EXPECT_TRUE(riders.Leave({RideOf(&client, 4, &answered)}));
-  riders.Release();  // e.g. the step failed before its send
+  riders.Release(absl::OkStatus());  // a send that did not reach this pserver
   EXPECT_EQ(client.calls, 1);
   EXPECT_EQ(client.tables, 2);
   EXPECT_EQ(client.last_step, 4);
@@ -130,9 +130,36 @@ TEST(LookupRidersTest, ReleaseSendsLookupsTheSendDidNotTake) {
   // Released while still expected (the send failed first): a late Leave is refused, so the
   // look-ahead sends its lookups itself.
   riders.Expect();
-  riders.Release();
+  riders.Release(absl::OkStatus());
   EXPECT_FALSE(riders.Leave({RideOf(&client, 5, &answered)}));
   EXPECT_TRUE(riders.Take().empty());
+}
+
+// A step that failed before its send: the lookups left for it get its error (the pservers,
+// never sent the step, could not answer them); none goes out.
+TEST(LookupRidersTest, AFailedStepAnswersItsLookupsWithItsError) {
+  LookupRiders riders;
+  RecordingClient client;
+  absl::Status got;
+  riders.Expect();
+  LookupRiders::Ride ride = RideOf(&client, 4, nullptr);
+  ride.done = [&got](absl::Status s) { got = s; };
+  EXPECT_TRUE(riders.Leave({std::move(ride)}));
+  riders.Release(absl::InternalError("op mul failed"));
+  EXPECT_EQ(got.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(got.message(), "op mul failed");
+  EXPECT_EQ(client.calls, 0);
+  // Lookups never released are answered (with an error) by the next Expect, not dropped.
+  riders.Expect();
+  ride = RideOf(&client, 5, nullptr);
+  ride.done = [&got](absl::Status s) { got = s; };
+  EXPECT_TRUE(riders.Leave({std::move(ride)}));
+  got = absl::OkStatus();
+  riders.Expect();
+  EXPECT_EQ(got.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(got.message().find("never sent"), std::string::npos) << got;
+  riders.Withdraw();
+  EXPECT_EQ(client.calls, 0);
 }
 
 }  // namespace

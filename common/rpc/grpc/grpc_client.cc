@@ -598,7 +598,8 @@ void GrpcPServerClient::SendGetBatchAsync(const RequestMeta& meta, std::vector<S
   }
   // Parameters over a reply's worth: the request only waits for the update (and answers the
   // lookups), then GetBatchAsync fetches them in its usual parts, the last with the fetch
-  // barrier.
+  // barrier. (The lookups' rows are not counted: they share the reply as a PrefetchBatch's
+  // rows fill theirs, under max_message_bytes.)
   const bool fetch_here = chunk <= 0 || fetched <= chunk;
   auto fetch = std::make_shared<std::vector<GetItem>>(std::move(gets));
   BatchExtras extras;

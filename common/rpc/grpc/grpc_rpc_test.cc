@@ -414,8 +414,9 @@ TEST_F(GrpcRpcTest, AfterUpdateRequestsWaitForTheUpdate) {
 // fetch barrier; the epoch's end comes with them, and trainer 0's next-batch lookups ride along.
 // With a 16-byte chunk size, the same results: trainer 0's gradient needs chunks, so it sends a
 // SendBatch (after the chunks), a GetBatch and a PrefetchBatch beside it; trainer 1's parameter
-// needs chunks, so its SendGetBatch only waits for the update and the parameter follows in
-// chunks, the fetch barrier on a last GetBatch (no request that only waits).
+// needs chunks, so its SendGetBatch only waits for the update and answers its lookups, and the
+// parameter follows in chunks, the fetch barrier on a last GetBatch (no request that only
+// waits).
 TEST_F(GrpcRpcTest, SendGetBatchFoldsAStepIntoOneRequest) {
   for (int64_t chunk : {int64_t{4} << 20, int64_t{16}}) {
     SCOPED_TRACE(absl::StrCat("chunk_bytes ", chunk));
@@ -432,15 +433,15 @@ TEST_F(GrpcRpcTest, SendGetBatchFoldsAStepIntoOneRequest) {
     const int get_batches_before = observer_.calls(RpcMethod::kGetBatch);
     const int prefetches_before = observer_.calls(RpcMethod::kPrefetchBatch);
     const int sends_before = handler_.sends();
-    std::vector<int64_t> ids = {3, 1005};
-    Tensor rows;
+    std::vector<int64_t> ids = {3, 1005}, ids1 = {2042};
+    Tensor rows, rows1;
     c0->SendGetBatchAsync({"job", 0, 1}, {{"w", &w}}, &reply0, {{"b", &out_b}}, true,
                           {{"emb", &ids, &rows}}, sent.Callback());
-    c1->SendGetBatchAsync({"job", 1, 1}, {{"b", &b}}, &reply1, {{"w", &out_w}}, true, {},
-                          sent.Callback());
+    c1->SendGetBatchAsync({"job", 1, 1}, {{"b", &b}}, &reply1, {{"w", &out_w}}, true,
+                          {{"wide", &ids1, &rows1}}, sent.Callback());
     // All are held for the update once their barrier was released (the lookups too).
-    for (int i = 0; i < 2000 && handler_.awaiting() < 3; ++i) absl::SleepFor(absl::Milliseconds(5));
-    ASSERT_EQ(handler_.awaiting(), 3);
+    for (int i = 0; i < 2000 && handler_.awaiting() < 4; ++i) absl::SleepFor(absl::Milliseconds(5));
+    ASSERT_EQ(handler_.awaiting(), 4);
     if (folded) EXPECT_EQ(handler_.sends() - sends_before, 2);  // both gradients are in
     ASSERT_TRUE(c0->SendVariable(meta_, "b", Dense(1, 2, 500)).ok());  // "the update"
     handler_.ReleaseUpdate(absl::OkStatus());
@@ -450,6 +451,8 @@ TEST_F(GrpcRpcTest, SendGetBatchFoldsAStepIntoOneRequest) {
     ASSERT_EQ(rows.shape(), (Shape{2, 2}));
     EXPECT_EQ(rows.data<float>()[0], 3.0f);
     EXPECT_EQ(rows.data<float>()[2], 5.0f);
+    ASSERT_EQ(rows1.shape(), (Shape{1, 2}));
+    EXPECT_EQ(rows1.data<float>()[0], 42.0f);
     EXPECT_EQ(reply0.epoch_end.load(), folded);
     EXPECT_EQ(reply1.epoch_end.load(), folded);
     EXPECT_EQ(observer_.calls(RpcMethod::kSendGetBatch) - folded_before, folded ? 2 : 1);
