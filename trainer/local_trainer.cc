@@ -231,9 +231,13 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
       BlockDesc* b = t->pipelined_program_.mutable_blocks(0);
       for (int i = 0; i < t->head_end_; ++i) SetAttr(b->mutable_ops(i), "after_update", true);
       // The lookup op's requests ride on the send: only a block's single one (a later one would
-      // go out only once the first got its answer, with the step's reply).
-      t->ride_ = t->options_.lookup_riders != nullptr && t->folded_recv_ == t->tail_begin_ &&
-                 t->head_end_ == 1;
+      // go out only once the first got its answer, with the step's reply), and only with several
+      // trainers, whose shared pservers' CPU gains (2x2 CTR 5-10% faster). With one trainer the
+      // lookups' own request costs the otherwise idle pserver little, and its early answer (once
+      // the tables are applied) overlaps the dense update; riding did not pay there
+      // (tests/bench/RESULTS.md).
+      t->ride_ = t->options_.lookup_riders != nullptr && t->options_.num_replicas > 1 &&
+                 t->folded_recv_ == t->tail_begin_ && t->head_end_ == 1;
       if (t->ride_) SetAttr(b->mutable_ops(0), "ride_on_send", true);
       for (int i = t->tail_begin_; i < b->ops_size(); ++i) {
         SetAttr(b->mutable_ops(i), "after_update", true);

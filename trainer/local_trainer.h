@@ -102,10 +102,10 @@ struct LocalTrainerOptions {
   // with prefetch ops that read only fed variables and ends with recv ops, cpu_places is 1 and
   // after_run is empty. A traced step shows the next step's prefetch beside its recv.
   bool prefetch_ahead = false;
-  // Pipelined prefetch_ahead with the step's receive folded into its send and one lookup op:
-  // where the next batch's lookups meet that send, which carries them (one request per pserver
-  // and step). Must be the RpcContext::lookup_riders of the registry's RPC ops. nullptr: the
-  // lookups go in their own requests.
+  // Pipelined prefetch_ahead with the step's receive folded into its send, one lookup op and
+  // num_replicas > 1: where the next batch's lookups meet that send, which carries them (one
+  // request per pserver and step). Must be the RpcContext::lookup_riders of the registry's RPC
+  // ops. nullptr: the lookups go in their own requests.
   LookupRiders* lookup_riders = nullptr;
 };
 
@@ -251,8 +251,9 @@ class LocalTrainer {
   // no step runs the recv op itself, and the places' runner gets the program without it), or
   // -1.
   int folded_recv_ = -1;
-  // Pipelined, one lookup op, folded_recv_ right after the send and Options::lookup_riders set:
-  // the next batch's lookups ride on the step's send (attr ride_on_send on the lookup op).
+  // Pipelined, one lookup op, several trainers, folded_recv_ right after the send and
+  // Options::lookup_riders set: the next batch's lookups ride on the step's send (attr
+  // ride_on_send on the lookup op).
   bool ride_ = false;
   ProgramDesc pipelined_program_;
   PreparedBlock pipelined_block_;

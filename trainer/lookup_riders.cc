@@ -54,9 +54,12 @@ void LookupRiders::Release(const absl::Status& step) {
       ride.done(step);
       continue;
     }
-    ride.client->PrefetchBatchAsync(ride.meta, std::move(ride.items), /*after_update=*/true,
-                                    std::move(ride.done));
+    ride.SendAlone();
   }
+}
+
+void LookupRiders::Ride::SendAlone() {
+  client->PrefetchBatchAsync(meta, std::move(items), /*after_update=*/true, std::move(done));
 }
 
 }  // namespace tessera

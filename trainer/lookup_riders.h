@@ -34,6 +34,8 @@ class LookupRiders {
     RequestMeta meta;
     std::vector<PrefetchItem> items;
     DoneCallback done;
+    // Sends it by itself (that PrefetchBatchAsync), not riding on anything.
+    void SendAlone();
   };
 
   // The next step's send waits for the look-ahead's lookups (Leave or Withdraw). Lookups still

@@ -209,10 +209,11 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
     rode = one_each && rpc->lookup_riders.Leave(std::move(rides));
     if (!rode) rpc->lookup_riders.Withdraw();
   }
-  for (auto& [e, items] : requests) {
-    if (rode) break;
-    rpc->clients->Get(endpoints[e])
-        ->PrefetchBatchAsync(meta, std::move(items), after_update, group.Callback());
+  if (!rode) {
+    for (auto& [e, items] : requests) {
+      rpc->clients->Get(endpoints[e])
+          ->PrefetchBatchAsync(meta, std::move(items), after_update, group.Callback());
+    }
   }
   TS_RETURN_IF_ERROR(group.Wait());
   for (const PerTable& p : per) {
@@ -334,10 +335,7 @@ absl::Status SendAndReceive(RpcContext* rpc, OpContext& ctx, const std::vector<s
                                 std::move(lookups), std::move(done));
     }
   }
-  for (LookupRiders::Ride& ride : rides) {  // pservers this send does not reach
-    ride.client->PrefetchBatchAsync(ride.meta, std::move(ride.items), /*after_update=*/true,
-                                    std::move(ride.done));
-  }
+  for (LookupRiders::Ride& ride : rides) ride.SendAlone();  // pservers this send does not reach
   return group.Wait();
 }
 

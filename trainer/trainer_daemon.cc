@@ -287,12 +287,7 @@ void TrainerProcess::SetTrainerOptions() {
   // taken after a step would already hold the next batch's sightings, counted again on resume.
   lo.prefetch_ahead =
       config.prefetch_ahead && !collective_mode_ && config.table_admission_threshold == 0;
-  // Sync, pipelined: with several trainers those lookups ride on the step's send (one request
-  // per pserver and step, which the shared pservers' CPU gains: 2x2 CTR 5-10% faster). With one
-  // trainer their own request costs the otherwise idle pserver little, and its early answer
-  // (once the tables are applied) overlaps the dense update; riding did not pay there
-  // (tests/bench/RESULTS.md).
-  lo.lookup_riders = config.trainers > 1 ? &rpc_.lookup_riders : nullptr;
+  lo.lookup_riders = &rpc_.lookup_riders;  // sync, several trainers: those lookups ride on the send
   lo.log_every_steps = config.trainer_id == 0 ? config.log_every_steps : 0;
   lo.log = &log_;
   lo.before_step = [rpc = &rpc_](int64_t step) { rpc->step = step; };

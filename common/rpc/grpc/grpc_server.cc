@@ -175,9 +175,7 @@ class GrpcServer::Service : public RawService {
           auto step = std::make_shared<Step>();
           step->names = batch.extras.get_names;
           step->fetch_barrier = batch.extras.fetch_barrier;
-          for (const RequestHandler::PrefetchQuery& q : *queries) {
-            step->rows.push_back({q.table, {}});
-          }
+          step->rows = TablesOf(*queries);
           // The reply once the update is applied and the lookups are answered.
           std::vector<DoneCallback> ready = JoinThen(
               queries->empty() ? 1 : 2,
@@ -190,11 +188,7 @@ class GrpcServer::Service : public RawService {
             handler_->HandlePrefetchBatch(
                 meta, std::move(*queries), /*after_update=*/true,
                 [step, cb = std::move(ready[1])](std::vector<absl::StatusOr<Tensor>> rows) {
-                  for (size_t i = 0; i < rows.size(); ++i) {
-                    if (!rows[i].ok()) return cb(rows[i].status());
-                    *step->rows[i].second.GetMutable<Tensor>() = *std::move(rows[i]);
-                  }
-                  cb(absl::OkStatus());
+                  cb(FillRows(std::move(rows), &step->rows));
                 });
           }
           handler_->HandleBarrier(meta, SEND_BARRIER,
@@ -249,18 +243,14 @@ class GrpcServer::Service : public RawService {
     s = LookupQueries(req.tables(), &queries);
     if (!s.ok()) return Fail(reactor, s);
     DoneCallback finish = [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); };
-    auto tables = std::make_shared<std::vector<std::string>>();
-    for (const RequestHandler::PrefetchQuery& q : queries) tables->push_back(q.table);
+    auto tail = std::make_shared<Tail>(TablesOf(queries));
     handler_->HandlePrefetchBatch(
         meta, std::move(queries), req.after_update(),
-        [meta, tables, response, finish](std::vector<absl::StatusOr<Tensor>> rows) {
-          std::vector<Variable> values(rows.size());
+        [meta, tail, response, finish](std::vector<absl::StatusOr<Tensor>> rows) {
+          absl::Status filled = FillRows(std::move(rows), tail.get());
+          if (!filled.ok()) return finish(filled);
           std::vector<SendItem> entries;
-          for (size_t i = 0; i < rows.size(); ++i) {
-            if (!rows[i].ok()) return finish(rows[i].status());
-            *values[i].GetMutable<Tensor>() = *std::move(rows[i]);
-            entries.push_back({(*tables)[i], &values[i]});
-          }
+          for (const auto& [table, value] : *tail) entries.push_back({table, &value});
           *response = EncodeBatch(meta, entries, /*send_barrier=*/false);
           finish(absl::OkStatus());
         });
@@ -426,8 +416,28 @@ class GrpcServer::Service : public RawService {
     }
     return reactor;
   }
-  // Entries a reply carries after its parameters (a SendGetBatch's lookups: table, rows).
+  // Entries a reply carries after its parameters (a SendGetBatch's lookups: table, rows), or all
+  // of a PrefetchBatch's.
   using Tail = std::vector<std::pair<std::string, Variable>>;
+  // The lookups' tables in order, their rows still empty.
+  static Tail TablesOf(const std::vector<RequestHandler::PrefetchQuery>& queries) {
+    Tail tail;
+    for (const RequestHandler::PrefetchQuery& q : queries) tail.push_back({q.table, {}});
+    return tail;
+  }
+  // The handler's answer to the lookups of `tail` (one result per table, in order) into its
+  // rows; the first failed result otherwise.
+  static absl::Status FillRows(std::vector<absl::StatusOr<Tensor>> rows, Tail* tail) {
+    if (rows.size() != tail->size()) {
+      return absl::InternalError(
+          absl::StrCat("the handler answered ", rows.size(), " lookups for ", tail->size()));
+    }
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (!rows[i].ok()) return rows[i].status();
+      *(*tail)[i].second.GetMutable<Tensor>() = *std::move(rows[i]);
+    }
+    return absl::OkStatus();
+  }
   // Gets every named parameter (whole dense tensors) into `response` (a VariableBatch in that
   // order, then the entries of `tail` (may be null; must outlive `finish`), with epoch_end), then
   // (fetch_barrier) the fetch barrier, then `finish`.
