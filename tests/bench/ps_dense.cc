@@ -30,11 +30,8 @@
 #include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,7 +39,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -63,6 +59,7 @@
 #include "common/rpc/grpc/grpc_client.h"
 #include "common/rpc/grpc/grpc_server.h"
 #include "common/rpc/server.h"
+#include "tests/bench/child_process.h"
 
 ABSL_FLAG(int64_t, total_mb, 64, "MiB of parameters (float32), pushed and pulled each round.");
 ABSL_FLAG(int, pservers, 2, "Number of server processes.");
@@ -86,10 +83,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-[[noreturn]] void Die(const std::string& message) {
-  std::fprintf(stderr, "ps_dense: %s\n", message.c_str());
-  std::exit(1);
-}
+[[noreturn]] void Die(const std::string& message) { bench::Die("ps_dense", message); }
 
 // ---------------------------------------------------------------------------------------------
 // Server side (child process).
@@ -240,98 +234,24 @@ int Serve() {
 // Trainer side.
 
 struct Child {
-  pid_t pid = -1;
-  int stdin_fd = -1;
+  bench::Child process;
   int grpc_port = 0, tcp_port = 0;
 };
 
 // Starts this binary with --serve; waits (up to 30 s) for its ports.
 Child StartChild() {
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) Die("cannot read /proc/self/exe");
-  self[n] = '\0';
-  int in[2], out[2];
-  if (pipe(in) != 0 || pipe(out) != 0) Die("pipe failed");
-  pid_t pid = fork();
-  if (pid < 0) Die("fork failed");
-  if (pid == 0) {
-    dup2(in[0], 0);
-    dup2(out[1], 1);
-    close(in[1]);
-    close(out[0]);
-    const char* tune = absl::GetFlag(FLAGS_tune_malloc) ? "--tune_malloc" : "--notune_malloc";
-    execl(self, self, "--serve", tune, static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
   Child c;
-  c.pid = pid;
-  c.stdin_fd = in[1];
-  std::string line;
-  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(30);
-  while (line.find('\n') == std::string::npos) {
-    pollfd p{out[0], POLLIN, 0};
-    int ms = static_cast<int>(1000 * Seconds(Clock::now(), deadline));
-    if (ms <= 0 || poll(&p, 1, ms) <= 0) Die("a server child did not report its ports in 30 s");
-    char buf[64];
-    ssize_t r = read(out[0], buf, sizeof(buf));
-    if (r <= 0) Die("a server child exited before reporting its ports");
-    line.append(buf, static_cast<size_t>(r));
-  }
-  close(out[0]);
-  if (std::sscanf(line.c_str(), "%d %d", &c.grpc_port, &c.tcp_port) != 2) {
-    Die("bad port line from a server child: " + line);
+  c.process = bench::StartChild(
+      "ps_dense",
+      {"--serve", absl::GetFlag(FLAGS_tune_malloc) ? "--tune_malloc" : "--notune_malloc"});
+  if (std::sscanf(c.process.line.c_str(), "%d %d", &c.grpc_port, &c.tcp_port) != 2) {
+    Die("bad port line from a server child: " + c.process.line);
   }
   return c;
 }
 
-void StopChild(Child* c) {
-  close(c->stdin_fd);
-  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
-  int status = 0;
-  while (waitpid(c->pid, &status, WNOHANG) == 0) {
-    if (Clock::now() > deadline) {
-      kill(c->pid, SIGKILL);
-      waitpid(c->pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
-struct Usage {
-  double cpu_seconds = 0;  // user + system
-  double minor_faults = 0;
-};
-
-// CPU time and page faults of `pid` (from /proc), or of this process when pid == 0.
-Usage UsageOf(pid_t pid) {
-  Usage u;
-  if (pid == 0) {
-    rusage r{};
-    getrusage(RUSAGE_SELF, &r);
-    u.cpu_seconds =
-        r.ru_utime.tv_sec + r.ru_stime.tv_sec + 1e-6 * (r.ru_utime.tv_usec + r.ru_stime.tv_usec);
-    u.minor_faults = static_cast<double>(r.ru_minflt);
-    return u;
-  }
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t close_paren = stat.rfind(')');
-  if (close_paren == std::string::npos) return u;
-  std::vector<std::string> fields = absl::StrSplit(stat.substr(close_paren + 2), ' ');
-  // Fields after the command: state(0) ... minflt(7) ... utime(11) stime(12).
-  int64_t minflt = 0, utime = 0, stime = 0;
-  if (fields.size() < 13 || !absl::SimpleAtoi(fields[7], &minflt) ||
-      !absl::SimpleAtoi(fields[11], &utime) || !absl::SimpleAtoi(fields[12], &stime)) {
-    return u;
-  }
-  u.cpu_seconds = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-  u.minor_faults = static_cast<double>(minflt);
-  return u;
-}
+using bench::Usage;
+using bench::UsageOf;
 
 struct Round {
   double seconds = 0;
@@ -356,7 +276,7 @@ AllUsage Sample(const Setup& s) {
   AllUsage a;
   a.trainer = UsageOf(0);
   for (const auto& c : s.children) {
-    Usage u = UsageOf(c.pid);
+    Usage u = UsageOf(c.process.pid);
     a.servers.cpu_seconds += u.cpu_seconds;
     a.servers.minor_faults += u.minor_faults;
   }
@@ -595,7 +515,7 @@ int Main() {
 
   for (int fd : fds) close(fd);
   clients.clear();
-  for (auto& c : s.children) StopChild(&c);
+  for (auto& c : s.children) bench::StopChild(&c.process);
   return 0;
 }
 
