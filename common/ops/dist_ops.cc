@@ -147,41 +147,70 @@ void BuildMergePlan(const std::vector<int64_t>& rows, std::vector<int32_t>* tabl
   }
 }
 
+// The merge plan of a gradient's rows (BuildMergePlan), kept per thread with the rows it was
+// made for: a call with the same ids reuses it (the gradients of tables fed by the same ids,
+// e.g. a slot's deep and wide tables, are split one after the other).
+struct MergePlan {
+  std::vector<int32_t> table, slot_of;  // table: index into ids, -1 = empty
+  std::vector<uint8_t> first;
+  std::vector<int64_t> rows, ids;  // the plan's input and its distinct ids
+};
+const MergePlan& PlanMerge(const std::vector<int64_t>& rows) {
+  thread_local MergePlan plan;
+  const size_t n = rows.size();
+  if (n == 0 || plan.rows.size() != n ||
+      std::memcmp(plan.rows.data(), rows.data(), n * sizeof(int64_t)) != 0) {
+    BuildMergePlan(rows, &plan.table, &plan.slot_of, &plan.first, &plan.ids);
+    plan.rows = rows;
+  }
+  return plan;
+}
+
 // X's rows merged by id into `out` (whose buffers are reused; not X) without sorting: an
 // open-addressing hash of the ids (a sort of 4096 (id, position) pairs was several percent of
 // an async trainer's step). Rows come out in order of first appearance; every consumer of
 // split_by_shard (send -> the pserver's table, which dedupes by hash; the async communicator,
-// which concatenates) is indifferent to row order. Scratch is per thread and kept; so is the
-// previous call's plan, which a call with the same ids reuses (the gradients of tables fed by
-// the same ids, e.g. a slot's deep and wide tables, are split one after the other).
+// which concatenates) is indifferent to row order.
 void MergeByHash(const SelectedRows& x, SelectedRows* out) {
-  const size_t n = x.rows.size();
-  thread_local std::vector<int32_t> table, slot_of;  // table: index into out->rows, -1 = empty
-  thread_local std::vector<uint8_t> first;
-  thread_local std::vector<int64_t> planned_rows, planned_ids;  // the plan's input and output
-  std::vector<int64_t>& ids = out->rows;
-  if (n > 0 && planned_rows.size() == n &&
-      std::memcmp(planned_rows.data(), x.rows.data(), n * sizeof(int64_t)) == 0) {
-    ids = planned_ids;  // slot_of and first are still this plan's
-  } else {
-    BuildMergePlan(x.rows, &table, &slot_of, &first, &ids);
-    planned_rows = x.rows;
-    planned_ids = ids;
-  }
+  const MergePlan& plan = PlanMerge(x.rows);
+  out->rows = plan.ids;
   out->height = x.height;
   if (!x.value.initialized()) {  // no rows at all
     out->value = Tensor();
     return;
   }
   Shape shape = x.value.shape();
-  shape[0] = static_cast<int64_t>(ids.size());
+  shape[0] = static_cast<int64_t>(plan.ids.size());
   out->value.Resize(x.value.dtype(), shape);
   const int64_t width = RowWidth(x);
   if (x.value.dtype() == FLOAT32) {
-    MergeInOrder<float>(x.value.data<float>(), width, slot_of, first, out->value.data<float>());
+    MergeInOrder<float>(x.value.data<float>(), width, plan.slot_of, plan.first,
+                        out->value.data<float>());
   } else {
-    MergeInOrder<double>(x.value.data<double>(), width, slot_of, first,
+    MergeInOrder<double>(x.value.data<double>(), width, plan.slot_of, plan.first,
                          out->value.data<double>());
+  }
+}
+
+// X's rows merged by id straight into the shard outputs `outs` (not X): each distinct id goes to
+// its shard, in order of first appearance within the shard; duplicates are summed in their
+// order of appearance (the same rows and sums as MergeByHash, then a split).
+template <typename T>
+void MergeIntoShards(const SelectedRows& x, int64_t width, const std::vector<int>& shard_of,
+                     const std::vector<int64_t>& index, const MergePlan& plan,
+                     const std::vector<SelectedRows*>& outs) {
+  std::vector<T*> base(outs.size());
+  for (size_t k = 0; k < outs.size(); ++k) base[k] = outs[k]->value.template data<T>();
+  const T* src = x.value.data<T>();
+  for (size_t i = 0; i < plan.slot_of.size(); ++i) {
+    const int32_t u = plan.slot_of[i];
+    const T* row = src + static_cast<int64_t>(i) * width;
+    T* acc = base[static_cast<size_t>(shard_of[u])] + index[u] * width;
+    if (plan.first[i]) {
+      std::copy_n(row, width, acc);
+    } else {
+      for (int64_t j = 0; j < width; ++j) acc[j] += row[j];
+    }
   }
 }
 
@@ -207,38 +236,56 @@ absl::Status SplitByShard(OpContext& ctx) {
     for (int d = 1; d < x->value.rank(); ++d) width *= x->value.dim(d);
   }
   DataType dtype = x->value.initialized() ? x->value.dtype() : FLOAT32;
-  size_t row_bytes = static_cast<size_t>(width) * SizeOf(dtype);
-  Variable* first_out = nullptr;
-  if (n == 1) {
-    TS_ASSIGN_OR_RETURN(first_out, ctx.OutputVar("Out", 0));
+  std::vector<Variable*> out_vars(n);
+  bool in_place = false;
+  for (int k = 0; k < n; ++k) {
+    TS_ASSIGN_OR_RETURN(out_vars[k], ctx.OutputVar("Out", k));
+    in_place |= out_vars[k] == xv;
   }
-  if (first_out != nullptr && first_out != xv) {
+  if (in_place) {
+    // An output is X itself: merge from a deep copy of X (Tensor assignment would share X's
+    // buffer, which the outputs overwrite).
+    thread_local SelectedRows copy;
+    copy.height = x->height;
+    copy.rows = x->rows;
+    if (x->value.initialized()) {
+      copy.value.CopyFrom(x->value);
+    } else {
+      copy.value = Tensor();
+    }
+    x = &copy;
+  } else if (n == 1) {
     // One pserver: the merged rows are the output, merged straight into its buffers.
-    SelectedRows* out = first_out->GetMutable<SelectedRows>();
+    SelectedRows* out = out_vars[0]->GetMutable<SelectedRows>();
     MergeByHash(*x, out);
     if (!out->value.initialized()) out->value.Resize(dtype, {0, width});
     return absl::OkStatus();
   }
-  thread_local SelectedRows merged;  // its buffers are kept between steps
-  merged.rows.clear();
-  if (!x->rows.empty()) MergeByHash(*x, &merged);
-  std::vector<std::vector<size_t>> picks(n);
-  for (size_t i = 0; i < merged.rows.size(); ++i) {
-    picks[ShardOf(merged.rows[i], n, method)].push_back(i);
+  // Each distinct id's shard and place there, then the rows merged straight into the outputs.
+  const MergePlan* plan = x->rows.empty() ? nullptr : &PlanMerge(x->rows);
+  const size_t distinct = plan == nullptr ? 0 : plan->ids.size();
+  thread_local std::vector<int> shard_of;
+  thread_local std::vector<int64_t> index;
+  shard_of.resize(distinct);
+  index.resize(distinct);
+  std::vector<int64_t> count(n, 0);
+  for (size_t u = 0; u < distinct; ++u) {
+    shard_of[u] = ShardOf(plan->ids[u], n, method);
+    index[u] = count[shard_of[u]]++;
   }
+  std::vector<SelectedRows*> outs(n);
   for (int k = 0; k < n; ++k) {
-    TS_ASSIGN_OR_RETURN(Variable * ov, ctx.OutputVar("Out", k));
-    SelectedRows* out = ov->GetMutable<SelectedRows>();
-    out->height = x->height;
-    out->rows.clear();
-    out->value.Resize(dtype, {static_cast<int64_t>(picks[k].size()), width});
-    char* dst = static_cast<char*>(out->value.raw_data());
-    for (size_t j = 0; j < picks[k].size(); ++j) {
-      out->rows.push_back(merged.rows[picks[k][j]]);
-      std::memcpy(dst + j * row_bytes,
-                  static_cast<const char*>(merged.value.raw_data()) + picks[k][j] * row_bytes,
-                  row_bytes);
-    }
+    outs[k] = out_vars[k]->GetMutable<SelectedRows>();
+    outs[k]->height = x->height;
+    outs[k]->rows.resize(static_cast<size_t>(count[k]));
+    outs[k]->value.Resize(dtype, {count[k], width});
+  }
+  for (size_t u = 0; u < distinct; ++u) outs[shard_of[u]]->rows[index[u]] = plan->ids[u];
+  if (distinct == 0 || !x->value.initialized()) return absl::OkStatus();
+  if (dtype == FLOAT32) {
+    MergeIntoShards<float>(*x, width, shard_of, index, *plan, outs);
+  } else {
+    MergeIntoShards<double>(*x, width, shard_of, index, *plan, outs);
   }
   return absl::OkStatus();
 }

@@ -154,5 +154,38 @@ TEST(DistOpsTest, SplitByShardReusesThePlanOfTheSameIdsOnly) {
   }
 }
 
+// An output may be X itself (merged in place): the outputs hold what a split into other
+// variables gives, with one output and with several.
+TEST(DistOpsTest, SplitByShardIntoItsOwnInput) {
+  auto registry = NewStandardOpRegistry();
+  Executor exec(registry.get());
+  for (int shards : {1, 2, 3}) {
+    Scope scope;
+    for (const std::string g : {"g", "ref"}) {
+      SelectedRows* x = scope.Var(g)->GetMutable<SelectedRows>();
+      x->height = 100;
+      x->rows = {4, 8, 4, 15, 16, 8, 4, 23, 42};
+      x->value.Resize(FLOAT32, {9, 2});
+      for (int64_t i = 0; i < 18; ++i) x->value.data<float>()[i] = 0.5f * static_cast<float>(i);
+    }
+    std::vector<std::string> outs = {"g"}, ref_outs;
+    for (int k = 1; k < shards; ++k) outs.push_back("g.shard" + std::to_string(k));
+    for (int k = 0; k < shards; ++k) ref_outs.push_back("ref.shard" + std::to_string(k));
+    ASSERT_TRUE(exec.RunOp(MakeOp("split_by_shard", {{"X", {"g"}}}, {{"Out", outs}}), &scope).ok());
+    ASSERT_TRUE(
+        exec.RunOp(MakeOp("split_by_shard", {{"X", {"ref"}}}, {{"Out", ref_outs}}), &scope).ok());
+    for (int k = 0; k < shards; ++k) {
+      const SelectedRows& got = scope.FindVar(outs[k])->Get<SelectedRows>();
+      const SelectedRows& want = scope.FindVar(ref_outs[k])->Get<SelectedRows>();
+      EXPECT_EQ(got.rows, want.rows) << "shard " << k << " of " << shards;
+      ASSERT_EQ(got.value.shape(), want.value.shape()) << "shard " << k << " of " << shards;
+      for (int64_t i = 0; i < got.value.numel(); ++i) {
+        EXPECT_EQ(got.value.data<float>()[i], want.value.data<float>()[i])
+            << "shard " << k << " of " << shards << " element " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera
