@@ -29,7 +29,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS="${1:-2}"
 N="${2:-60000}"
-BATCH=256
+# CTR_E2E_BATCH=B: the global batch (default 256, the demo's), e.g. to see how the ratios move
+# with the per-step fixed costs.
+BATCH="${CTR_E2E_BATCH:-256}"
 VOCAB=10000
 BIN=bazel-bin
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-ctr-e2e.XXXXXX")"
