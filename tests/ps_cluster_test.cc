@@ -371,6 +371,25 @@ TEST(PsClusterTest, MultiHotSlotsWithDistributedTablesEqualSingleMachine) {
   ExpectMultiHotJobEqualsSingleMachine(PsJob{}, "multi_hot", nullptr);
 }
 
+// Parameters sliced over the pservers (deep_fc_0.w in two blocks, which a concat after the
+// receive assembles): the steps are pipelined all the same (the next batch's lookups ride on the
+// step's send, and each pserver answers them fused into the step's update; an unpipelined step
+// looks them up at its start, unfused), and the job trains to one machine's parameters.
+TEST(PsClusterTest, SlicedParametersArePipelinedAndEqualSingleMachine) {
+  PsJob job;
+  job.flags = {"--min_block_size=64"};
+  std::string dir;
+  ExpectMultiHotJobEqualsSingleMachine(job, "sliced_pipelined", nullptr, 1e-5, 0, 0, "criteo",
+                                       &dir);
+  int64_t blocks = 0;
+  for (int p = 0; p < 2; ++p) {
+    const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
+    EXPECT_GT(SumAfter(log, " fused_prefetches="), 0) << log;
+    blocks += SumAfter(log, ": serving ");
+  }
+  EXPECT_EQ(blocks, 5);  // the 4 dense parameters, one of them in 2 blocks
+}
+
 // Hybrid mode: the tables on the pservers (prefetch and push as in PS mode), the dense
 // parameters on the trainers, their gradients all-reduced with Gloo and applied by each trainer:
 // the same parameters as one machine, and only the tables' traffic reaches the pservers.

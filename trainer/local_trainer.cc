@@ -37,17 +37,20 @@ double ValueAt(const Tensor& t, int64_t i) {
 }
 
 // The prefetch_ahead split of a block: ops [0, head) are its leading lookups
-// (LeadingLookupOps), ops [tail, n) recv / fetch_barrier ops writing nothing the lookups read or
+// (LeadingLookupOps), ops [tail, n) recv / fetch_barrier ops, then perhaps the concats that
+// assemble sliced parameters from what they received, all writing nothing the lookups read or
 // write. {0, 0} when the block has no such shape.
 std::pair<int, int> AheadSplit(const BlockDesc& block) {
   const int n = block.ops_size();
   const int head = LeadingLookupOps(block);
   int tail = n;
+  while (tail > head && block.ops(tail - 1).type() == "concat") --tail;
+  const int concats = tail;
   while (tail > head && (block.ops(tail - 1).type() == "recv" ||
                          block.ops(tail - 1).type() == "fetch_barrier")) {
     --tail;
   }
-  if (head == 0 || tail == n) return {0, 0};
+  if (head == 0 || tail == concats) return {0, 0};
   std::set<std::string> head_args;
   for (int i = 0; i < head; ++i) {
     for (const auto& in : AllInputArgs(block.ops(i))) head_args.insert(in);
@@ -63,8 +66,9 @@ std::pair<int, int> AheadSplit(const BlockDesc& block) {
 
 // Whether a block split by AheadSplit at `tail` can send its receives and the next batch's
 // lookups along with its send: the op before the receives is a sync `send` carrying the send
-// barrier (the pservers then apply the step before answering it), and the receives carry the
-// fetch barrier (so no parameter changes before every trainer fetched).
+// barrier (the pservers then apply the step before answering it), and the receives (perhaps
+// followed by concats of sliced parameters) carry the fetch barrier, the last one (so no
+// parameter changes before every trainer fetched).
 bool PipelinedSend(const BlockDesc& block, int tail) {
   if (tail < 1) return false;
   const OpDesc& send = block.ops(tail - 1);
@@ -72,10 +76,12 @@ bool PipelinedSend(const BlockDesc& block, int tail) {
       GetStringsAttr(send, "barrier_endpoints").empty()) {
     return false;
   }
-  for (int i = tail; i < block.ops_size(); ++i) {
-    if (block.ops(i).type() != "recv") return false;
+  int end = tail;  // past the last recv
+  while (end < block.ops_size() && block.ops(end).type() == "recv") ++end;
+  for (int i = end; i < block.ops_size(); ++i) {
+    if (block.ops(i).type() != "concat") return false;
   }
-  return !GetStringsAttr(block.ops(block.ops_size() - 1), "fetch_barrier_endpoints").empty();
+  return end > tail && !GetStringsAttr(block.ops(end - 1), "fetch_barrier_endpoints").empty();
 }
 
 // Folds a sync step's receive into its send: a `send` carrying the send barrier immediately
@@ -240,7 +246,7 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
                  t->folded_recv_ == t->tail_begin_ && t->head_end_ == 1;
       if (t->ride_) SetAttr(b->mutable_ops(0), "ride_on_send", true);
       for (int i = t->tail_begin_; i < b->ops_size(); ++i) {
-        SetAttr(b->mutable_ops(i), "after_update", true);
+        if (b->ops(i).type() == "recv") SetAttr(b->mutable_ops(i), "after_update", true);
       }
       TS_ASSIGN_OR_RETURN(t->pipelined_block_, t->executor_.Prepare(t->pipelined_program_, 0));
       t->pipelined_ = true;
@@ -378,10 +384,14 @@ absl::Status LocalTrainer::RunPipelined(int64_t next_size, const FeedFn& next_fe
     flight->lookups_done.Notify();
   }
   absl::Status s = RunSteps(main_block_, looked_up ? head_end_ : 0, tail_begin_ - 1, &scope_);
-  if (s.ok() && folded_recv_ == tail_begin_ && tail_begin_ == n - 1) {
+  if (s.ok() && folded_recv_ == tail_begin_) {
     flight->received_done.Notify();
-    // The send, with the step's receive (the only op after it) folded in.
+    // The send, with the step's receive (the op after it) folded in; then what follows the
+    // receive (the concats of sliced parameters), which reads what the send received.
     s = executor_.RunOps(pipelined_block_, tail_begin_ - 1, tail_begin_, &scope_);
+    if (s.ok() && tail_begin_ + 1 < n) {
+      s = executor_.RunOps(pipelined_block_, tail_begin_ + 1, n, &scope_);
+    }
   } else if (s.ok()) {
     ahead_->Schedule([this, flight, n] {
       flight->received = RunSteps(pipelined_block_, tail_begin_, n, &scope_);

@@ -233,8 +233,9 @@ class LocalTrainer {
   int64_t skip_steps_ = 0;               // steps of the next epoch already run (ResumeAt)
   std::unique_ptr<PlaceRunner> places_;  // cpu_places > 1 or place_registries only
   std::vector<std::unique_ptr<Executor>> place_executors_;  // one per place_registries entry
-  // prefetch_ahead: ops [0, head_end_) are the lookups and [tail_begin_, n) the receives;
-  // head_end_ == 0 when off. staging_ holds the next batch (fed, looked up) when staged_.
+  // prefetch_ahead: ops [0, head_end_) are the lookups and [tail_begin_, n) the receives (and
+  // the concats of sliced parameters after them); head_end_ == 0 when off. staging_ holds the next
+  // batch (fed, looked up) when staged_.
   int head_end_ = 0;
   int tail_begin_ = 0;
   Scope staging_;
