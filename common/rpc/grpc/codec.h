@@ -24,6 +24,13 @@
 
 namespace tessera {
 
+// The wire protocol this build speaks, which a pserver reports in its RegisterResponse:
+//   0  pservers older than the field;
+//   1  a SendGetBatch may carry the next batch's lookups (VariableBatch.lookups).
+// A trainer refuses, at registration, a pserver whose protocol is older than its own (an older
+// pserver would ignore what it does not know and answer wrongly later).
+inline constexpr uint32_t kWireProtocol = 1;
+
 // Encodes bytes [offset, offset + length) of dense `var` (the whole variable when length < 0),
 // or the whole of a SelectedRows `var`, as a VariableMessage.
 grpc::ByteBuffer EncodeVariable(const RequestMeta& meta, const std::string& name,

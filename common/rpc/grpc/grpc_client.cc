@@ -371,7 +371,18 @@ void GrpcPServerClient::RegisterAsync(const RequestMeta& meta, const JobFields& 
     f->set_value(value);
   }
   req.set_nonce(nonce);
-  Call("Register", SerializeProto(req), nullptr, std::move(done));
+  auto check = [ep = endpoint_](const grpc::ByteBuffer& response) -> absl::Status {
+    RegisterResponse answer;
+    TS_RETURN_IF_ERROR(ParseProto(response, &answer));
+    if (answer.protocol() < kWireProtocol) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("pserver ", ep, " speaks wire protocol ", answer.protocol(),
+                       ", older than this trainer's ", kWireProtocol,
+                       ": run pservers of the same Tessera release as the trainers (or newer)"));
+    }
+    return absl::OkStatus();
+  };
+  Call("Register", SerializeProto(req), std::move(check), std::move(done));
 }
 
 void GrpcPServerClient::CheckpointAsync(const RequestMeta& meta, const std::string& dir,

@@ -10,7 +10,9 @@
 #include "common/rpc/grpc/grpc_client.h"
 #include "common/rpc/grpc/grpc_server.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -110,7 +112,7 @@ class MemoryHandler : public RequestHandler {
     return aborts_;
   }
   void HandleRegister(const RequestMeta&, const JobFields&, uint64_t, DoneCallback done) override {
-    done(absl::UnimplementedError("no job handshake here"));
+    done(absl::OkStatus());
   }
   int sends() {
     absl::MutexLock lock(&mu_);
@@ -606,6 +608,57 @@ TEST(GrpcClientTest, UnreachablePserverFailsWithEndpointWithinDeadline) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("127.0.0.1:1"), std::string::npos) << s;
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+// Registration against the real server succeeds (it reports this build's protocol); a pserver
+// that answers Register without a protocol (every release before the field) is refused with
+// both versions named, before the trainer sends anything it would misread.
+TEST_F(GrpcRpcTest, RegisterChecksThePserversWireProtocol) {
+  auto c = Client();
+  absl::Status s = c->Register(meta_, {{"lr", "0.1"}}, 7);
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+class OldRegisterService : public grpc::CallbackGenericService {
+ public:
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
+    class Reactor : public grpc::ServerGenericBidiReactor {
+     public:
+      Reactor() { StartRead(&request_); }
+      void OnReadDone(bool ok) override {
+        if (!ok) return Finish(grpc::Status::OK);
+        reply_ = SerializeProto(RegisterResponse());  // an empty answer, as before the field
+        StartWriteAndFinish(&reply_, grpc::WriteOptions(), grpc::Status::OK);
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      grpc::ByteBuffer request_, reply_;
+    };
+    return new Reactor;
+  }
+};
+
+TEST(GrpcClientTest, RegisterRefusesAPserverOlderThanTheTrainer) {
+  OldRegisterService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterCallbackGenericService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  GrpcClientOptions o;
+  o.deadline = absl::Seconds(20);
+  const std::string ep = absl::StrCat("127.0.0.1:", port);
+  GrpcPServerClient c(ep, o);
+  absl::Status s = c.Register({"job", 0, 0}, {{"lr", "0.1"}}, 7);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find(ep), std::string::npos) << s;
+  EXPECT_NE(s.message().find(
+                absl::StrCat("speaks wire protocol 0, older than this trainer's ", kWireProtocol)),
+            std::string::npos)
+      << s;
+  server->Shutdown();
 }
 
 }  // namespace

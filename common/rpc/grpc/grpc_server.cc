@@ -368,7 +368,9 @@ class GrpcServer::Service : public RawService {
     for (const RegisterRequest::Field& f : req.fields()) fields.push_back({f.name(), f.value()});
     s = CheckJobFields(fields);
     if (!s.ok()) return Fail(reactor, s);
-    *response = SerializeProto(RegisterResponse());
+    RegisterResponse answer;
+    answer.set_protocol(kWireProtocol);
+    *response = SerializeProto(answer);
     handler_->HandleRegister(meta, fields, req.nonce(),
                              [reactor](absl::Status st) { reactor->Finish(ToGrpcStatus(st)); });
     return reactor;
