@@ -424,6 +424,22 @@ TEST(PsClusterTest, StreamedGzipFilesEqualSingleMachineOnTheTrainersBatches) {
                                        /*stream_epochs=*/2);
 }
 
+// The same with a sliced parameter (--min_block_size=64: deep_fc_0.w in two blocks, assembled by
+// a concat after the receive): streamed steps look the next batch up once the send returned,
+// beside the receive and the concat, and the parameters still equal one machine's.
+TEST(PsClusterTest, StreamedStepsWithASlicedParameterEqualSingleMachine) {
+  PsJob job;
+  job.flags = {"--min_block_size=64"};
+  std::string dir;
+  ExpectMultiHotJobEqualsSingleMachine(job, "streamed_sliced", nullptr, 1e-4, 5,
+                                       /*stream_epochs=*/2, "criteo", &dir);
+  int64_t blocks = 0;
+  for (int p = 0; p < 2; ++p) {
+    blocks += SumAfter(ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log")), ": serving ");
+  }
+  EXPECT_EQ(blocks, 5);  // the 4 dense parameters, one of them in 2 blocks
+}
+
 // The same data as CSV with a header (columns by their Criteo names, ids in decimal) and as
 // Fluid's MultiSlot text: the same parameters as one machine.
 TEST(PsClusterTest, CsvAndMultiSlotDataEqualSingleMachine) {

@@ -99,8 +99,9 @@ struct LocalTrainerOptions {
   // at its compute. The lookups start only after the step's send (and its barrier) returned,
   // i.e. after every pserver applied the step, which is when they would start at the next
   // step anyway: a sync job trains exactly as without it. Inert unless the main block starts
-  // with prefetch ops that read only fed variables and ends with recv ops, cpu_places is 1 and
-  // after_run is empty. A traced step shows the next step's prefetch beside its recv.
+  // with prefetch ops that read only fed variables and ends with recv ops (perhaps followed by
+  // the concats of sliced parameters), cpu_places is 1 and after_run is empty. A traced step shows
+  // the next step's prefetch beside its recv.
   bool prefetch_ahead = false;
   // Pipelined prefetch_ahead with the step's receive folded into its send, one lookup op and
   // num_replicas > 1: where the next batch's lookups meet that send, which carries them (one

@@ -243,8 +243,8 @@ absl::Status SplitByShard(OpContext& ctx) {
     in_place |= out_vars[k] == xv;
   }
   if (in_place) {
-    // An output is X itself: merge from a deep copy of X (Tensor assignment would share X's
-    // buffer, which the outputs overwrite).
+    // An output is X itself: merge from a deep copy of X (resizing that output would resize X,
+    // and Tensor assignment would share X's buffer). No transpiled program does this.
     thread_local SelectedRows copy;
     copy.height = x->height;
     copy.rows = x->rows;
@@ -254,7 +254,8 @@ absl::Status SplitByShard(OpContext& ctx) {
       copy.value = Tensor();
     }
     x = &copy;
-  } else if (n == 1) {
+  }
+  if (n == 1) {
     // One pserver: the merged rows are the output, merged straight into its buffers.
     SelectedRows* out = out_vars[0]->GetMutable<SelectedRows>();
     MergeByHash(*x, out);

@@ -155,7 +155,7 @@ TEST(DistOpsTest, SplitByShardReusesThePlanOfTheSameIdsOnly) {
 }
 
 // An output may be X itself (merged in place): the outputs hold what a split into other
-// variables gives, with one output and with several.
+// variables gives (rows, values and shape; X of rank 3), with one output and with several.
 TEST(DistOpsTest, SplitByShardIntoItsOwnInput) {
   auto registry = NewStandardOpRegistry();
   Executor exec(registry.get());
@@ -165,7 +165,7 @@ TEST(DistOpsTest, SplitByShardIntoItsOwnInput) {
       SelectedRows* x = scope.Var(g)->GetMutable<SelectedRows>();
       x->height = 100;
       x->rows = {4, 8, 4, 15, 16, 8, 4, 23, 42};
-      x->value.Resize(FLOAT32, {9, 2});
+      x->value.Resize(FLOAT32, {9, 1, 2});
       for (int64_t i = 0; i < 18; ++i) x->value.data<float>()[i] = 0.5f * static_cast<float>(i);
     }
     std::vector<std::string> outs = {"g"}, ref_outs;

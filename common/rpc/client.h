@@ -56,7 +56,9 @@ class PServerClient {
   // --checkpoint_dir.
   virtual void CheckpointAsync(const RequestMeta& meta, const std::string& dir,
                                DoneCallback done) = 0;
-  // The job handshake (proto RegisterRequest) of this trainer process (`nonce`).
+  // The job handshake (proto RegisterRequest) of this trainer process (`nonce`). gRPC: also
+  // FAILED_PRECONDITION when the pserver's wire protocol (RegisterResponse.protocol) is older
+  // than kWireProtocol (common/rpc/grpc/codec.h).
   virtual void RegisterAsync(const RequestMeta& meta, const JobFields& fields, uint64_t nonce,
                              DoneCallback done) = 0;
 

@@ -1,5 +1,6 @@
 #include "tests/bench/child_process.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -15,6 +16,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace tessera {
@@ -35,8 +37,10 @@ Child StartChild(const std::string& program, const std::vector<std::string>& arg
   std::vector<char*> argv = {self};
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // Close-on-exec: a later child must not inherit this one's stdin (it would never see the
+  // end of input); dup2 onto 0 and 1 clears the flag for the child's own ends.
   int in[2], out[2];
-  if (pipe(in) != 0 || pipe(out) != 0) Die(program, "pipe failed");
+  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) Die(program, "pipe2 failed");
   pid_t pid = fork();
   if (pid < 0) Die(program, "fork failed");
   if (pid == 0) {
@@ -60,13 +64,16 @@ Child StartChild(const std::string& program, const std::vector<std::string>& arg
     if (left <= 0 || poll(&p, 1, static_cast<int>(left)) <= 0) {
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
-      Die(program, "a server child did not report in 30 s");
+      Die(program, absl::StrCat("the server child ", self, " ", absl::StrJoin(args, " "),
+                                " did not report in 30 s"));
     }
     char buf[64];
     ssize_t r = read(out[0], buf, sizeof(buf));
     if (r <= 0) {
-      waitpid(pid, nullptr, 0);
-      Die(program, "a server child exited before reporting");
+      int status = 0;
+      waitpid(pid, &status, 0);
+      Die(program, absl::StrCat("the server child ", self, " ", absl::StrJoin(args, " "),
+                                " exited before reporting (wait status ", status, ")"));
     }
     c.line.append(buf, static_cast<size_t>(r));
   }
@@ -76,6 +83,7 @@ Child StartChild(const std::string& program, const std::vector<std::string>& arg
 }
 
 void StopChild(Child* c) {
+  if (c->pid < 0) return;
   close(c->stdin_fd);
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
   int status = 0;
@@ -87,6 +95,8 @@ void StopChild(Child* c) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  c->pid = -1;
+  c->stdin_fd = -1;
 }
 
 Usage UsageOf(pid_t pid) {

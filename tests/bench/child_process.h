@@ -24,7 +24,8 @@ struct Child {
 // Starts /proc/self/exe with `args`; waits up to 30 s for its first line of output. Dies
 // (naming `program`) if it cannot start or exits first.
 Child StartChild(const std::string& program, const std::vector<std::string>& args);
-// Closes the child's stdin and waits up to 10 s for it to exit, then kills it.
+// Closes the child's stdin and waits up to 10 s for it to exit, then kills it; a second call
+// does nothing.
 void StopChild(Child* c);
 
 struct Usage {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The flagship job end to end: the built-in CTR wide&deep model on the same synthetic data
-# (60k training examples, 10k ids per slot, batch 256, one epoch), trained by one process
+# (60k training examples, 10k ids per slot, global batch 256 unless CTR_E2E_BATCH says, one
+# epoch), trained by one process
 # (examples/ctr/ctr) and by the stock daemons through tessera_launch in several cluster shapes.
 # Configurations alternate within each round, so a busy machine slows all of them alike.
 #
@@ -32,6 +33,10 @@ N="${2:-60000}"
 # CTR_E2E_BATCH=B: the global batch (default 256, the demo's), e.g. to see how the ratios move
 # with the per-step fixed costs.
 BATCH="${CTR_E2E_BATCH:-256}"
+if ! [[ "$BATCH" =~ ^[1-9][0-9]*$ ]]; then
+  echo "ctr_e2e.sh: CTR_E2E_BATCH='$BATCH' is not a positive integer" >&2
+  exit 2
+fi
 VOCAB=10000
 BIN=bazel-bin
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-ctr-e2e.XXXXXX")"
@@ -46,10 +51,13 @@ if [ -n "${CTR_E2E_ONLY:-}" ]; then
   IFS=, read -r -a CONFIGS <<<"$CTR_E2E_ONLY"
 fi
 # CTR_E2E_BASELINE=DIR (holding tessera_pserver and tessera_trainer of another build, e.g. an
-# earlier commit's): adds "1x1 sync baseline" and "2x2 sync baseline", the same jobs with those
-# daemons, alternated with the others in every round.
+# earlier commit's): adds "<config> baseline" for each plain sync configuration chosen ("1x1
+# sync", "2x2 sync", "deepfm 2x2 sync"), the same job with those daemons, alternated with the
+# others in every round.
 if [ -n "${CTR_E2E_BASELINE:-}" ]; then
-  CONFIGS+=("1x1 sync baseline" "2x2 sync baseline")
+  for c in "${CONFIGS[@]}"; do
+    if [[ "$c" =~ ^(deepfm\ )?[0-9]+x[0-9]+\ sync$ ]]; then CONFIGS+=("$c baseline"); fi
+  done
 fi
 PYTHONPATH=python /usr/bin/python3 examples/python/deepfm.py --out="$WORK/deepfm.pbtxt" \
   --distributed_tables --dict_size="$VOCAB"

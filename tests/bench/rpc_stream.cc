@@ -56,6 +56,8 @@ using Clock = std::chrono::steady_clock;
 [[noreturn]] void Die(const std::string& message) { bench::Die("rpc_stream", message); }
 
 constexpr char kUnary[] = "/bench.Exchange/Unary";
+// A call's (a stream's: one run's) deadline, so that a hung server fails the run.
+constexpr std::chrono::seconds kCallDeadline(120);
 constexpr char kStream[] = "/bench.Exchange/Stream";
 
 // A message of `bytes` bytes whose first 4 hold `reply_bytes` (the size the server answers).
@@ -200,6 +202,7 @@ int64_t RunUnary(grpc::GenericStub* stub, const grpc::ByteBuffer& request,
   int64_t rounds = 0;
   while (Clock::now() < until) {
     grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
     grpc::ByteBuffer reply;
     grpc::Status status;
     stub->UnaryCall(&ctx, kUnary, grpc::StubOptions(), &request, &reply, [&](grpc::Status s) {
@@ -217,6 +220,8 @@ int64_t RunUnary(grpc::GenericStub* stub, const grpc::ByteBuffer& request,
 class StreamClient : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamClient(grpc::GenericStub* stub, const grpc::ByteBuffer& request) : request_(request) {
+    // The whole run's stream: a hung server ends it (and the run) with an error.
+    ctx_.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
     stub->PrepareBidiStreamingCall(&ctx_, kStream, grpc::StubOptions(), this);
     StartCall();
   }
@@ -302,12 +307,12 @@ int Main() {
     }
     sizes.push_back({r, p});
   }
-  const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  const int repeats = absl::GetFlag(FLAGS_repeats);
   const int clients = absl::GetFlag(FLAGS_clients);
   const double seconds = absl::GetFlag(FLAGS_seconds);
-  if (clients < 1 || clients > 64 || !(seconds > 0)) {
-    Die(absl::StrCat("need --clients in [1, 64] (got ", clients, ") and --seconds > 0 (got ",
-                     seconds, ")"));
+  if (clients < 1 || clients > 64 || repeats < 1 || !(seconds > 0) || seconds > 100) {
+    Die(absl::StrCat("need --clients in [1, 64] (got ", clients, "), --repeats >= 1 (got ", repeats,
+                     ") and --seconds in (0, 100] (got ", seconds, ")"));
   }
   // The server first: no gRPC state may exist in this process when it forks.
   bench::Child server = bench::StartChild("rpc_stream", {"--serve"});

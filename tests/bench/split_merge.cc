@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/data/synthetic.h"
 #include "common/framework/executor.h"
+#include "common/framework/op_desc.h"
 #include "common/ops/ops.h"
 #include "common/ops/selected_rows_util.h"
 
@@ -62,7 +63,12 @@ int CtrStep(Executor& exec) {
       }
       const double t0 = Now();
       for (const OpDesc& op : ops) {
-        if (!exec.RunOp(op, &scope).ok()) return 1;
+        absl::Status s = exec.RunOp(op, &scope);
+        if (!s.ok()) {
+          std::fprintf(stderr, "split_merge: split_by_shard of %s failed: %s\n",
+                       OpInput(op, "X").c_str(), s.ToString().c_str());
+          return 1;
+        }
       }
       t += Now() - t0;
     }
@@ -97,7 +103,11 @@ int Run() {
     for (int r = 0; r < kReps; ++r) {
       *g = batches[r % kBatches];  // shares the value buffer; the op only reads it
       const double t0 = Now();
-      if (!exec.RunOp(split, &scope).ok()) return 1;
+      absl::Status s = exec.RunOp(split, &scope);
+      if (!s.ok()) {
+        std::fprintf(stderr, "split_merge: split_by_shard failed: %s\n", s.ToString().c_str());
+        return 1;
+      }
       t += Now() - t0;
       rows_out += scope.FindVar("g.shard0")->Get<SelectedRows>().rows.size();
     }

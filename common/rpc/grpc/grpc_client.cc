@@ -371,14 +371,14 @@ void GrpcPServerClient::RegisterAsync(const RequestMeta& meta, const JobFields& 
     f->set_value(value);
   }
   req.set_nonce(nonce);
-  auto check = [ep = endpoint_](const grpc::ByteBuffer& response) -> absl::Status {
+  // Call prefixes an error with "pserver <endpoint> Register: ".
+  auto check = [](const grpc::ByteBuffer& response) -> absl::Status {
     RegisterResponse answer;
     TS_RETURN_IF_ERROR(ParseProto(response, &answer));
     if (answer.protocol() < kWireProtocol) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("pserver ", ep, " speaks wire protocol ", answer.protocol(),
-                       ", older than this trainer's ", kWireProtocol,
-                       ": run pservers of the same Tessera release as the trainers (or newer)"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "it speaks wire protocol ", answer.protocol(), ", older than this trainer's ",
+          kWireProtocol, ": run pservers of the same Tessera release as the trainers (or newer)"));
     }
     return absl::OkStatus();
   };
