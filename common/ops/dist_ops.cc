@@ -95,23 +95,6 @@ absl::Status LookupSparseGrad(OpContext& ctx) {
   return absl::OkStatus();
 }
 
-// Sums `src`'s rows with the same id into `dst` (one row per distinct id, in order of first
-// appearance; duplicates added in their order of appearance, the same sums as MergeRows).
-// `slot_of[i]` is the output row of input row i; `first[i]` whether it is that id's first.
-template <typename T>
-void MergeInOrder(const T* src, int64_t width, const std::vector<int32_t>& slot_of,
-                  const std::vector<uint8_t>& first, T* dst) {
-  for (size_t i = 0; i < slot_of.size(); ++i) {
-    const T* row = src + static_cast<int64_t>(i) * width;
-    T* acc = dst + static_cast<int64_t>(slot_of[i]) * width;
-    if (first[i]) {
-      std::copy_n(row, width, acc);
-    } else {
-      for (int64_t j = 0; j < width; ++j) acc[j] += row[j];
-    }
-  }
-}
-
 // The merge plan of `rows`: their distinct ids in order of first appearance (`ids`), for each
 // row the index of its id there (`slot_of`) and whether it is the first (`first`); `table` is
 // the open-addressing scratch.
@@ -166,6 +149,31 @@ const MergePlan& PlanMerge(const std::vector<int64_t>& rows) {
   return plan;
 }
 
+// Sums X's rows with the same id into their output rows (by `plan`, X's merge plan): an id's
+// first row is copied, the later ones added in their order of appearance (the same sums as
+// MergeRows). `row_of(u)` is where distinct id u's row goes (of X's dtype, `width` elements).
+template <typename T, typename RowOf>
+void MergeInOrder(const T* src, int64_t width, const MergePlan& plan, const RowOf& row_of) {
+  for (size_t i = 0; i < plan.slot_of.size(); ++i) {
+    const T* row = src + static_cast<int64_t>(i) * width;
+    T* acc = static_cast<T*>(row_of(plan.slot_of[i]));
+    if (plan.first[i]) {
+      std::copy_n(row, width, acc);
+    } else {
+      for (int64_t j = 0; j < width; ++j) acc[j] += row[j];
+    }
+  }
+}
+// MergeInOrder on X's values, float32 or float64.
+template <typename RowOf>
+void MergeValues(const SelectedRows& x, int64_t width, const MergePlan& plan, const RowOf& row_of) {
+  if (x.value.dtype() == FLOAT32) {
+    MergeInOrder<float>(x.value.data<float>(), width, plan, row_of);
+  } else {
+    MergeInOrder<double>(x.value.data<double>(), width, plan, row_of);
+  }
+}
+
 // X's rows merged by id into `out` (whose buffers are reused; not X) without sorting: an
 // open-addressing hash of the ids (a sort of 4096 (id, position) pairs was several percent of
 // an async trainer's step). Rows come out in order of first appearance; every consumer of
@@ -183,35 +191,10 @@ void MergeByHash(const SelectedRows& x, SelectedRows* out) {
   shape[0] = static_cast<int64_t>(plan.ids.size());
   out->value.Resize(x.value.dtype(), shape);
   const int64_t width = RowWidth(x);
-  if (x.value.dtype() == FLOAT32) {
-    MergeInOrder<float>(x.value.data<float>(), width, plan.slot_of, plan.first,
-                        out->value.data<float>());
-  } else {
-    MergeInOrder<double>(x.value.data<double>(), width, plan.slot_of, plan.first,
-                         out->value.data<double>());
-  }
-}
-
-// X's rows merged by id straight into the shard outputs `outs` (not X): each distinct id goes to
-// its shard, in order of first appearance within the shard; duplicates are summed in their
-// order of appearance (the same rows and sums as MergeByHash, then a split).
-template <typename T>
-void MergeIntoShards(const SelectedRows& x, int64_t width, const std::vector<int>& shard_of,
-                     const std::vector<int64_t>& index, const MergePlan& plan,
-                     const std::vector<SelectedRows*>& outs) {
-  std::vector<T*> base(outs.size());
-  for (size_t k = 0; k < outs.size(); ++k) base[k] = outs[k]->value.template data<T>();
-  const T* src = x.value.data<T>();
-  for (size_t i = 0; i < plan.slot_of.size(); ++i) {
-    const int32_t u = plan.slot_of[i];
-    const T* row = src + static_cast<int64_t>(i) * width;
-    T* acc = base[static_cast<size_t>(shard_of[u])] + index[u] * width;
-    if (plan.first[i]) {
-      std::copy_n(row, width, acc);
-    } else {
-      for (int64_t j = 0; j < width; ++j) acc[j] += row[j];
-    }
-  }
+  char* dst = static_cast<char*>(out->value.raw_data());
+  const size_t row_bytes = static_cast<size_t>(width) * SizeOf(x.value.dtype());
+  MergeValues(x, width, plan,
+              [&](int32_t u) -> void* { return dst + static_cast<size_t>(u) * row_bytes; });
 }
 
 // split_by_shard: X (SelectedRows of a distributed table) -> Out[k] the rows whose id belongs to
@@ -283,11 +266,12 @@ absl::Status SplitByShard(OpContext& ctx) {
   }
   for (size_t u = 0; u < distinct; ++u) outs[shard_of[u]]->rows[index[u]] = plan->ids[u];
   if (distinct == 0 || !x->value.initialized()) return absl::OkStatus();
-  if (dtype == FLOAT32) {
-    MergeIntoShards<float>(*x, width, shard_of, index, *plan, outs);
-  } else {
-    MergeIntoShards<double>(*x, width, shard_of, index, *plan, outs);
-  }
+  std::vector<char*> base(n);
+  for (int k = 0; k < n; ++k) base[k] = static_cast<char*>(outs[k]->value.raw_data());
+  const size_t row_bytes = static_cast<size_t>(width) * SizeOf(dtype);
+  MergeValues(*x, width, *plan, [&](int32_t u) -> void* {
+    return base[static_cast<size_t>(shard_of[u])] + static_cast<size_t>(index[u]) * row_bytes;
+  });
   return absl::OkStatus();
 }
 

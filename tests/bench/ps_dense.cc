@@ -60,6 +60,7 @@
 #include "common/rpc/grpc/grpc_server.h"
 #include "common/rpc/server.h"
 #include "tests/bench/child_process.h"
+#include "tests/bench/stats.h"
 
 ABSL_FLAG(int64_t, total_mb, 64, "MiB of parameters (float32), pushed and pulled each round.");
 ABSL_FLAG(int, pservers, 2, "Number of server processes.");
@@ -366,11 +367,7 @@ struct Summary {
   double faults_per_mb = 0;
 };
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench::Median;
 
 Summary Summarize(const std::vector<Round>& rounds, int64_t bytes) {
   std::vector<double> all, push, pull, tcpu, scpu, faults;

@@ -39,6 +39,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/bench/child_process.h"
+#include "tests/bench/stats.h"
 
 ABSL_FLAG(std::string, sizes, "1024:1024,16384:16384,98304:65536",
           "Request:reply sizes in bytes to measure, comma-separated (the CTR job's 2x2 step is "
@@ -291,10 +292,7 @@ Result Measure(bool stream, const std::vector<std::unique_ptr<grpc::GenericStub>
   return res;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Median;
 
 int Main() {
   std::vector<std::pair<uint32_t, uint32_t>> sizes;
