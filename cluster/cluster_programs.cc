@@ -64,6 +64,8 @@ TranspilerConfig TranspilerConfigFor(const ClusterConfig& config, int trainer_id
   t.slice_var_up = config.slice_var_up;
   t.min_block_size = config.min_block_size;
   t.table_shard_method = config.table_shard_method;
+  t.table_placement = config.table_placement == "table_wise" ? TablePlacement::kTableWise
+                                                             : TablePlacement::kRowWise;
   t.hybrid = config.mode == "hybrid";
   return t;
 }

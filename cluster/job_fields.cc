@@ -45,6 +45,7 @@ JobFields JobFieldsFor(const ClusterConfig& config, const ModelSpec& model) {
       {"slice_var_up", config.slice_var_up ? "true" : "false"},
       {"min_block_size", absl::StrCat(config.min_block_size)},
       {"table_shard_method", config.table_shard_method},
+      {"table_placement", config.table_placement},
       {"heartbeat_s", absl::StrCat(config.heartbeat_s)},
   };
   if (config.reader != "memory") {  // the data order depends on these

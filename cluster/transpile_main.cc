@@ -53,11 +53,12 @@ std::string Summary(const ClusterConfig& config, const DistributeTranspiler& t,
                     const ModelSpec& model) {
   std::string out = absl::StrFormat(
       "%s: example %s%s, %d pserver(s), %d trainer(s), %s mode, split %s, slice_var_up %s, "
-      "min_block_size %d\n",
+      "min_block_size %d, tables %s\n",
       kProgram, config.example,
       config.program.empty() ? "" : absl::StrCat(" (program ", config.program, ")"),
       config.pservers.size(), config.trainers, config.sync_mode ? "sync" : "async",
-      config.split_method, config.slice_var_up ? "on" : "off", config.min_block_size);
+      config.split_method, config.slice_var_up ? "on" : "off", config.min_block_size,
+      config.table_placement);
   std::map<std::string, std::vector<const VarBlock*>> by_endpoint;
   for (const auto& b : t.param_blocks()) by_endpoint[b.endpoint].push_back(&b);
   for (size_t i = 0; i < config.pservers.size(); ++i) {
@@ -65,8 +66,16 @@ std::string Summary(const ClusterConfig& config, const DistributeTranspiler& t,
     const auto& blocks = by_endpoint[ep];
     int64_t elements = 0;
     for (const VarBlock* b : blocks) elements += NumElements(b->shape);
-    absl::StrAppendFormat(&out, "pserver %d %s: %d parameter block(s), %d elements\n", i, ep,
-                          blocks.size(), elements);
+    std::vector<const OpDesc*> tables;
+    absl::StatusOr<ProgramDesc> program = t.GetPserverProgram(ep);
+    if (program.ok()) {
+      for (const OpDesc& op : program->blocks(0).ops()) {
+        if (op.type() == "sparse_table") tables.push_back(&op);
+      }
+    }
+    absl::StrAppendFormat(&out,
+                          "pserver %d %s: %d parameter block(s), %d elements, %d table shard(s)\n",
+                          i, ep, blocks.size(), elements, tables.size());
     for (const VarBlock* b : blocks) {
       const VarDesc* v = FindVarDesc(model.main.blocks(0), b->var);
       std::vector<int64_t> full = v == nullptr
@@ -78,6 +87,11 @@ std::string Summary(const ClusterConfig& config, const DistributeTranspiler& t,
         absl::StrAppendFormat(&out, "  %-28s %s rows [%d, %d) of %s %s\n", b->name, Shape(b->shape),
                               b->begin_row, b->begin_row + b->num_rows, b->var, Shape(full));
       }
+    }
+    for (const OpDesc* op : tables) {
+      absl::StrAppendFormat(&out, "  %-28s table shard %d of %d, dim %d\n",
+                            GetStringAttr(*op, "table", ""), GetIntAttr(*op, "shard", 0),
+                            GetIntAttr(*op, "num_shards", 0), GetIntAttr(*op, "dim", 0));
     }
   }
   const ProgramDesc& tp = t.trainer_program();

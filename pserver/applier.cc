@@ -89,6 +89,7 @@ absl::Status Applier::InitTables() {
     t.lr = GetStringAttr(op, "learning_rate", "");
     t.dim = GetIntAttr(op, "dim", 0);
     t.shard = static_cast<int>(GetIntAttr(op, "shard", 0));
+    t.num_shards = static_cast<int>(GetIntAttr(op, "num_shards", 0));
     SparseTableOptions o;
     o.dim = t.dim;
     std::string init = GetStringAttr(op, "init", "uniform_random");
@@ -308,7 +309,7 @@ std::vector<PserverTableRef> Applier::TableRefs() {
   std::vector<PserverTableRef> refs;
   for (auto& t : tables_) {
     absl::MutexLock lock(t.mu.get());
-    refs.push_back({t.name, t.shard, t.table.get(), t.applies});
+    refs.push_back({t.name, t.shard, t.table.get(), t.applies, t.num_shards});
   }
   return refs;
 }

@@ -118,6 +118,7 @@ class Applier {
   struct Table {
     std::string name;  // the table variable
     int shard = 0;     // which shard of the table this pserver holds
+    int num_shards = 0;  // of how many (0: a program from before the attr: the pserver count)
     std::string grad;  // its gradient shard name, as trainers send it
     std::string lr;    // learning-rate variable
     int64_t dim = 0;

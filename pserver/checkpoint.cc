@@ -311,7 +311,7 @@ absl::StatusOr<PserverRestored> RestorePserverShard(io::FileSystem* fs, const st
             absl::StrCat("checkpoint ", ckpt_dir, ": ", s.prefix, ".MANIFEST lists no ", name));
       }
       TS_ASSIGN_OR_RETURN(std::string data, io::ReadVerified(fs, ckpt_dir, *f));
-      const int n = target.num_pservers;
+      const int n = t.num_shards > 0 ? t.num_shards : target.num_pservers;
       const int me = t.shard;
       // Only the rows this pserver owns now (resharding).
       auto mine = [&](int64_t id) { return ShardOf(id, n, method) == me; };
@@ -336,7 +336,10 @@ absl::StatusOr<PserverRestored> RestorePserverShard(io::FileSystem* fs, const st
         const char* r = data.data() + at;
         SparseTableLifecycleRecord rec;
         rec.id = GetLE<int64_t>(r);
-        if (ShardOf(rec.id, target.num_pservers, method) != t.shard) continue;
+        if (ShardOf(rec.id, t.num_shards > 0 ? t.num_shards : target.num_pservers, method) !=
+            t.shard) {
+          continue;
+        }
         rec.seen = GetLE<uint32_t>(r + 8);
         rec.count = GetLE<uint32_t>(r + 12);
         rec.pending = GetLE<uint32_t>(r + 16) != 0;

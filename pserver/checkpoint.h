@@ -17,7 +17,8 @@
 // Loading (resharding): each dense variable of the new pserver is assembled from the saved
 // slices of its origin variable in all P files (rows [begin, begin + rows) of the origin), and
 // each table shard keeps the rows of all P saved shards that it owns now (ShardOf with the new
-// pserver count). Every file is checked against its manifest before use.
+// pserver count; a table placed whole on one pserver keeps every row). Every file is checked
+// against its manifest before use.
 #ifndef TESSERA_PSERVER_CHECKPOINT_H_
 #define TESSERA_PSERVER_CHECKPOINT_H_
 
@@ -56,6 +57,8 @@ struct PserverTableRef {
   int shard = 0;
   SparseTable* table = nullptr;
   int64_t applies = 0;
+  // Of how many shards: the pserver count (0, row-wise) or 1 (table-wise: the whole table).
+  int num_shards = 0;
 };
 
 struct PserverShardToSave {

@@ -94,6 +94,7 @@ absl::Status PserverProcess::Init() {
   TS_ASSIGN_OR_RETURN(ProgramDesc program, t.GetPserverProgram(config.current_endpoint));
   TS_ASSIGN_OR_RETURN(ProgramDesc startup, t.GetPserverStartupProgram(config.current_endpoint));
   blocks_ = program.blocks_size() - 1;
+  for (const OpDesc& op : program.blocks(0).ops()) table_shards_ += op.type() == "sparse_table";
 
   Executor exec(registry_.get());
   absl::Status s = exec.Run(startup, 0, &scope_);
@@ -158,8 +159,8 @@ absl::Status PserverProcess::Start() {
   std::string security;
   TS_RETURN_IF_ERROR(StartRpcServer(config, ps_.get(), rpc_metrics_.get(), &server_, &security));
   log_ << "pserver " << config.current_endpoint << ": serving " << blocks_
-       << " parameter blocks for " << config.trainers << " trainers ("
-       << (config.sync_mode ? "sync" : "async") << ")" << security << std::endl;
+       << " parameter blocks and " << table_shards_ << " table shards for " << config.trainers
+       << " trainers (" << (config.sync_mode ? "sync" : "async") << ")" << security << std::endl;
   TS_RETURN_IF_ERROR(StartMetricsServer(config, &metrics_, log_, &metrics_server_));
   if (metrics_server_ != nullptr) AddMetricsCollector();
   StartStatsLine();

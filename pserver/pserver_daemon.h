@@ -77,7 +77,8 @@ class PserverProcess {
   std::unique_ptr<RpcMetrics> rpc_metrics_;
   Histogram* send_barrier_wait_ = nullptr;
   Histogram* fetch_barrier_wait_ = nullptr;
-  int blocks_ = 0;  // parameter blocks served
+  int blocks_ = 0;        // parameter blocks served
+  int table_shards_ = 0;  // distributed table shards held
   std::unique_ptr<ParameterServer> ps_;
   std::unique_ptr<GrpcServer> server_;
   std::unique_ptr<MetricsServer> metrics_server_;

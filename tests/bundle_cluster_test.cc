@@ -1,7 +1,7 @@
 // Inference bundles from real daemons (tessera_pserver and tessera_trainer on loopback, free
-// ports, every process killed by pid): a chain of a full export and three deltas loads to
-// exactly the rows of a full export at the same step, and tessera_predict's scoring of the
-// bundle equals the trainer's own held-out evaluation.
+// ports, every process killed by pid): a chain of a full export and three deltas (tables placed
+// whole) loads to exactly the rows of a full export at the same step (tables split), and
+// tessera_predict's scoring of the bundle equals the trainer's own held-out evaluation.
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -83,12 +83,16 @@ examples::ExampleOptions Ctr(int64_t test_examples) {
   return eo;
 }
 
+// The job exporting deltas holds each table whole on one pserver (--table_placement=
+// table_wise), the one exporting fulls splits every table over both: the same training, so the
+// same rows, whichever pserver exported them.
 TEST(BundleClusterTest, BaseAndThreeDeltasLoadToTheRowsOfAFullExport) {
   const examples::ExampleOptions eo = Ctr(0);
   const std::string deltas = MakeTempDir("bundle_deltas"), fulls = MakeTempDir("bundle_fulls");
   PsJob job;
   job.example = "ctr";
   job.flags = JobFlags(eo, deltas, 4);
+  job.flags.push_back("--table_placement=table_wise");
   RunPsJob(job, deltas);
   if (HasFailure()) return;
   job.flags = JobFlags(eo, fulls, 1);

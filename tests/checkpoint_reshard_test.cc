@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "common/framework/executor.h"
 #include "common/io/checkpoint_io.h"
 #include "common/ops/ops.h"
@@ -48,8 +49,9 @@ struct Result {
 // A sync job of `pservers` pservers and kTrainers trainers running steps [first, last): restored
 // from `init_from` if set, checkpointed into <save_root>/ckpt-<last> after the last step if set.
 Result RunJob(int pservers, int first, int last, const std::string& init_from,
-              const std::string& save_root) {
+              const std::string& save_root, TablePlacement placement = TablePlacement::kRowWise) {
   InprocJobOptions jo;
+  jo.table_placement = placement;
   jo.trainers = kTrainers;
   jo.pservers = pservers;
   jo.batch = kBatch;
@@ -123,6 +125,29 @@ TEST(CheckpointReshardTest, TwoToThreeAndBackEqualsUninterrupted) {
   EXPECT_EQ(top->meta.at("num_pservers"), "3");
   // Restoring at the same count and continuing is exact too.
   ExpectSameModel(RunJob(2, 4, 8, two, ""), straight, "2 -> 2");
+}
+
+// A table split by id over the pservers (row-wise) and the same table whole on one (table-wise)
+// restore from each other's checkpoints: every saved row goes to its new holder.
+TEST(CheckpointReshardTest, RowWiseAndTableWisePlacementsRestoreEachOther) {
+  const std::string root = MakeTempDir("reshard_placement");
+  const Result straight = RunJob(2, 0, 8, "", "");
+  RunJob(2, 0, 4, "", root + "/rows");
+  const std::string rows = root + "/rows/" + io::CheckpointDirName(4);
+  ExpectSameModel(RunJob(2, 4, 8, rows, "", TablePlacement::kTableWise), straight,
+                  "row-wise 2 -> table-wise 2");
+  // Table-wise on 3 (no step, checkpoint: one pserver saves the table) -> row-wise on 2.
+  RunJob(3, 4, 4, rows, root + "/whole", TablePlacement::kTableWise);
+  const std::string whole = root + "/whole/" + io::CheckpointDirName(4);
+  int saved_tables = 0;
+  for (int p = 0; p < 3; ++p) {
+    saved_tables += io::PosixFileSystem::Default()->Exists(
+        absl::StrCat(whole, "/", io::PserverFilePrefix(p, 3), ".emb.tbl"));
+  }
+  EXPECT_EQ(saved_tables, 1);
+  ExpectSameModel(RunJob(2, 4, 8, whole, ""), straight, "table-wise 3 -> row-wise 2");
+  // And a table-wise job trains as the row-wise one does.
+  ExpectSameModel(RunJob(2, 0, 8, "", "", TablePlacement::kTableWise), straight, "table-wise");
 }
 
 TEST(CheckpointReshardTest, MissingOrDamagedCheckpointNamesTheFile) {

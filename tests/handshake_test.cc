@@ -124,6 +124,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"example", {"--example=ctr"}, false, "has model=ctr#"},
         Case{"sync_mode", {"--sync_mode=false"}, false, "has sync_mode=false but"},
         Case{"heartbeat", {"--heartbeat_s=1"}, false, "has heartbeat_s=1 but"},
+        // Trainers would look tables up where the pservers do not hold them.
+        Case{"table_placement",
+             {"--table_placement=table_wise"},
+             true,
+             "has table_placement=table_wise but"},
         // Failures at start, before a trainer connects: its ABORT still reaches the pservers,
         // which pass the cause on instead of waiting for it until a timeout.
         Case{"zero_steps", {"--num_examples=1"}, true, "this job would train 0 steps"},

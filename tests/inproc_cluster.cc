@@ -92,6 +92,7 @@ std::unique_ptr<InprocJob> RunInprocJob(
   cfg.trainers = options.trainers;
   cfg.split_method = options.split;
   cfg.slice_var_up = options.slice;
+  cfg.table_placement = options.table_placement;
 
   // Pservers.
   Executor base_exec(job->registry.get());
@@ -169,8 +170,24 @@ std::map<int64_t, std::vector<float>> GatherTableRows(const InprocJob& job,
                                                       int dim, int64_t step) {
   std::map<int64_t, std::vector<float>> rows;
   const int pservers = job.servers.size();
+  // Table-wise: the one pserver whose program holds the table.
+  int holder = -1;
+  if (job.config.table_placement == TablePlacement::kTableWise) {
+    auto t = DistributeTranspiler::Transpile(job.model.main, job.model.startup, job.config);
+    EXPECT_TRUE(t.ok()) << t.status();
+    for (int p = 0; t.ok() && p < pservers; ++p) {
+      const absl::StatusOr<ProgramDesc> program = t->GetPserverProgram(job.endpoints[p]);
+      EXPECT_TRUE(program.ok()) << program.status();
+      if (!program.ok()) continue;
+      for (const OpDesc& op : program->blocks(0).ops()) {
+        if (op.type() == "sparse_table" && GetStringAttr(op, "table", "") == table) holder = p;
+      }
+    }
+    EXPECT_GE(holder, 0) << "no pserver holds " << table;
+    if (holder < 0) return rows;
+  }
   for (int64_t id = 0; id < vocab; ++id) {
-    const int owner = ShardOf(id, pservers, ShardMethod::kHash);
+    const int owner = holder >= 0 ? holder : ShardOf(id, pservers, ShardMethod::kHash);
     job.servers[owner]->HandlePrefetch(
         {"job", 0, step}, table, {id}, [&](absl::StatusOr<Tensor> row) {
           ASSERT_TRUE(row.ok()) << row.status();

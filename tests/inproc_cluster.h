@@ -52,6 +52,7 @@ struct InprocJobOptions {
   int pservers = 2;  // endpoints "ps0:0", "ps1:0", ...
   SplitMethod split = SplitMethod::kRoundRobin;
   bool slice = true;
+  TablePlacement table_placement = TablePlacement::kRowWise;
   int batch = 12;  // the global batch, split evenly among the trainers
   int first_step = 0;
   int last_step = 4;  // steps [first_step, last_step) run
@@ -81,7 +82,8 @@ std::unique_ptr<InprocJob> RunInprocJob(
         on_trainer_done);
 
 // The rows of distributed table `table` ([0, vocab) x dim) held by the job's pservers (ids
-// sharded by hash), prefetched at `step`; ids no pserver returned are absent.
+// sharded by hash, or the whole table on one with table-wise placement), prefetched at `step`;
+// ids no pserver returned are absent.
 std::map<int64_t, std::vector<float>> GatherTableRows(const InprocJob& job,
                                                       const std::string& table, int vocab,
                                                       int dim, int64_t step);

@@ -390,6 +390,21 @@ TEST(PsClusterTest, SlicedParametersArePipelinedAndEqualSingleMachine) {
   EXPECT_EQ(blocks, 5);  // the 4 dense parameters, one of them in 2 blocks
 }
 
+// Table-wise placement (--table_placement=table_wise): each of the multi-hot model's 28 tables
+// (26 slots, 2 multi-hot lists; one group each, all of width 4) lives whole on one pserver, 14
+// on each; the job is pipelined as row-wise placement is and trains to one machine's parameters.
+TEST(PsClusterTest, TableWisePlacementEqualsSingleMachine) {
+  PsJob job;
+  job.flags = {"--table_placement=table_wise"};
+  std::string dir;
+  ExpectMultiHotJobEqualsSingleMachine(job, "table_wise", nullptr, 1e-5, 0, 0, "criteo", &dir);
+  for (int p = 0; p < 2; ++p) {
+    const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
+    EXPECT_EQ(SumAfter(log, " parameter blocks and "), 14) << log;
+    EXPECT_GT(SumAfter(log, " fused_prefetches="), 0) << log;
+  }
+}
+
 // Hybrid mode: the tables on the pservers (prefetch and push as in PS mode), the dense
 // parameters on the trainers, their gradients all-reduced with Gloo and applied by each trainer:
 // the same parameters as one machine, and only the tables' traffic reaches the pservers.

@@ -157,6 +157,34 @@ TEST_F(TableRpcTest, EntriesSharingATableOrIdsGetTheRowsOfTheirIds) {
   }
 }
 
+// Table-wise placement's form (attr owners): a table's ids all go to the pserver that holds it
+// whole, and only there; its fresh rows are those any pserver creates for the ids. An owner
+// outside the epmap is refused, naming it.
+TEST_F(TableRpcTest, AWholeTableIsLookedUpAtItsOwnerAlone) {
+  const std::vector<int64_t> ids = {5, -7, 12, int64_t{1} << 40, 99, 5};
+  Tensor* t = scope_.Var("ids_w")->GetMutable<Tensor>();
+  t->Resize(INT64, {static_cast<int64_t>(ids.size()), 1});
+  for (size_t i = 0; i < ids.size(); ++i) t->data<int64_t>()[i] = ids[i];
+  const int64_t before[2] = {servers_[0]->stats().prefetches, servers_[1]->stats().prefetches};
+  OpDesc op = MakeOp("prefetch", {{"Ids", {"ids_w"}}}, {{"Out", {"rows_w"}}});
+  SetAttr(&op, "tables", std::vector<std::string>{"table"});
+  SetAttr(&op, "dims", std::vector<int64_t>{kDim});
+  SetAttr(&op, "epmap", eps_);
+  SetAttr(&op, "owners", std::vector<int64_t>{1});
+  Executor exec(&trainer_ops_);
+  absl::Status s = exec.RunOp(op, &scope_);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(servers_[0]->stats().prefetches, before[0]);
+  EXPECT_GT(servers_[1]->stats().prefetches, before[1]);
+  const Tensor got = scope_.FindVar("rows_w")->Get<Tensor>().Clone();
+  const Tensor want = Prefetch(ids);  // split by id over both pservers
+  ASSERT_EQ(got.shape(), want.shape());
+  EXPECT_EQ(0, std::memcmp(got.raw_data(), want.raw_data(), got.nbytes()));
+  SetAttr(&op, "owners", std::vector<int64_t>{2});
+  s = exec.RunOp(op, &scope_);
+  EXPECT_NE(s.message().find("owner 2"), std::string::npos) << s;
+}
+
 TEST_F(TableRpcTest, ExtremeIdsRepeatedAndEmptyBatches) {
   const std::vector<int64_t> ids = {0, -1, INT64_MIN, INT64_MAX, 1000000000000000000LL};
   Tensor before = Prefetch(ids);

@@ -95,24 +95,28 @@ struct IdShards {
 // prefetch: Ids[i] (int64, any values) -> Out[i] [N_i, dims[i]], the rows of distributed table
 // tables[i] (single-table form: attrs table, dim). Per table (entries naming the same table
 // share its lookups), duplicate ids are fetched once and split by shard (attr shard_method;
-// shard k is served by epmap[k]); tables fed by the same Ids (a slot's deep and wide tables)
-// share that work. Each pserver gets one request for all tables, all pservers in flight
-// together; rows are gathered back in input order.
+// shard k is served by epmap[k]), or, where attr owners[i] >= 0 (table-wise placement), all
+// sent to epmap[owners[i]], which holds the whole table; tables fed by the same Ids (a slot's
+// deep and wide tables) share that work. Each pserver gets one request for all tables, all
+// pservers in flight together; rows are gathered back in input order.
 absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   auto eps = ctx.StringsAttr("epmap");
   std::vector<std::string> tables = ctx.StringsAttr("tables");
   std::vector<int64_t> dims = ctx.IntsAttr("dims");
+  std::vector<int64_t> owners = ctx.IntsAttr("owners");
   if (tables.empty()) {
     tables = {ctx.StringAttr("table")};
     dims = {ctx.IntAttr("dim", 0)};
   }
   const int num_entries = static_cast<int>(tables.size());
+  if (owners.empty()) owners.assign(num_entries, -1);
   const std::vector<std::string> ids_names = OpInputs(ctx.op(), "Ids");
   if (static_cast<int>(ids_names.size()) != num_entries ||
       static_cast<int>(OpOutputs(ctx.op(), "Out").size()) != num_entries ||
-      static_cast<int>(dims.size()) != num_entries) {
-    return ctx.Error(
-        absl::StrCat("needs one Ids, Out and dim per table (", num_entries, " tables)"));
+      static_cast<int>(dims.size()) != num_entries ||
+      static_cast<int>(owners.size()) != num_entries) {
+    return ctx.Error(absl::StrCat("needs one Ids, Out, dim (and owner, if any) per table (",
+                                  num_entries, " tables)"));
   }
   ShardMethod method;
   if (!ParseShardMethod(ctx.StringAttr("shard_method", "hash"), &method)) {
@@ -123,22 +127,32 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   struct PerTable {
     std::string name;
     int64_t dim = 0;
+    int owner = -1;                // >= 0: epmap[owner] holds the whole table (one shard)
     std::vector<std::string> ids;  // the Ids variables of its entries, in order
     int group = -1;                // its IdShards
     std::vector<Tensor> rows;      // per shard
+
+    int Shards(int n) const { return owner < 0 ? n : 1; }
+    int PserverOf(int k) const { return owner < 0 ? k : owner; }
   };
   std::vector<PerTable> per;  // distinct tables
   std::vector<int> table_of(num_entries), input_of(num_entries);
   std::vector<const Tensor*> ids_of(num_entries);
   for (int e = 0; e < num_entries; ++e) {
     if (dims[e] < 1) return ctx.Error(absl::StrCat("table ", tables[e], " has dim ", dims[e]));
+    if (owners[e] < -1 || owners[e] >= n) {
+      return ctx.Error(absl::StrCat("table ", tables[e], " has owner ", owners[e],
+                                    ", not -1 or in [0, ", n, ")"));
+    }
+    const int owner = static_cast<int>(owners[e]);
     int t = 0;
     while (t < static_cast<int>(per.size()) && per[t].name != tables[e]) ++t;
     if (t == static_cast<int>(per.size())) {
-      per.push_back({tables[e], dims[e], {}, -1, std::vector<Tensor>(n)});
-    } else if (per[t].dim != dims[e]) {
-      return ctx.Error(
-          absl::StrCat("table ", tables[e], " has dims ", per[t].dim, " and ", dims[e]));
+      per.push_back({tables[e], dims[e], owner, {}, -1, {}});
+      per.back().rows.resize(per.back().Shards(n));
+    } else if (per[t].dim != dims[e] || per[t].owner != owner) {
+      return ctx.Error(absl::StrCat("table ", tables[e], " has dims ", per[t].dim, " and ", dims[e],
+                                    " or owners ", per[t].owner, " and ", owner));
     }
     table_of[e] = t;
     input_of[e] = static_cast<int>(per[t].ids.size());
@@ -146,14 +160,17 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
     TS_ASSIGN_OR_RETURN(ids_of[e], ctx.Input("Ids", e));
     TS_RETURN_IF_ERROR(ctx.CheckDType("Ids", *ids_of[e], INT64));
   }
-  // One IdShards per distinct list of Ids variables.
+  // One IdShards per distinct list of Ids variables and shard count.
   std::vector<IdShards> groups;
-  std::vector<const std::vector<std::string>*> group_ids;
+  std::vector<std::pair<const std::vector<std::string>*, int>> group_keys;
   for (PerTable& p : per) {
     size_t g = 0;
-    while (g < group_ids.size() && *group_ids[g] != p.ids) ++g;
-    if (g == group_ids.size()) {
-      group_ids.push_back(&p.ids);
+    while (g < group_keys.size() &&
+           (*group_keys[g].first != p.ids || group_keys[g].second != p.Shards(n))) {
+      ++g;
+    }
+    if (g == group_keys.size()) {
+      group_keys.push_back({&p.ids, p.Shards(n)});
       groups.emplace_back();
     }
     p.group = static_cast<int>(g);
@@ -162,15 +179,16 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
     IdShards& g = groups[per[table_of[e]].group];
     if (static_cast<int>(g.inputs.size()) == input_of[e]) g.inputs.push_back(ids_of[e]);
   }
-  for (IdShards& g : groups) g.Build(n, method);
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].Build(group_keys[g].second, method);
   // One request per pserver: the shards it serves (several shards may share an endpoint).
   std::vector<std::string> endpoints = Distinct(eps);
   std::vector<std::vector<PrefetchItem>> batches(endpoints.size());
   for (PerTable& p : per) {
     const IdShards& g = groups[p.group];
-    for (int k = 0; k < n; ++k) {
+    for (int k = 0; k < p.Shards(n); ++k) {
       if (g.shard_ids[k].empty()) continue;
-      size_t e = std::find(endpoints.begin(), endpoints.end(), eps[k]) - endpoints.begin();
+      const std::string& ep = eps[p.PserverOf(k)];
+      size_t e = std::find(endpoints.begin(), endpoints.end(), ep) - endpoints.begin();
       batches[e].push_back({p.name, &g.shard_ids[k], &p.rows[k]});
     }
   }
@@ -218,14 +236,14 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   TS_RETURN_IF_ERROR(group.Wait());
   for (const PerTable& p : per) {
     const IdShards& g = groups[p.group];
-    for (int k = 0; k < n; ++k) {
+    for (int k = 0; k < p.Shards(n); ++k) {
       if (g.shard_ids[k].empty()) continue;
       const Tensor& r = p.rows[k];
       if (r.dtype() != FLOAT32 || r.rank() != 2 || r.dim(1) != p.dim ||
           r.dim(0) != static_cast<int64_t>(g.shard_ids[k].size())) {
-        return ctx.Error(absl::StrCat("pserver ", eps[k], " returned ", r.DebugString(), " for ",
-                                      g.shard_ids[k].size(), " ids of table ", p.name, " (dim ",
-                                      p.dim, ")"));
+        return ctx.Error(absl::StrCat("pserver ", eps[p.PserverOf(k)], " returned ",
+                                      r.DebugString(), " for ", g.shard_ids[k].size(),
+                                      " ids of table ", p.name, " (dim ", p.dim, ")"));
       }
     }
   }

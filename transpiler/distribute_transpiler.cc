@@ -1,16 +1,17 @@
 #include "transpiler/distribute_transpiler.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/status.h"
+#include "common/framework/op_desc.h"
+#include "common/framework/tensor.h"
 #include "common/layers/optimizer.h"
 #include "common/layers/program_builder.h"
-#include "common/framework/op_desc.h"
 #include "common/ops/sharding.h"
-#include "common/base/status.h"
-#include "common/framework/tensor.h"
 
 namespace tessera {
 
@@ -106,6 +107,18 @@ struct TableItem {
   std::string table, grad, lr;
   OpDesc opt;
   int64_t dim = 0;
+  // PlaceTables: the pserver holding the whole table (table-wise), or -1: its rows are split
+  // over all pservers (row-wise).
+  int owner = -1;
+
+  // Its shards: one per pserver, or the one whole table.
+  int Shards(int num_ps) const { return owner < 0 ? num_ps : 1; }
+  // Which pserver holds shard k.
+  int PserverOf(int k) const { return owner < 0 ? k : owner; }
+  // The shard pserver `ps` holds, or -1 for none.
+  int ShardOn(int ps) const { return owner < 0 ? ps : (owner == ps ? 0 : -1); }
+  // The gradient rows sent for shard k.
+  std::string GradShard(int k) const { return absl::StrCat(grad, ".shard", k); }
 };
 
 Shape VarShape(const BlockDesc& block, const std::string& name) {
@@ -171,6 +184,13 @@ absl::StatusOr<SplitMethod> ParseSplitMethod(const std::string& s) {
   if (s == "hash_name" || s == "HashName") return SplitMethod::kHashName;
   return absl::InvalidArgumentError(
       absl::StrCat("split_method '", s, "' is not one of round_robin, hash_name"));
+}
+
+absl::StatusOr<TablePlacement> ParseTablePlacement(const std::string& s) {
+  if (s == "row_wise") return TablePlacement::kRowWise;
+  if (s == "table_wise") return TablePlacement::kTableWise;
+  return absl::InvalidArgumentError(
+      absl::StrCat("table_placement '", s, "' is not one of row_wise, table_wise"));
 }
 
 std::string TrainerGradName(const std::string& grad_block, int trainer_id) {
@@ -250,6 +270,13 @@ struct TranspileState {
   // BuildPserverPrograms: endpoint -> program, endpoint -> startup program.
   std::map<std::string, ProgramDesc> pserver, pserver_startup;
 };
+
+// The endpoints of table t's shards, in shard order.
+std::vector<std::string> TableEndpoints(const TranspileState& s, const TableItem& t) {
+  std::vector<std::string> eps;
+  for (int k = 0; k < t.Shards(s.num_ps); ++k) eps.push_back(s.config.pservers[t.PserverOf(k)]);
+  return eps;
+}
 
 // The optimizer-state inputs of an optimize op (every input but Param, Grad and LearningRate),
 // in slot order.
@@ -421,6 +448,47 @@ absl::Status PlaceBlocks(TranspileState* s) {
   return absl::OkStatus();
 }
 
+// Pass 3b. Reads the tables and the main block's lookups. Table-wise placement: writes each
+// table's owner (the header's rule: tables looked up with the same ids together, groups largest
+// first on the pserver with the fewest columns so far). Row-wise: leaves every owner -1.
+void PlaceTables(TranspileState* s) {
+  if (s->config.table_placement != TablePlacement::kTableWise) return;
+  // Each table's lookups' Ids, in program order: tables with the same list form a group.
+  std::vector<std::vector<std::string>> ids_of(s->tables.size());
+  for (const auto& op : s->block.ops()) {
+    if (op.type() != "lookup_table") continue;
+    const std::string w = OpInput(op, "W");
+    for (size_t t = 0; t < s->tables.size(); ++t) {
+      if (s->tables[t].table == w) ids_of[t].push_back(OpInput(op, "Ids"));
+    }
+  }
+  struct Group {
+    std::vector<size_t> tables;
+    int64_t width = 0;
+  };
+  std::vector<Group> groups;
+  std::vector<const std::vector<std::string>*> group_ids;
+  for (size_t t = 0; t < s->tables.size(); ++t) {
+    size_t g = 0;
+    // A table nothing looks up is a group of its own.
+    while (g < groups.size() && (ids_of[t].empty() || *group_ids[g] != ids_of[t])) ++g;
+    if (g == groups.size()) {
+      groups.emplace_back();
+      group_ids.push_back(&ids_of[t]);
+    }
+    groups[g].tables.push_back(t);
+    groups[g].width += s->tables[t].dim;
+  }
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const Group& a, const Group& b) { return a.width > b.width; });
+  std::vector<int64_t> load(static_cast<size_t>(s->num_ps), 0);
+  for (const Group& g : groups) {
+    const int ps = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[static_cast<size_t>(ps)] += g.width;
+    for (size_t t : g.tables) s->tables[t].owner = ps;
+  }
+}
+
 // An optimize-role op the trainer runs itself: clipping, and in hybrid mode a dense parameter's
 // optimize op and the learning-rate schedule (which those read).
 bool RunsOnTrainer(const TranspileState& s, const OpDesc& op) {
@@ -466,7 +534,7 @@ void ReplaceTableLookups(const TranspileState& s, BlockDesc* tb) {
       OpDesc pf =
           MakeOp("prefetch", {{"Ids", OpInputs(op, "Ids")}}, {{"Out", OpOutputs(op, "Out")}});
       SetAttr(&pf, "table", t->table);
-      SetAttr(&pf, "epmap", s.config.pservers);
+      SetAttr(&pf, "epmap", TableEndpoints(s, *t));
       SetAttr(&pf, "shard_method", s.config.table_shard_method);
       SetAttr(&pf, "dim", t->dim);
       SetAttr(&pf, kOpRoleAttr, OpRoleOf(op));  // a forward op (evaluation keeps it)
@@ -481,10 +549,12 @@ void ReplaceTableLookups(const TranspileState& s, BlockDesc* tb) {
   }
 }
 
-// Trainer step 3. Reads the config. Fuses the prefetch ops of `tb` into one for all tables (their
-// requests then travel together), at the first prefetch's place — when every Ids it reads is
-// already available there.
-void FusePrefetches(const TranspilerConfig& config, BlockDesc* tb) {
+// Trainer step 3. Reads the config and the tables' owners. Fuses the prefetch ops of `tb` into
+// one for all tables (their requests then travel together), at the first prefetch's place — when
+// every Ids it reads is already available there. Its epmap lists all pservers; with table-wise
+// placement attr `owners` says, per entry, which one holds the whole table.
+void FusePrefetches(const TranspileState& s, BlockDesc* tb) {
+  const TranspilerConfig& config = s.config;
   std::vector<int> at;
   for (int i = 0; i < tb->ops_size(); ++i) {
     if (tb->ops(i).type() == "prefetch") at.push_back(i);
@@ -498,18 +568,22 @@ void FusePrefetches(const TranspilerConfig& config, BlockDesc* tb) {
   }
   if (!fusable) return;
   std::vector<std::string> ids, outs, names;
-  std::vector<int64_t> dims;
+  std::vector<int64_t> dims, owners;
   for (int i : at) {
     const OpDesc& op = tb->ops(i);
     ids.push_back(OpInput(op, "Ids"));
     outs.push_back(OpOutput(op, "Out"));
     names.push_back(GetStringAttr(op, "table", ""));
     dims.push_back(GetIntAttr(op, "dim", 0));
+    for (const auto& t : s.tables) {
+      if (t.table == names.back()) owners.push_back(t.owner);
+    }
   }
   OpDesc fused = MakeOp("prefetch", {{"Ids", ids}}, {{"Out", outs}});
   SetAttr(&fused, "tables", names);
   SetAttr(&fused, "dims", dims);
   SetAttr(&fused, "epmap", config.pservers);
+  if (config.table_placement == TablePlacement::kTableWise) SetAttr(&fused, "owners", owners);
   SetAttr(&fused, "shard_method", config.table_shard_method);
   SetAttr(&fused, kOpRoleAttr, OpRoleOf(tb->ops(at[0])));
   google::protobuf::RepeatedPtrField<OpDesc> kept;
@@ -531,13 +605,13 @@ void AppendGradientSplits(TranspileState* s, BlockDesc* tb, std::vector<std::str
                           std::vector<std::string>* send_eps) {
   for (const auto& t : s->tables) {
     std::vector<std::string> shards;
-    for (int k = 0; k < s->num_ps; ++k) {
-      std::string name = absl::StrCat(t.grad, ".shard", k);
+    for (int k = 0; k < t.Shards(s->num_ps); ++k) {
+      std::string name = t.GradShard(k);
       VarDesc* v = DeclareVar(tb, name, {-1, t.dim}, FLOAT32);
       v->set_type(SELECTED_ROWS);
       shards.push_back(name);
       send_vars->push_back(name);
-      send_eps->push_back(s->config.pservers[k]);
+      send_eps->push_back(s->config.pservers[t.PserverOf(k)]);
     }
     OpDesc split = MakeOp("split_by_shard", {{"X", {t.grad}}}, {{"Out", shards}});
     SetAttr(&split, "shard_method", s->config.table_shard_method);
@@ -626,7 +700,7 @@ void RewriteTrainerProgram(TranspileState* s) {
   BlockDesc* tb = s->trainer.mutable_blocks(0);
   RemovePserverOps(*s, tb);
   ReplaceTableLookups(*s, tb);
-  FusePrefetches(s->config, tb);
+  FusePrefetches(*s, tb);
   std::vector<std::string> send_vars, send_eps;
   AppendGradientSplits(s, tb, &send_vars, &send_eps);
   AppendSendRecv(s, tb, send_vars, send_eps);
@@ -747,17 +821,20 @@ absl::Status AddOptimizeBlock(const TranspileState& s, const OptimizeItem& item,
   return absl::OkStatus();
 }
 
-// Adds to the pserver's block 0 one sparse_table op per distributed table describing its shard
-// (initializer, optimizer and its attributes, learning rate), and declares the learning rate.
+// Adds to the pserver's block 0 one sparse_table op per table shard it holds, describing the
+// shard (its index of num_shards: every id with ShardOf(id, num_shards) == shard; the
+// initializer, optimizer and its attributes, learning rate), and declares the learning rate.
 // Fails when the startup program does not initialize a table.
 absl::Status AddSparseTables(const TranspileState& s, PserverBuild* p) {
   for (const auto& t : s.tables) {
+    const int shard = t.ShardOn(p->ps);
+    if (shard < 0) continue;
     OpDesc st = MakeOp("sparse_table", {}, {});
     SetAttr(&st, "table", t.table);
-    SetAttr(&st, "grad", absl::StrCat(t.grad, ".shard", p->ps));
+    SetAttr(&st, "grad", t.GradShard(shard));
     SetAttr(&st, "dim", t.dim);
-    SetAttr(&st, "shard", static_cast<int64_t>(p->ps));
-    SetAttr(&st, "num_shards", static_cast<int64_t>(s.num_ps));
+    SetAttr(&st, "shard", static_cast<int64_t>(shard));
+    SetAttr(&st, "num_shards", static_cast<int64_t>(t.Shards(s.num_ps)));
     SetAttr(&st, "shard_method", s.config.table_shard_method);
     SetAttr(&st, "optimizer", t.opt.type());
     for (const auto& a : t.opt.attrs()) {
@@ -789,7 +866,9 @@ absl::Status AddSparseTables(const TranspileState& s, PserverBuild* p) {
 // step or 1/N per async push) and declares the variables they use; only when there are
 // schedule ops and the pserver has something to optimize. Writes lr_block_id.
 absl::Status AddLrDecayBlock(const TranspileState& s, PserverBuild* p) {
-  if (s.lr_ops.empty() || (p->optimize_blocks.empty() && s.tables.empty())) {
+  const bool holds_table = std::any_of(s.tables.begin(), s.tables.end(),
+                                       [&](const TableItem& t) { return t.ShardOn(p->ps) >= 0; });
+  if (s.lr_ops.empty() || (p->optimize_blocks.empty() && !holds_table)) {
     return absl::OkStatus();
   }
   BlockDesc* lb = AddBlock(&p->prog, 0);
@@ -862,6 +941,7 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
   t.config_ = config;  // copied before PlaceBlocks calls the dispatcher, as it was given
   SliceParameters(&s);
   TS_RETURN_IF_ERROR(PlaceBlocks(&s));
+  PlaceTables(&s);
   RewriteTrainerProgram(&s);
   BuildTrainerStartup(&s);
   TS_RETURN_IF_ERROR(BuildPserverPrograms(&s));

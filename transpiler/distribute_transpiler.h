@@ -22,9 +22,17 @@
 // trainer. Its lookup_table becomes `prefetch` (dedupe ids, one request per pserver for all tables,
 // rows gathered back in input order), its lookup_table_grad becomes `lookup_sparse_grad`
 // (SelectedRows of the ids), and the gradient is split by owning shard (`split_by_shard`,
-// duplicates merged) and sent. Each
-// pserver's program gets one `sparse_table` op per table in block 0 describing its shard
-// (initializer, optimizer and hyper-parameters, learning-rate variable).
+// duplicates merged) and sent. Each pserver's program gets one `sparse_table` op per table shard
+// it holds in block 0 (initializer, optimizer and hyper-parameters, learning-rate variable).
+//
+// Table placement (TranspilerConfig::table_placement). Row-wise (the default): every table is
+// split by id over all pservers (shard k of #pservers on pserver k), so a table may outgrow any
+// one machine. Table-wise: each table lives whole on one pserver (one shard of one), so that a
+// pserver serves a trainer step's lookups and updates of fewer tables; tables looked up with the
+// same ids (a slot's deep and wide tables) go together, and the groups are placed largest first
+// (by the sum of their tables' widths) on the pserver holding the fewest columns so far (ties:
+// the lowest index). For many moderate tables; a table that needs several machines wants
+// row-wise.
 // The transpiler is pure: the same inputs give byte-identical outputs.
 #ifndef TESSERA_TRANSPILER_DISTRIBUTE_TRANSPILER_H_
 #define TESSERA_TRANSPILER_DISTRIBUTE_TRANSPILER_H_
@@ -44,6 +52,11 @@ enum class SplitMethod { kRoundRobin, kHashName };
 // Parses "round_robin" / "hash_name".
 absl::StatusOr<SplitMethod> ParseSplitMethod(const std::string& s);
 
+enum class TablePlacement { kRowWise, kTableWise };
+
+// Parses "row_wise" / "table_wise".
+absl::StatusOr<TablePlacement> ParseTablePlacement(const std::string& s);
+
 struct TranspilerConfig {
   int trainer_id = 0;
   std::vector<std::string> pservers;  // endpoints host:port
@@ -57,6 +70,8 @@ struct TranspilerConfig {
   int64_t min_block_size = 8192;
   // Distributed tables: which pserver owns an id ("hash" of the id, or "mod": id mod #pservers).
   std::string table_shard_method = "hash";
+  // Distributed tables: split by id over all pservers, or each whole on one (class comment).
+  TablePlacement table_placement = TablePlacement::kRowWise;
   // Hybrid mode (PERSIA / HugeCTR style): only the distributed tables go to the pservers. Every
   // other parameter stays on the trainers with its optimizer (and the learning-rate schedule):
   // the trainer program all-reduces (mean) those gradients right before the optimizer ops

@@ -583,6 +583,115 @@ TEST(HybridTest, TablesGoToThePserversAndDenseGradientsAreAllReduced) {
   EXPECT_EQ(FirstOp(ps_mode.trainer_program(), "adam"), -1);
 }
 
+// Tables whose lookups read `ids` (slot name -> its tables, name and dim), each lookup averaged
+// into the loss; Adam.
+Model BuildSlotTablesModel(
+    const std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>>&
+        slots) {
+  auto registry = NewStandardOpRegistry();
+  Model m;
+  ProgramBuilder b(&m.main, &m.startup);
+  std::string loss;
+  for (const auto& [slot, tables] : slots) {
+    std::string ids = layers::Data(b, slot, {-1, 1}, INT64);
+    for (const auto& [name, dim] : tables) {
+      layers::EmbeddingOptions eo;
+      eo.name = name;
+      eo.is_sparse = true;
+      eo.is_distributed = true;
+      std::string term = layers::Mean(b, layers::Embedding(b, ids, 100, dim, eo));
+      loss = loss.empty() ? term : layers::ElementwiseAdd(b, loss, term);
+    }
+  }
+  OptimizerOptions oo;
+  oo.learning_rate = 0.1f;
+  auto pairs = Adam(oo).Minimize(b, *registry, loss);
+  EXPECT_TRUE(pairs.ok()) << pairs.status();
+  return m;
+}
+
+// Table-wise placement: a slot's tables (same ids) stay together, the groups go largest first
+// to the pserver with the fewest columns so far; each pserver describes only the tables it
+// holds, each whole (shard 0 of 1); the trainer looks each table up at its owner and sends its
+// gradient there unsplit. Row-wise (the default) splits every table over every pserver.
+TEST(TablePlacementTest, TableWiseKeepsSlotsTogetherAndBalancesColumns) {
+  Model m = BuildSlotTablesModel({{"ids_a", {{"emb_a", 8}, {"wide_a", 1}}},
+                                  {"ids_b", {{"emb_b", 8}, {"wide_b", 1}}},
+                                  {"ids_c", {{"emb_c", 16}}}});
+  TranspilerConfig c = Config(2);
+  c.table_placement = TablePlacement::kTableWise;
+  DistributeTranspiler t = MustTranspile(m, c);
+  // Groups by width: c (16) on pserver 0, then a (9) and b (9) on pserver 1 (9 < 16, 18 > 16
+  // only after b).
+  const std::map<std::string, int> want = {
+      {"emb_a", 1}, {"wide_a", 1}, {"emb_b", 1}, {"wide_b", 1}, {"emb_c", 0}};
+  for (int ps = 0; ps < 2; ++ps) {
+    auto program = t.GetPserverProgram(Endpoints(2)[ps]);
+    ASSERT_TRUE(program.ok()) << program.status();
+    std::vector<std::string> held;
+    for (const OpDesc& op : program->blocks(0).ops()) {
+      if (op.type() != "sparse_table") continue;
+      const std::string table = GetStringAttr(op, "table", "");
+      held.push_back(table);
+      EXPECT_EQ(GetIntAttr(op, "shard", -1), 0) << table;
+      EXPECT_EQ(GetIntAttr(op, "num_shards", -1), 1) << table;
+      EXPECT_EQ(GetStringAttr(op, "grad", ""), table + "@GRAD.shard0");
+    }
+    std::vector<std::string> expected;
+    for (const auto& [table, owner] : want) {
+      if (owner == ps) expected.push_back(table);
+    }
+    std::sort(held.begin(), held.end());
+    EXPECT_EQ(held, expected) << "pserver " << ps;
+  }
+  const ProgramDesc& trainer = t.trainer_program();
+  const OpDesc& prefetch = OnlyOp(trainer, "prefetch");
+  const std::vector<std::string> tables = GetStringsAttr(prefetch, "tables");
+  const std::vector<int64_t> owners = GetIntsAttr(prefetch, "owners");
+  ASSERT_EQ(tables.size(), 5u);
+  ASSERT_EQ(owners.size(), 5u);
+  EXPECT_EQ(GetStringsAttr(prefetch, "epmap"), Endpoints(2));
+  for (size_t i = 0; i < tables.size(); ++i) EXPECT_EQ(owners[i], want.at(tables[i])) << tables[i];
+  // Each table's gradient: one piece (duplicate ids merged), sent to its owner.
+  const OpDesc& send = OnlyOp(trainer, "send");
+  const std::vector<std::string> sent = OpInputs(send, "X");
+  const std::vector<std::string> eps = GetStringsAttr(send, "epmap");
+  for (const auto& [table, owner] : want) {
+    const auto at = std::find(sent.begin(), sent.end(), table + "@GRAD.shard0");
+    ASSERT_NE(at, sent.end()) << table;
+    EXPECT_EQ(eps[at - sent.begin()], Endpoints(2)[owner]) << table;
+    EXPECT_EQ(std::count(sent.begin(), sent.end(), table + "@GRAD.shard1"), 0) << table;
+  }
+  int splits = 0;
+  for (const OpDesc& op : trainer.blocks(0).ops()) {
+    if (op.type() != "split_by_shard") continue;
+    ++splits;
+    EXPECT_EQ(OpOutputs(op, "Out").size(), 1u) << OpInput(op, "X");
+  }
+  EXPECT_EQ(splits, 5);
+
+  // Row-wise: every pserver holds shard p of 2 of every table, and the prefetch has no owners.
+  c.table_placement = TablePlacement::kRowWise;
+  DistributeTranspiler rows = MustTranspile(m, c);
+  for (int ps = 0; ps < 2; ++ps) {
+    auto program = rows.GetPserverProgram(Endpoints(2)[ps]);
+    ASSERT_TRUE(program.ok()) << program.status();
+    int held = 0;
+    for (const OpDesc& op : program->blocks(0).ops()) {
+      if (op.type() != "sparse_table") continue;
+      ++held;
+      EXPECT_EQ(GetIntAttr(op, "shard", -1), ps);
+      EXPECT_EQ(GetIntAttr(op, "num_shards", -1), 2);
+    }
+    EXPECT_EQ(held, 5);
+  }
+  EXPECT_TRUE(GetIntsAttr(OnlyOp(rows.trainer_program(), "prefetch"), "owners").empty());
+
+  EXPECT_EQ(*ParseTablePlacement("table_wise"), TablePlacement::kTableWise);
+  EXPECT_EQ(*ParseTablePlacement("row_wise"), TablePlacement::kRowWise);
+  EXPECT_NE(ParseTablePlacement("tables").status().message().find("'tables'"), std::string::npos);
+}
+
 TEST(HybridTest, NeedsATableAndSyncMode) {
   TranspilerConfig c = Config(2);
   c.hybrid = true;

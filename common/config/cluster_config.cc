@@ -253,9 +253,13 @@ const std::vector<Setting>& Table() {
         {"TESSERA_MAX_LINE_BYTES"},
         "longest line a data file may have; a longer one stops the trainer naming file:line"},
        Int(&ClusterConfig::max_line_bytes, "max_line_bytes", 1)},
-      {{"num_examples", {"TESSERA_NUM_EXAMPLES"}, "synthetic training examples (fashion_mnist_mlp, lenet: the first N training images)"},
+      {{"num_examples",
+        {"TESSERA_NUM_EXAMPLES"},
+        "synthetic training examples (fashion_mnist_mlp, lenet: the first N training images)"},
        Int(&ClusterConfig::num_examples, "num_examples", 1)},
-      {{"num_test_examples", {"TESSERA_NUM_TEST_EXAMPLES"}, "synthetic held-out examples (fashion_mnist_mlp, lenet: the first N test images)"},
+      {{"num_test_examples",
+        {"TESSERA_NUM_TEST_EXAMPLES"},
+        "synthetic held-out examples (fashion_mnist_mlp, lenet: the first N test images)"},
        Int(&ClusterConfig::num_test_examples, "num_test_examples", 0)},
       {{"vocab_per_slot", {"TESSERA_VOCAB_PER_SLOT"}, "synthetic CTR data: distinct ids per slot"},
        Int(&ClusterConfig::vocab_per_slot, "vocab_per_slot", 1)},
@@ -268,6 +272,12 @@ const std::vector<Setting>& Table() {
         {"TESSERA_TABLE_SHARD_METHOD"},
         "distributed tables: ids go to pservers by hash or mod of the id"},
        Str(&ClusterConfig::table_shard_method)},
+      {{"table_placement",
+        {"TESSERA_TABLE_PLACEMENT"},
+        "distributed tables: row_wise (each split by id over all pservers; a table may outgrow "
+        "one machine) or table_wise (each whole on one pserver, tables sharing ids together: "
+        "fewer tables per pserver and step, for many moderate tables)"},
+       Str(&ClusterConfig::table_placement)},
       {{"table_admission_threshold",
         {"TESSERA_TABLE_ADMISSION_THRESHOLD"},
         "pserver: create a table row at the K-th sighting of its id (0 = at once)"},
@@ -698,6 +708,10 @@ absl::Status Validate(const ClusterConfig& c) {
   if (c.table_shard_method != "hash" && c.table_shard_method != "mod") {
     return bad(
         absl::StrCat("--table_shard_method='", c.table_shard_method, "' must be hash or mod"));
+  }
+  if (c.table_placement != "row_wise" && c.table_placement != "table_wise") {
+    return bad(
+        absl::StrCat("--table_placement='", c.table_placement, "' must be row_wise or table_wise"));
   }
   if (c.example != "ctr" && c.example != "mlp_regression" && c.example != "fashion_mnist_mlp" &&
       c.example != "lenet") {

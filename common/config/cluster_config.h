@@ -57,6 +57,9 @@ struct ClusterConfig {
   int64_t vocab_per_slot = 10000;           // synthetic CTR vocabulary (distinct ids per slot)
   bool distributed_tables = true;           // ctr: embedding tables live only on the pservers
   std::string table_shard_method = "hash";  // distributed tables: "hash" or "mod" of the id
+  // distributed tables: "row_wise" (split by id over all pservers) or "table_wise" (each whole
+  // on one pserver; transpiler/distribute_transpiler.h)
+  std::string table_placement = "row_wise";
   int64_t table_admission_threshold = 0;    // create a row at its K-th sighting (0 = off)
   int64_t table_evict_after_steps = 0;      // drop rows unseen for T steps (0 = off)
   // pserver: rows per table shard; new ids beyond are refused (0 = no limit)

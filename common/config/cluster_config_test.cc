@@ -91,6 +91,16 @@ TEST(ClusterConfigTest, BadValuesNameTheSettingAndSource) {
   EXPECT_NE(s.message().find("--min_block_size='0'"), std::string::npos) << s;
   s = SetFromString("sync_mode", "maybe", &c);
   EXPECT_FALSE(s.ok());
+  c = ClusterConfig{};
+  c.role = "trainer";
+  c.pservers = {"127.0.0.1:7001"};
+  ASSERT_TRUE(SetFromString("table_placement", "by_table", &c).ok());
+  s = Validate(c);
+  EXPECT_NE(s.message().find("--table_placement='by_table' must be row_wise or table_wise"),
+            std::string::npos)
+      << s;
+  ASSERT_TRUE(SetFromString("table_placement", "table_wise", &c).ok());
+  EXPECT_TRUE(Validate(c).ok()) << Validate(c);
 }
 
 TEST(ClusterConfigTest, IntegersOutsideTheirFieldAreRefusedNotTruncated) {

@@ -10,8 +10,10 @@
 #   tests/bench/ctr_e2e.sh [ROUNDS (default 2)] [EXAMPLES (default 60000)]
 #
 # "prefetch_ahead=false" turns the trainers' double buffering off (the next batch's lookups
-# then wait for the next step), to measure what it brings. "hybrid" is --mode=hybrid: the tables
-# on the pservers, the dense layers' gradients all-reduced among the trainers (Gloo).
+# then wait for the next step), to measure what it brings. "table_wise" is
+# --table_placement=table_wise: each table whole on one pserver instead of split by id over all.
+# "hybrid" is --mode=hybrid: the tables on the pservers, the dense layers' gradients all-reduced
+# among the trainers (Gloo).
 #
 # The DeepFM rows train examples/python/deepfm.py's model file (every table on the pservers;
 # the single process makes them local) on the same data; their ratio is to the DeepFM single
@@ -42,9 +44,9 @@ BIN=bazel-bin
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-ctr-e2e.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
-CONFIGS=(single "1x1 sync" "2x2 sync" "2x2 async" "2x2 sync cpu_places=2"
-  "2x2 sync prefetch_ahead=false" "2x2 hybrid" "deepfm single" "deepfm 2x2 sync"
-  "deepfm 2x2 hybrid")
+CONFIGS=(single "1x1 sync" "2x2 sync" "2x2 sync table_wise" "2x2 async"
+  "2x2 sync cpu_places=2" "2x2 sync prefetch_ahead=false" "2x2 hybrid" "deepfm single"
+  "deepfm 2x2 sync" "deepfm 2x2 sync table_wise" "deepfm 2x2 hybrid")
 # CTR_E2E_ONLY="single,1x1 sync,2x2 sync": only these configurations (the single processes
 # they are compared with must be among them).
 if [ -n "${CTR_E2E_ONLY:-}" ]; then
@@ -80,7 +82,7 @@ run() {
     local shape="${cfg%% *}" rest="${cfg#* }"
     local ps="${shape%x*}"
     trainers="${shape#*x}"
-    local sync=true places=1 ahead=true mode=pserver
+    local sync=true places=1 ahead=true mode=pserver placement=row_wise
     local -a daemons=()
     case "$rest" in *baseline*)
       daemons=(--pserver_bin="$CTR_E2E_BASELINE/tessera_pserver"
@@ -90,10 +92,11 @@ run() {
     case "$rest" in *hybrid*) mode=hybrid ;; esac
     case "$rest" in *cpu_places=2*) places=2 ;; esac
     case "$rest" in *prefetch_ahead=false*) ahead=false ;; esac
+    case "$rest" in *table_wise*) placement=table_wise ;; esac
     cmd=("$BIN/deploy/launch/tessera_launch" --pservers="$ps" --trainers="$trainers" --example=ctr
       --num_examples="$N" --num_test_examples=5000 --vocab_per_slot="$VOCAB"
       --batch_size="$BATCH" --epochs=1 --sync_mode="$sync" --cpu_places="$places"
-      --prefetch_ahead="$ahead" --mode="$mode"
+      --prefetch_ahead="$ahead" --mode="$mode" --table_placement="$placement"
       --log_every_steps=0 --log_dir="$log" --noplot "${daemons[@]}" "${model[@]}")
   fi
   local start end
