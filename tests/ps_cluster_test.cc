@@ -677,17 +677,24 @@ double HeldOutLoss(const std::string& dir) {
   return pos == std::string::npos ? -1 : std::strtod(log.c_str() + pos + 14, nullptr);
 }
 
-class AsyncTest : public ::testing::TestWithParam<std::string> {};
+// Param: the example, "ctr_table_wise" for ctr with --table_placement=table_wise.
+class AsyncTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  PsJob Job(std::vector<std::string> flags) const {
+    PsJob job;
+    job.example = GetParam() == "ctr_table_wise" ? "ctr" : GetParam();
+    if (GetParam() == "ctr_table_wise") flags.push_back("--table_placement=table_wise");
+    job.flags = std::move(flags);
+    return job;
+  }
+};
 
 // Async training (trainers read their own writes) converges at least as well as sync after the
 // same samples (held-out loss at most 10% above sync's).
 TEST_P(AsyncTest, ConvergesLikeSync) {
-  PsJob job;
-  job.example = GetParam();
-  job.flags = {"--num_examples=2048", "--num_test_examples=512",
-               "--batch_size=64",     job.example == "ctr" ? "--epochs=2" : "--epochs=25",
-               "--seed=11",           "--vocab_per_slot=500",
-               "--min_block_size=400"};
+  PsJob job = Job({"--num_examples=2048", "--num_test_examples=512", "--batch_size=64",
+                   GetParam() == "mlp_regression" ? "--epochs=25" : "--epochs=2", "--seed=11",
+                   "--vocab_per_slot=500", "--min_block_size=400"});
   std::string sync_dir = MakeTempDir("sync_ref");
   RunPsJob(job, sync_dir);
   double sync_loss = HeldOutLoss(sync_dir);
@@ -701,18 +708,9 @@ TEST_P(AsyncTest, ConvergesLikeSync) {
 // Fully asynchronous trainers with merged pushes: every gradient a trainer pushed is applied
 // exactly once (pserver counters equal trainer counters).
 TEST_P(AsyncTest, AppliesEveryPushExactlyOnce) {
-  PsJob job;
-  job.example = GetParam();
-  job.flags = {"--num_examples=2048",
-               "--num_test_examples=64",
-               "--batch_size=64",
-               "--epochs=2",
-               "--seed=11",
-               "--vocab_per_slot=500",
-               "--min_block_size=400",
-               "--sync_mode=false",
-               "--async_max_merge=3",
-               "--noasync_read_own_writes"};
+  PsJob job = Job({"--num_examples=2048", "--num_test_examples=64", "--batch_size=64",
+                   "--epochs=2", "--seed=11", "--vocab_per_slot=500", "--min_block_size=400",
+                   "--sync_mode=false", "--async_max_merge=3", "--noasync_read_own_writes"});
   std::string dir = MakeTempDir("async_count");
   RunPsJob(job, dir);
   std::string pservers =
@@ -731,7 +729,8 @@ TEST_P(AsyncTest, AppliesEveryPushExactlyOnce) {
   EXPECT_EQ(applied, sent_total) << pservers;
 }
 
-INSTANTIATE_TEST_SUITE_P(Examples, AsyncTest, ::testing::Values("mlp_regression", "ctr"));
+INSTANTIATE_TEST_SUITE_P(Examples, AsyncTest,
+                         ::testing::Values("mlp_regression", "ctr", "ctr_table_wise"));
 
 // Kill trainer 1 (param 1) or both trainers (param 2) in sync mode: the pservers fail within the
 // timeout with a message naming the missing trainers, the surviving trainer fails too, and no
