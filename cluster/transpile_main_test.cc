@@ -257,6 +257,33 @@ void ExpectError(const std::vector<std::string>& args, int code, const std::stri
   EXPECT_TRUE(absl::StartsWith(r.err, "tessera_transpile: ")) << r.err;
 }
 
+// The summary names each pserver's table shards: the ctr example's 52 tables (26 slots, a deep
+// and a wide table each) split over both pservers, or each whole on one, a slot's two together.
+TEST(TranspileMainTest, SummaryNamesTheTableShards) {
+  auto count = [](const std::string& text, const std::string& what) {
+    int n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  RunResult rows = RunTool({"--example=ctr", "--pservers=a:1,b:2"});
+  ASSERT_EQ(rows.exit_code, 0) << rows.err;
+  EXPECT_TRUE(absl::StrContains(rows.out, "tables row_wise\n")) << rows.out;
+  EXPECT_EQ(count(rows.out, "elements, 52 table shard(s)\n"), 2) << rows.out;
+  EXPECT_EQ(count(rows.out, "table shard 1 of 2, dim"), 52) << rows.out;
+  RunResult whole =
+      RunTool({"--example=ctr", "--pservers=a:1,b:2", "--table_placement=table_wise"});
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_TRUE(absl::StrContains(whole.out, "tables table_wise\n")) << whole.out;
+  EXPECT_EQ(count(whole.out, "elements, 26 table shard(s)\n"), 2) << whole.out;
+  EXPECT_EQ(count(whole.out, "table shard 0 of 1, dim"), 52) << whole.out;
+  for (const char* slot : {"emb_0 ", "wide_0 "}) {
+    const size_t at = whole.out.find(slot);
+    ASSERT_NE(at, std::string::npos) << whole.out;
+    EXPECT_LT(at, whole.out.find("pserver 1 b:2")) << slot << " is not with the other";
+  }
+  ExpectError({"--pservers=a:1", "--table_placement=by_table"}, 2, "'by_table'");
+}
+
 TEST(TranspileMainTest, BadFlagsAndFailures) {
   ExpectError({"--example=ctr"}, 2, "--pservers is empty");
   ExpectError({"--example=nope", "--pservers=a:1"}, 2, "'nope'");

@@ -708,9 +708,9 @@ TEST_P(AsyncTest, ConvergesLikeSync) {
 // Fully asynchronous trainers with merged pushes: every gradient a trainer pushed is applied
 // exactly once (pserver counters equal trainer counters).
 TEST_P(AsyncTest, AppliesEveryPushExactlyOnce) {
-  PsJob job = Job({"--num_examples=2048", "--num_test_examples=64", "--batch_size=64",
-                   "--epochs=2", "--seed=11", "--vocab_per_slot=500", "--min_block_size=400",
-                   "--sync_mode=false", "--async_max_merge=3", "--noasync_read_own_writes"});
+  PsJob job = Job({"--num_examples=2048", "--num_test_examples=64", "--batch_size=64", "--epochs=2",
+                   "--seed=11", "--vocab_per_slot=500", "--min_block_size=400", "--sync_mode=false",
+                   "--async_max_merge=3", "--noasync_read_own_writes"});
   std::string dir = MakeTempDir("async_count");
   RunPsJob(job, dir);
   std::string pservers =
