@@ -524,6 +524,14 @@ TEST(ClipTest, ClippingStaysOnTheTrainerBeforeSendsAndAfterAllReduce) {
 // ---------------------------------------------------------------------------------------------
 // Hybrid mode: a distributed table on the pservers, the dense layer on the trainers.
 
+// Adam (learning rate 0.1) minimizing `loss`.
+void MinimizeWithAdam(ProgramBuilder& b, const OpRegistry& registry, const std::string& loss) {
+  OptimizerOptions oo;
+  oo.learning_rate = 0.1f;
+  auto pairs = Adam(oo).Minimize(b, registry, loss);
+  EXPECT_TRUE(pairs.ok()) << pairs.status();
+}
+
 Model BuildTableModel() {
   auto registry = NewStandardOpRegistry();
   Model m;
@@ -536,10 +544,7 @@ Model BuildTableModel() {
   layers::FcOptions fo;
   fo.name = "fc";
   std::string loss = layers::Mean(b, layers::Fc(b, layers::Embedding(b, ids, 100, 4, eo), 1, fo));
-  OptimizerOptions oo;
-  oo.learning_rate = 0.1f;
-  auto pairs = Adam(oo).Minimize(b, *registry, loss);
-  EXPECT_TRUE(pairs.ok()) << pairs.status();
+  MinimizeWithAdam(b, *registry, loss);
   return m;
 }
 
@@ -603,10 +608,7 @@ Model BuildSlotTablesModel(
       loss = loss.empty() ? term : layers::ElementwiseAdd(b, loss, term);
     }
   }
-  OptimizerOptions oo;
-  oo.learning_rate = 0.1f;
-  auto pairs = Adam(oo).Minimize(b, *registry, loss);
-  EXPECT_TRUE(pairs.ok()) << pairs.status();
+  MinimizeWithAdam(b, *registry, loss);
   return m;
 }
 
