@@ -79,7 +79,9 @@ struct PserverRestoreTarget {
   int num_pservers = 1;
   Scope* scope = nullptr;                    // variables to fill (already created and sized)
   std::map<std::string, DenseSlice> slices;  // of the variables to fill
-  std::vector<PserverTableRef> tables;       // shard = this pserver's index
+  // shard = this pserver's index of num_shards = num_pservers (row-wise), or shard 0 of 1 (a
+  // whole table, table-wise)
+  std::vector<PserverTableRef> tables;
   std::string table_shard_method = "hash";
 };
 

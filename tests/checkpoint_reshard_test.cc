@@ -182,8 +182,8 @@ TEST(CheckpointReshardTest, MissingOrDamagedCheckpointNamesTheFile) {
 }
 
 // Admission counts and last-seen stamps (not part of table exports) survive a 2 -> 3 pserver
-// restore: every record lands on its new owner, and an id one sighting short of admission is
-// admitted at its next lookup there.
+// restore: every record lands on its new owner (or on the one pserver holding the table whole),
+// and an id one sighting short of admission is admitted at its next lookup there.
 TEST(CheckpointReshardTest, AdmissionCountsAndLastSeenSurviveResharding) {
   SparseTableOptions o;
   o.dim = 4;
@@ -259,6 +259,22 @@ TEST(CheckpointReshardTest, AdmissionCountsAndLastSeenSurviveResharding) {
   EXPECT_EQ(after, before);
   EXPECT_GT(pending_seen, 10);
   EXPECT_GT(seen_9, 5);
+  // The table held whole by one of 3 pservers (table-wise: shard 0 of 1) takes every record.
+  auto whole = SparseTable::Create(o);
+  ASSERT_TRUE(whole.ok());
+  Scope scope;
+  PserverRestoreTarget target;
+  target.index = 2;
+  target.num_pservers = 3;
+  target.scope = &scope;
+  target.tables.push_back({"emb", 0, whole->get(), 0, /*num_shards=*/1});
+  auto restored = RestorePserverShard(fs, *dir, target);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  std::vector<SparseTableLifecycleRecord> life;
+  (*whole)->ExportLifecycle(&life);
+  std::set<std::tuple<int64_t, uint32_t, uint32_t, bool>> held;
+  for (const auto& r : life) held.insert(key(r));
+  EXPECT_EQ(held, before);
 }
 
 }  // namespace

@@ -68,7 +68,8 @@ struct TranspilerConfig {
   std::function<int(const std::string&, int, int)> dispatcher;
   bool slice_var_up = true;
   int64_t min_block_size = 8192;
-  // Distributed tables: which pserver owns an id ("hash" of the id, or "mod": id mod #pservers).
+  // Row-wise distributed tables: which pserver owns an id ("hash" of the id, or "mod": id mod
+  // #pservers).
   std::string table_shard_method = "hash";
   // Distributed tables: split by id over all pservers, or each whole on one (class comment).
   TablePlacement table_placement = TablePlacement::kRowWise;

@@ -288,8 +288,8 @@ const std::vector<Setting>& Table() {
        Int(&ClusterConfig::table_evict_after_steps, "table_evict_after_steps", 0)},
       {{"table_max_rows",
         {"TESSERA_TABLE_MAX_ROWS"},
-        "pserver: row budget of each table shard; new ids beyond it are refused, held rows kept (0 "
-        "= no limit)"},
+        "pserver: row budget of each table shard (with --table_placement=table_wise, of each "
+        "whole table); new ids beyond it are refused, held rows kept (0 = no limit)"},
        Int(&ClusterConfig::table_max_rows, "table_max_rows", 0)},
       {{"table_export_dir",
         {"TESSERA_TABLE_EXPORT_DIR"},

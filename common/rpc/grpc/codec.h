@@ -26,10 +26,13 @@ namespace tessera {
 
 // The wire protocol this build speaks, which a pserver reports in its RegisterResponse:
 //   0  pservers older than the field;
-//   1  a SendGetBatch may carry the next batch's lookups (VariableBatch.lookups).
+//   1  a SendGetBatch may carry the next batch's lookups (VariableBatch.lookups);
+//   2  tables placed whole on one pserver (--table_placement=table_wise: a table's lookups and
+//      gradient, `<grad>.shard0`, all go to its owner).
 // A trainer refuses, at registration, a pserver whose protocol is older than its own (an older
-// pserver would ignore what it does not know and answer wrongly later).
-inline constexpr uint32_t kWireProtocol = 1;
+// pserver would ignore what it does not know and answer wrongly later: one before 2 compares
+// no table placement and holds its row-wise shards).
+inline constexpr uint32_t kWireProtocol = 2;
 
 // Encodes bytes [offset, offset + length) of dense `var` (the whole variable when length < 0),
 // or the whole of a SelectedRows `var`, as a VariableMessage.

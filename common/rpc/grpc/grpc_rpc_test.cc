@@ -619,28 +619,41 @@ TEST_F(GrpcRpcTest, RegisterChecksThePserversWireProtocol) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
+// Answers Register as a pserver of wire protocol `protocol` does (0: an empty answer, as before
+// the field).
 class OldRegisterService : public grpc::CallbackGenericService {
  public:
+  explicit OldRegisterService(uint32_t protocol) : protocol_(protocol) {}
   grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
     class Reactor : public grpc::ServerGenericBidiReactor {
      public:
-      Reactor() { StartRead(&request_); }
+      explicit Reactor(uint32_t protocol) : protocol_(protocol) { StartRead(&request_); }
       void OnReadDone(bool ok) override {
         if (!ok) return Finish(grpc::Status::OK);
-        reply_ = SerializeProto(RegisterResponse());  // an empty answer, as before the field
+        RegisterResponse answer;
+        if (protocol_ > 0) answer.set_protocol(protocol_);
+        reply_ = SerializeProto(answer);
         StartWriteAndFinish(&reply_, grpc::WriteOptions(), grpc::Status::OK);
       }
       void OnDone() override { delete this; }
 
      private:
+      const uint32_t protocol_;
       grpc::ByteBuffer request_, reply_;
     };
-    return new Reactor;
+    return new Reactor(protocol_);
   }
+
+ private:
+  const uint32_t protocol_;
 };
 
-TEST(GrpcClientTest, RegisterRefusesAPserverOlderThanTheTrainer) {
-  OldRegisterService service;
+// Releases before the field (0) and the one before this (lookups riding on a send, but no
+// table-wise placement) are both refused, naming both versions.
+class OlderPserverTest : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(OlderPserverTest, RegisterRefusesAPserverOlderThanTheTrainer) {
+  OldRegisterService service(GetParam());
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -654,12 +667,14 @@ TEST(GrpcClientTest, RegisterRefusesAPserverOlderThanTheTrainer) {
   absl::Status s = c.Register({"job", 0, 0}, {{"lr", "0.1"}}, 7);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find(ep), std::string::npos) << s;
-  EXPECT_NE(s.message().find(
-                absl::StrCat("speaks wire protocol 0, older than this trainer's ", kWireProtocol)),
+  EXPECT_NE(s.message().find(absl::StrCat("speaks wire protocol ", GetParam(),
+                                          ", older than this trainer's ", kWireProtocol)),
             std::string::npos)
       << s;
   server->Shutdown();
 }
+
+INSTANTIATE_TEST_SUITE_P(Releases, OlderPserverTest, ::testing::Values(0u, kWireProtocol - 1));
 
 }  // namespace
 }  // namespace tessera
