@@ -28,9 +28,16 @@ serve() {
     sleep 0.1
   done
   if ! grep -q ": serving .*export-0000000042 (step 42)" "$TMP/serve.log"; then
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-    fail "no serving line within 60 s: $(cat "$TMP/serve.log")"
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+      fail "no serving line within 60 s: $(cat "$TMP/serve.log")"
+    else
+      # Gone before its line: say how (a status above 128 is a signal's), not "60 s".
+      wait "$pid"
+      rc=$?
+      fail "exited with status $rc before its serving line: $(cat "$TMP/serve.log")"
+    fi
     return
   fi
   kill "-$sig" "$pid" 2>/dev/null
