@@ -27,8 +27,11 @@ from tessera import layers
 
 def build(num_dense=13, num_slots=26, embedding_dim=8, dict_size=10000, hidden=(64, 32),
           distributed_tables=False, is_sparse=True, optimizer="adam", learning_rate=0.001,
-          l2_decay=0.0, random_seed=0):
-    """Builds the wide & deep model (CtrOptions' meaning) into a new tessera.Model."""
+          l2_decay=0.0, random_seed=0, wide=True):
+    """Builds the wide & deep model (CtrOptions' meaning) into a new tessera.Model.
+
+    wide=False leaves the wide part out (no wide_<s> tables, no linear term): the deep model
+    alone, e.g. to see what a slot's second table costs (tests/bench/RESULTS.md)."""
     model = tessera.Model(random_seed=random_seed)
     sparse = is_sparse or distributed_tables
     with tessera.model_guard(model):
@@ -43,9 +46,11 @@ def build(num_dense=13, num_slots=26, embedding_dim=8, dict_size=10000, hidden=(
             deep_inputs.append(layers.embedding(
                 ids, size=[dict_size, embedding_dim], is_sparse=sparse,
                 is_distributed=distributed_tables, name="emb_%d" % s))
-            wide_terms.append(layers.embedding(
-                ids, size=[dict_size, 1], is_sparse=sparse, is_distributed=distributed_tables,
-                name="wide_%d" % s, param_attr=tessera.initializer.Constant(0.0)))
+            if wide:
+                wide_terms.append(layers.embedding(
+                    ids, size=[dict_size, 1], is_sparse=sparse,
+                    is_distributed=distributed_tables, name="wide_%d" % s,
+                    param_attr=tessera.initializer.Constant(0.0)))
 
         # Deep part.
         if dense is not None:
@@ -56,9 +61,9 @@ def build(num_dense=13, num_slots=26, embedding_dim=8, dict_size=10000, hidden=(
         logit = layers.fc(h, 1, name="deep_out")
 
         # Wide part: the per-slot weights summed, plus a linear term on the dense features.
-        wide = layers.sums(wide_terms, name="wide_sum")
-        logit = layers.elementwise_add(logit, wide)
-        if dense is not None:
+        if wide_terms:
+            logit = layers.elementwise_add(logit, layers.sums(wide_terms, name="wide_sum"))
+        if dense is not None and wide:
             # deep_out carries the bias.
             logit = layers.elementwise_add(logit, layers.fc(dense, 1, name="wide_dense",
                                                             bias_attr=False))
@@ -92,12 +97,16 @@ def main(argv=None):
     p.add_argument("--optimizer", default="adam", choices=["sgd", "momentum", "adam", "adagrad"])
     p.add_argument("--l2_decay", type=float, default=0.0)
     p.add_argument("--random_seed", type=int, default=0, help="0: the builder's default seed")
+    p.add_argument("--wide", nargs="?", const=True, default=True, type=parse_bool,
+                   help="the wide part (per-slot dimension-1 tables and a linear term on the "
+                        "dense features); --wide=false builds the deep model alone "
+                        "(default: true)")
     args = p.parse_args(argv)
     try:
         model = build(dict_size=args.dict_size, embedding_dim=args.embedding_dim,
                       distributed_tables=args.distributed_tables, optimizer=args.optimizer,
                       learning_rate=args.learning_rate, l2_decay=args.l2_decay,
-                      random_seed=args.random_seed)
+                      random_seed=args.random_seed, wide=args.wide)
         model.save(args.out)
     except (ValueError, TypeError, OSError) as e:
         print("wide_deep: %s" % e, file=sys.stderr)

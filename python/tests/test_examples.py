@@ -195,6 +195,13 @@ class WideDeepTest(CppComparison):
                                  env=env, capture_output=True, text=True)
             self.assertEqual(bad.returncode, 1)
             self.assertIn("learning_rate must be positive", bad.stderr)
+            # --wide=false: the deep model alone, its tables as wide as asked.
+            subprocess.run([sys.executable, script, "--out", out, "--distributed_tables",
+                            "--wide=false", "--embedding_dim", "9"], check=True, env=env)
+            names = {v.name: v for v in tessera.load_model(out).forward.blocks[0].vars}
+            self.assertNotIn("wide_0", names)
+            self.assertNotIn("wide_dense.w", names)
+            self.assertEqual(list(names["emb_25"].shape), [10000, 9])
 
 
 class RegisteredOpsTest(unittest.TestCase):
