@@ -28,6 +28,7 @@
 #                 stats lines: requests / (trainers x steps per trainer))
 #   KB/step/ps    bytes in + out of each pserver per trainer step
 #   vs single     samples/s over the single process's
+#   vs 1x1        samples/s over "1x1 sync"'s (the issue's 2x2 target), when it ran; CTR rows
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS="${1:-2}"
@@ -130,13 +131,14 @@ done
 
 single_sps=$(awk '{ s += $1; n++ } END { print (n ? s / n : 0) }' "$WORK/single.rows" 2>/dev/null || echo 0)
 deepfm_sps=$(awk '{ s += $1; n++ } END { print (n ? s / n : 0) }' "$WORK/deepfm_single.rows" 2>/dev/null || echo 0)
-echo "| run | samples/s | vs single | wall s | CPU s / 1k samples | req/step/ps | KB/step/ps |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+one_sps=$(awk '{ s += $1; n++ } END { print (n ? s / n : 0) }' "$WORK/1x1_sync.rows" 2>/dev/null || echo 0)
+echo "| run | samples/s | vs single | vs 1x1 | wall s | CPU s / 1k samples | req/step/ps | KB/step/ps |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for c in "${CONFIGS[@]}"; do
   key="$(echo "$c" | tr ' =' '__')"
-  base="$single_sps"
-  [[ "$c" == deepfm* ]] && base="$deepfm_sps"
-  awk -v name="$c" -v base="$base" -v n="$N" '
+  base="$single_sps" one="$one_sps"
+  [[ "$c" == deepfm* ]] && base="$deepfm_sps" && one=0
+  awk -v name="$c" -v base="$base" -v one="$one" -v n="$N" '
     { sps[NR] = $1; s += $1; w += $2; cpu += $3; req += $4; kb += $5 }
     END {
       lo = sps[1]; hi = sps[1]
@@ -144,7 +146,8 @@ for c in "${CONFIGS[@]}"; do
       m = s / NR
       if (name ~ /single/) { rq = "-"; k = "-" }
       else { rq = sprintf("%.1f", req / NR); k = sprintf("%.1f", kb / NR) }
-      printf "| %s | %.0f (%.0f-%.0f) | %.2f | %.1f | %.3f | %s | %s |\n", name, m, lo, hi,
-        (base > 0 ? m / base : 0), w / NR, cpu / NR / (n / 1000), rq, k
+      v1 = (one > 0 && name !~ /single/) ? sprintf("%.2f", m / one) : "-"
+      printf "| %s | %.0f (%.0f-%.0f) | %.2f | %s | %.1f | %.3f | %s | %s |\n", name, m, lo, hi,
+        (base > 0 ? m / base : 0), v1, w / NR, cpu / NR / (n / 1000), rq, k
     }' "$WORK/$key.rows"
 done
