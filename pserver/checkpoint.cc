@@ -299,6 +299,10 @@ absl::StatusOr<PserverRestored> RestorePserverShard(io::FileSystem* fs, const st
         absl::StrCat("table_shard_method '", target.table_shard_method, "'"));
   }
   for (const auto& t : target.tables) {
+    // The ids this table shard owns now (resharding): of the pserver count, or every id of a
+    // table held whole.
+    const int shards = t.num_shards > 0 ? t.num_shards : target.num_pservers;
+    auto mine = [&](int64_t id) { return ShardOf(id, shards, method) == t.shard; };
     int64_t applies = 0;
     for (const auto& s : saved) {
       auto it = s.tables.find(t.name);
@@ -311,10 +315,6 @@ absl::StatusOr<PserverRestored> RestorePserverShard(io::FileSystem* fs, const st
             absl::StrCat("checkpoint ", ckpt_dir, ": ", s.prefix, ".MANIFEST lists no ", name));
       }
       TS_ASSIGN_OR_RETURN(std::string data, io::ReadVerified(fs, ckpt_dir, *f));
-      const int n = t.num_shards > 0 ? t.num_shards : target.num_pservers;
-      const int me = t.shard;
-      // Only the rows this pserver owns now (resharding).
-      auto mine = [&](int64_t id) { return ShardOf(id, n, method) == me; };
       TS_ASSIGN_OR_RETURN(int64_t loaded,
                           t.table->ImportBytes(data, io::JoinPath(ckpt_dir, name), mine));
       result.table_rows += loaded;
@@ -336,10 +336,7 @@ absl::StatusOr<PserverRestored> RestorePserverShard(io::FileSystem* fs, const st
         const char* r = data.data() + at;
         SparseTableLifecycleRecord rec;
         rec.id = GetLE<int64_t>(r);
-        if (ShardOf(rec.id, t.num_shards > 0 ? t.num_shards : target.num_pservers, method) !=
-            t.shard) {
-          continue;
-        }
+        if (!mine(rec.id)) continue;
         rec.seen = GetLE<uint32_t>(r + 8);
         rec.count = GetLE<uint32_t>(r + 12);
         rec.pending = GetLE<uint32_t>(r + 16) != 0;
