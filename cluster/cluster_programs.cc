@@ -66,6 +66,7 @@ TranspilerConfig TranspilerConfigFor(const ClusterConfig& config, int trainer_id
   t.table_shard_method = config.table_shard_method;
   t.table_placement = config.table_placement == "table_wise" ? TablePlacement::kTableWise
                                                              : TablePlacement::kRowWise;
+  t.fuse_tables = config.fuse_tables;
   t.hybrid = config.mode == "hybrid";
   return t;
 }

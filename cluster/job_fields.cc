@@ -46,6 +46,7 @@ JobFields JobFieldsFor(const ClusterConfig& config, const ModelSpec& model) {
       {"min_block_size", absl::StrCat(config.min_block_size)},
       {"table_shard_method", config.table_shard_method},
       {"table_placement", config.table_placement},
+      {"fuse_tables", config.fuse_tables ? "true" : "false"},
       {"heartbeat_s", absl::StrCat(config.heartbeat_s)},
   };
   if (config.reader != "memory") {  // the data order depends on these

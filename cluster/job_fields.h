@@ -17,8 +17,8 @@ namespace tessera {
 // Fields both daemons know: trainers, pservers (in order), mode, sync_mode, batch_size, epochs,
 // seed, learning_rate (the compiled model's, after --learning_rate), model (a hash of the
 // compiled single-machine programs: the model file or example, its optimizer and schedule),
-// split_method, slice_var_up, min_block_size, table_shard_method, table_placement, and the
-// synthetic data's example and num_examples (without --train_data).
+// split_method, slice_var_up, min_block_size, table_shard_method, table_placement, fuse_tables, and
+// the synthetic data's example and num_examples (without --train_data).
 JobFields JobFieldsFor(const ClusterConfig& config, const ModelSpec& model);
 
 // The field only trainers know, added to a trainer's fields: its steps per epoch.

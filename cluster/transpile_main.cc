@@ -53,12 +53,12 @@ std::string Summary(const ClusterConfig& config, const DistributeTranspiler& t,
                     const ModelSpec& model) {
   std::string out = absl::StrFormat(
       "%s: example %s%s, %d pserver(s), %d trainer(s), %s mode, split %s, slice_var_up %s, "
-      "min_block_size %d, tables %s\n",
+      "min_block_size %d, tables %s%s\n",
       kProgram, config.example,
       config.program.empty() ? "" : absl::StrCat(" (program ", config.program, ")"),
       config.pservers.size(), config.trainers, config.sync_mode ? "sync" : "async",
       config.split_method, config.slice_var_up ? "on" : "off", config.min_block_size,
-      config.table_placement);
+      config.table_placement, config.fuse_tables ? ", fuse_tables on" : "");
   std::map<std::string, std::vector<const VarBlock*>> by_endpoint;
   for (const auto& b : t.param_blocks()) by_endpoint[b.endpoint].push_back(&b);
   for (size_t i = 0; i < config.pservers.size(); ++i) {
@@ -89,9 +89,11 @@ std::string Summary(const ClusterConfig& config, const DistributeTranspiler& t,
       }
     }
     for (const OpDesc* op : tables) {
-      absl::StrAppendFormat(&out, "  %-28s table shard %d of %d, dim %d\n",
+      const std::string group = GetStringAttr(*op, "group", "");
+      absl::StrAppendFormat(&out, "  %-28s table shard %d of %d, dim %d%s\n",
                             GetStringAttr(*op, "table", ""), GetIntAttr(*op, "shard", 0),
-                            GetIntAttr(*op, "num_shards", 0), GetIntAttr(*op, "dim", 0));
+                            GetIntAttr(*op, "num_shards", 0), GetIntAttr(*op, "dim", 0),
+                            group.empty() ? "" : absl::StrCat(", in ", group));
     }
   }
   const ProgramDesc& tp = t.trainer_program();

@@ -267,13 +267,15 @@ TEST(TranspileMainTest, SummaryNamesTheTableShards) {
   };
   RunResult rows = RunTool({"--example=ctr", "--pservers=a:1,b:2"});
   ASSERT_EQ(rows.exit_code, 0) << rows.err;
-  EXPECT_TRUE(absl::StrContains(rows.out, "tables row_wise\n")) << rows.out;
+  EXPECT_TRUE(absl::StrContains(rows.out, "tables row_wise, fuse_tables on\n")) << rows.out;
+  // Each slot's deep and wide table: one table group, on every pserver.
+  EXPECT_EQ(count(rows.out, ", in emb_0+wide_0\n"), 4) << rows.out;
   EXPECT_EQ(count(rows.out, "elements, 52 table shard(s)\n"), 2) << rows.out;
   EXPECT_EQ(count(rows.out, "table shard 1 of 2, dim"), 52) << rows.out;
   RunResult whole =
       RunTool({"--example=ctr", "--pservers=a:1,b:2", "--table_placement=table_wise"});
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
-  EXPECT_TRUE(absl::StrContains(whole.out, "tables table_wise\n")) << whole.out;
+  EXPECT_TRUE(absl::StrContains(whole.out, "tables table_wise, fuse_tables on\n")) << whole.out;
   EXPECT_EQ(count(whole.out, "elements, 26 table shard(s)\n"), 2) << whole.out;
   EXPECT_EQ(count(whole.out, "table shard 0 of 1, dim"), 52) << whole.out;
   for (const char* slot : {"emb_0 ", "wide_0 "}) {
@@ -281,6 +283,10 @@ TEST(TranspileMainTest, SummaryNamesTheTableShards) {
     ASSERT_NE(at, std::string::npos) << whole.out;
     EXPECT_LT(at, whole.out.find("pserver 1 b:2")) << slot << " is not with the other";
   }
+  RunResult apart = RunTool({"--example=ctr", "--pservers=a:1,b:2", "--nofuse_tables"});
+  ASSERT_EQ(apart.exit_code, 0) << apart.err;
+  EXPECT_TRUE(absl::StrContains(apart.out, "tables row_wise\n")) << apart.out;
+  EXPECT_EQ(count(apart.out, ", in "), 0) << apart.out;
   ExpectError({"--pservers=a:1", "--table_placement=by_table"}, 2, "'by_table'");
 }
 

@@ -22,6 +22,31 @@ int TableShards(int requested) {
   return shards;
 }
 
+// The initializer a sparse_table op describes (attrs init, init_min, ...), or InvalidArgument
+// naming `table` and an initializer distributed tables do not support.
+absl::StatusOr<SparseTableInitializer> TableInitializer(const OpDesc& op,
+                                                        const std::string& table) {
+  SparseTableInitializer i;
+  const std::string init = GetStringAttr(op, "init", "uniform_random");
+  if (init == "uniform_random") {
+    i.kind = SparseTableInitializer::kUniform;
+    i.min = GetFloatAttr(op, "init_min", -1.0);
+    i.max = GetFloatAttr(op, "init_max", 1.0);
+  } else if (init == "gaussian_random") {
+    i.kind = SparseTableInitializer::kGaussian;
+    i.mean = GetFloatAttr(op, "init_mean", 0.0);
+    i.std = GetFloatAttr(op, "init_std", 1.0);
+  } else if (init == "fill_constant") {
+    i.kind = SparseTableInitializer::kConstant;
+    i.value = GetFloatAttr(op, "init_value", 0.0);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("table ", table, ": initializer '", init,
+                                                   "' is not supported for distributed tables"));
+  }
+  i.seed = static_cast<uint64_t>(GetIntAttr(op, "init_seed", 0));
+  return i;
+}
+
 int OptimizeThreads(int requested) {
   if (requested > 0) return requested;
   return static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
@@ -81,34 +106,44 @@ absl::Status Applier::Init(const OpDesc& ls) {
 }
 
 absl::Status Applier::InitTables() {
-  for (const auto& op : program_.blocks(0).ops()) {
+  // Consecutive sparse_table ops of one `group` (member tables: the same ids, one gradient) are
+  // one SparseTable holding their columns side by side, in op order.
+  const auto& ops = program_.blocks(0).ops();
+  for (int i = 0; i < ops.size(); ++i) {
+    const OpDesc& op = ops[i];
     if (op.type() != "sparse_table") continue;
+    const std::string group = GetStringAttr(op, "group", "");
+    int end = i + 1;
+    while (!group.empty() && end < ops.size() && ops[end].type() == "sparse_table" &&
+           GetStringAttr(ops[end], "group", "") == group) {
+      ++end;
+    }
     Table t;
-    t.name = GetStringAttr(op, "table", "");
+    t.name = group.empty() ? GetStringAttr(op, "table", "") : group;
     t.grad = GetStringAttr(op, "grad", "");
     t.lr = GetStringAttr(op, "learning_rate", "");
-    t.dim = GetIntAttr(op, "dim", 0);
     t.shard = static_cast<int>(GetIntAttr(op, "shard", 0));
     t.num_shards = static_cast<int>(GetIntAttr(op, "num_shards", 0));
     SparseTableOptions o;
-    o.dim = t.dim;
-    std::string init = GetStringAttr(op, "init", "uniform_random");
-    if (init == "uniform_random") {
-      o.initializer.kind = SparseTableInitializer::kUniform;
-      o.initializer.min = GetFloatAttr(op, "init_min", -1.0);
-      o.initializer.max = GetFloatAttr(op, "init_max", 1.0);
-    } else if (init == "gaussian_random") {
-      o.initializer.kind = SparseTableInitializer::kGaussian;
-      o.initializer.mean = GetFloatAttr(op, "init_mean", 0.0);
-      o.initializer.std = GetFloatAttr(op, "init_std", 1.0);
-    } else if (init == "fill_constant") {
-      o.initializer.kind = SparseTableInitializer::kConstant;
-      o.initializer.value = GetFloatAttr(op, "init_value", 0.0);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("table ", t.name, ": initializer '", init,
-                                                     "' is not supported for distributed tables"));
+    for (int m = i; m < end; ++m) {
+      SparseTableMember member;
+      member.name = GetStringAttr(ops[m], "table", "");
+      member.dim = GetIntAttr(ops[m], "dim", 0);
+      TS_ASSIGN_OR_RETURN(member.initializer, TableInitializer(ops[m], member.name));
+      if (!group.empty() && (GetStringAttr(ops[m], "grad", "") != t.grad ||
+                             GetStringAttr(ops[m], "learning_rate", "") != t.lr)) {
+        return absl::InvalidArgumentError(absl::StrCat("table ", member.name, " of group ", group,
+                                                       " has another gradient or learning rate"));
+      }
+      t.members.push_back(member.name);
+      t.dim += member.dim;
+      o.members.push_back(std::move(member));
     }
-    o.initializer.seed = static_cast<uint64_t>(GetIntAttr(op, "init_seed", 0));
+    if (group.empty()) {
+      o.initializer = o.members[0].initializer;
+      o.members.clear();
+    }
+    o.dim = t.dim;
     o.optimizer = GetStringAttr(op, "optimizer", "sgd");
     o.l2 = GetFloatAttr(op, "regularization_coeff", 0.0);
     o.adagrad_epsilon = GetFloatAttr(op, "epsilon", 1e-6);
@@ -128,6 +163,7 @@ absl::Status Applier::InitTables() {
     table_by_grad_[t.grad] = static_cast<int>(tables_.size());
     table_by_name_[t.name] = static_cast<int>(tables_.size());
     tables_.push_back(std::move(t));
+    i = end - 1;
   }
   return absl::OkStatus();
 }
@@ -309,15 +345,22 @@ std::vector<PserverTableRef> Applier::TableRefs() {
   std::vector<PserverTableRef> refs;
   for (auto& t : tables_) {
     absl::MutexLock lock(t.mu.get());
-    refs.push_back({t.name, t.shard, t.table.get(), t.applies, t.num_shards});
+    // A group's members each as the table of their own that checkpoints and exports name.
+    for (size_t m = 0; m < t.members.size(); ++m) {
+      refs.push_back({t.members[m], t.shard, t.table.get(), t.applies, t.num_shards,
+                      t.members.size() > 1 ? static_cast<int>(m) : -1});
+    }
   }
   return refs;
 }
 
 void Applier::RestoreTables(const std::map<std::string, int64_t>& applies, int64_t step) {
   for (auto& t : tables_) {
-    auto it = applies.find(t.name);
-    t.applies = it == applies.end() ? 0 : it->second;
+    t.applies = 0;
+    for (const std::string& member : t.members) {  // equal unless restored from another job
+      auto it = applies.find(member);
+      if (it != applies.end()) t.applies = std::max(t.applies, it->second);
+    }
     t.table->AdvanceStep(step);
   }
 }
@@ -326,12 +369,15 @@ absl::StatusOr<int64_t> Applier::ExportTables(const std::string& dir,
                                               const SparseTableExportOptions& options) {
   int64_t rows = 0;
   for (auto& t : tables_) {
-    std::string path = absl::StrCat(dir, "/", t.name, ".shard", t.shard, ".tbl");
-    auto n = t.table->Export(path, options);
+    std::vector<std::string> paths;
+    for (const std::string& member : t.members) {
+      paths.push_back(absl::StrCat(dir, "/", member, ".shard", t.shard, ".tbl"));
+    }
+    auto n = t.table->ExportMembers(paths, options);
     if (!n.ok()) {
       return absl::Status(n.status().code(),
-                          absl::StrCat("pserver ", options_.endpoint, " exporting ", path, ": ",
-                                       n.status().message()));
+                          absl::StrCat("pserver ", options_.endpoint, " exporting table ", t.name,
+                                       ": ", n.status().message()));
     }
     rows += *n;
   }
@@ -342,7 +388,7 @@ std::map<std::pair<std::string, int>, int64_t> Applier::TableRows(int64_t* refus
   std::map<std::pair<std::string, int>, int64_t> rows;
   for (const auto& t : tables_) {
     SparseTableStats st = t.table->Stats();
-    rows[{t.name, t.shard}] = st.rows;
+    for (const std::string& member : t.members) rows[{member, t.shard}] = st.rows;
     *refused += st.refused_rows;
   }
   return rows;

@@ -1,7 +1,8 @@
 // Applier: what a pserver does with complete gradients. It holds the optimize blocks of a
 // pserver program (one per parameter block, from listen_and_serv's grad_to_block_id), its
-// distributed tables (every sparse_table op: a SparseTable shard each) and its learning-rate
-// schedule block (lr_decay_block_id), and applies gradients to them:
+// distributed tables (every sparse_table op: a SparseTable shard each; the consecutive ops of one
+// `group`, tables looked up with the same ids, one SparseTable of their columns) and its
+// learning-rate schedule block (lr_decay_block_id), and applies gradients to them:
 //   sync   ApplyStep: once per step, the schedule, then every table and then every optimize
 //          block, each in parallel on the pool (each table concatenates the trainers' rows, in
 //          trainer order, and applies them scaled 1/N, taking an optimizer step whether or not
@@ -101,10 +102,12 @@ class Applier {
   std::vector<PserverTableRef> TableRefs();
   // After a restore: each table's optimizer steps (async Adam's t) and current step.
   void RestoreTables(const std::map<std::string, int64_t>& applies, int64_t step);
-  // Writes every table shard to <dir>/<table>.shard<k>.tbl; returns the rows written.
+  // Writes every table shard to <dir>/<table>.shard<k>.tbl (a group's: one file per member);
+  // returns the rows written.
   absl::StatusOr<int64_t> ExportTables(const std::string& dir,
                                        const SparseTableExportOptions& options);
-  // Rows per (table, shard), and rows refused for the row budget, summed over tables.
+  // Rows per (table, shard) (a group's members each), and rows refused for the row budget,
+  // summed over tables.
   std::map<std::pair<std::string, int>, int64_t> TableRows(int64_t* refused) const;
 
  private:
@@ -116,7 +119,8 @@ class Applier {
     std::unique_ptr<absl::Mutex> mu = std::make_unique<absl::Mutex>();  // async updates
   };
   struct Table {
-    std::string name;  // the table variable
+    std::string name;  // the table variable, or a group's name (its members': table_gradients)
+    std::vector<std::string> members;  // the tables it holds: itself, or a group's members
     int shard = 0;     // which shard of the table this pserver holds
     int num_shards = 0;  // of how many (0: a program from before the attr: the pserver count)
     std::string grad;  // its gradient shard name, as trainers send it

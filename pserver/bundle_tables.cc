@@ -153,12 +153,16 @@ absl::Status WritePserverExport(io::FileSystem* fs, const std::string& dir, int 
   const std::string prefix = io::PserverFilePrefix(index, num_pservers);
   SparseTableExportOptions eo;
   eo.only_changed = delta;
+  MemberExports exports(eo);  // a group's members under one delta cut
   for (const BundleTableRef& t : tables) {
     TS_RETURN_IF_ERROR(writer.WriteFile(io::BundleTableFileName(index, num_pservers, t.name),
-                                        t.table->ExportBytes(eo)));
+                                        exports.Take(t.table, t.member)));
   }
   io::Manifest meta;
-  for (const BundleTableRef& t : tables) PutTableMeta(t.name, t.table->options(), &meta);
+  for (const BundleTableRef& t : tables) {
+    PutTableMeta(t.name, t.member < 0 ? t.table->options() : t.table->MemberOptions(t.member),
+                 &meta);
+  }
   for (const auto& [key, value] : meta.meta) writer.SetMeta(key, value);
   writer.SetMeta("index", absl::StrCat(index));
   writer.SetMeta("num_pservers", absl::StrCat(num_pservers));

@@ -26,6 +26,7 @@ namespace tessera {
 struct BundleTableRef {
   std::string name;
   SparseTable* table = nullptr;
+  int member = -1;  // which member of `table` (SparseTableOptions::members), or -1: all of it
 };
 
 // Writes pserver `index` of `num_pservers`'s part of a serving export into `dir` (which exists):

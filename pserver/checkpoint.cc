@@ -160,13 +160,15 @@ absl::Status SavePserverShard(io::FileSystem* fs, const std::string& dir,
     absl::StrAppend(&meta, "table ", t.name, " ", t.shard, " ", t.applies, "\n");
   }
   TS_RETURN_IF_ERROR(writer.WriteFile(prefix + ".meta", meta));
+  SparseTableExportOptions eo;
+  eo.with_optimizer_state = true;
+  eo.keep_delta_cut = true;  // a checkpoint takes no rows from the next serving delta
+  MemberExports exports(eo);
   for (const auto& t : shard.tables) {
-    // The table's export bytes go through `fs` like every other file of the checkpoint.
-    SparseTableExportOptions eo;
-    eo.with_optimizer_state = true;
-    eo.keep_delta_cut = true;  // a checkpoint takes no rows from the next serving delta
-    TS_RETURN_IF_ERROR(
-        writer.WriteFile(absl::StrCat(prefix, ".", t.name, ".tbl"), t.table->ExportBytes(eo)));
+    // The table's export bytes go through `fs` like every other file of the checkpoint; a
+    // member's are the file of that table alone.
+    TS_RETURN_IF_ERROR(writer.WriteFile(absl::StrCat(prefix, ".", t.name, ".tbl"),
+                                        exports.Take(t.table, t.member)));
     // Last-seen stamps and pending admission counts: 20-byte records.
     std::vector<SparseTableLifecycleRecord> life;
     t.table->ExportLifecycle(&life);
@@ -316,7 +318,7 @@ absl::StatusOr<PserverRestored> RestorePserverShard(io::FileSystem* fs, const st
       }
       TS_ASSIGN_OR_RETURN(std::string data, io::ReadVerified(fs, ckpt_dir, *f));
       TS_ASSIGN_OR_RETURN(int64_t loaded,
-                          t.table->ImportBytes(data, io::JoinPath(ckpt_dir, name), mine));
+                          t.table->ImportBytes(data, io::JoinPath(ckpt_dir, name), mine, t.member));
       result.table_rows += loaded;
     }
     // Then the last-seen stamps and pending admission counts of the ids it owns now.

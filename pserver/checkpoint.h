@@ -59,6 +59,8 @@ struct PserverTableRef {
   int64_t applies = 0;
   // Of how many shards: the pserver count (0, row-wise) or 1 (table-wise: the whole table).
   int num_shards = 0;
+  // Which member of `table` this table is (SparseTableOptions::members), or -1: all of it.
+  int member = -1;
 };
 
 struct PserverShardToSave {

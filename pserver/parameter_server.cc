@@ -278,7 +278,9 @@ void ParameterServer::HandleExport(int64_t step, bool delta, DoneCallback done) 
       // disk creates it here.
       TS_RETURN_IF_ERROR(fs->CreateDirs(dir));
       std::vector<BundleTableRef> tables;
-      for (const PserverTableRef& t : applier_->TableRefs()) tables.push_back({t.name, t.table});
+      for (const PserverTableRef& t : applier_->TableRefs()) {
+        tables.push_back({t.name, t.table, t.member});
+      }
       return WritePserverExport(fs, dir, options_.pserver_index, options_.num_pservers, delta,
                                 tables);
     });

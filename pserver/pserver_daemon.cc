@@ -4,6 +4,8 @@
 #include <signal.h>
 
 #include <atomic>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
@@ -11,14 +13,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "cluster/cluster_programs.h"
+#include "cluster/job_fields.h"
+#include "common/base/status.h"
+#include "common/framework/program_io.h"
 #include "common/io/checkpoint_io.h"
 #include "common/metrics/interval_stats.h"
 #include "common/ops/ops.h"
-#include "common/framework/program_io.h"
 #include "common/rpc/grpc/credentials.h"
-#include "common/base/status.h"
-#include "cluster/cluster_programs.h"
-#include "cluster/job_fields.h"
 
 namespace tessera {
 
@@ -94,7 +96,14 @@ absl::Status PserverProcess::Init() {
   TS_ASSIGN_OR_RETURN(ProgramDesc program, t.GetPserverProgram(config.current_endpoint));
   TS_ASSIGN_OR_RETURN(ProgramDesc startup, t.GetPserverStartupProgram(config.current_endpoint));
   blocks_ = program.blocks_size() - 1;
-  for (const OpDesc& op : program.blocks(0).ops()) table_shards_ += op.type() == "sparse_table";
+  std::set<std::string> groups;
+  for (const OpDesc& op : program.blocks(0).ops()) {
+    if (op.type() != "sparse_table") continue;
+    ++table_shards_;
+    const std::string group = GetStringAttr(op, "group", "");
+    if (!group.empty()) groups.insert(group);
+  }
+  table_groups_ = static_cast<int>(groups.size());
 
   Executor exec(registry_.get());
   absl::Status s = exec.Run(startup, 0, &scope_);
@@ -159,8 +168,10 @@ absl::Status PserverProcess::Start() {
   std::string security;
   TS_RETURN_IF_ERROR(StartRpcServer(config, ps_.get(), rpc_metrics_.get(), &server_, &security));
   log_ << "pserver " << config.current_endpoint << ": serving " << blocks_
-       << " parameter blocks and " << table_shards_ << " table shards for " << config.trainers
-       << " trainers (" << (config.sync_mode ? "sync" : "async") << ")" << security << std::endl;
+       << " parameter blocks and " << table_shards_ << " table shards"
+       << (table_groups_ > 0 ? absl::StrCat(" (", table_groups_, " table groups)") : "") << " for "
+       << config.trainers << " trainers (" << (config.sync_mode ? "sync" : "async") << ")"
+       << security << std::endl;
   TS_RETURN_IF_ERROR(StartMetricsServer(config, &metrics_, log_, &metrics_server_));
   if (metrics_server_ != nullptr) AddMetricsCollector();
   StartStatsLine();

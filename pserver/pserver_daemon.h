@@ -79,6 +79,7 @@ class PserverProcess {
   Histogram* fetch_barrier_wait_ = nullptr;
   int blocks_ = 0;        // parameter blocks served
   int table_shards_ = 0;  // distributed table shards held
+  int table_groups_ = 0;  // of them, groups held as one table (--fuse_tables)
   std::unique_ptr<ParameterServer> ps_;
   std::unique_ptr<GrpcServer> server_;
   std::unique_ptr<MetricsServer> metrics_server_;

@@ -19,6 +19,7 @@
 #include "Eigen/Core"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status.h"
 #include "common/ops/counter_rng.h"
 #include "common/ops/optimizer_rules.h"
 #include "pserver/chunk_arena.h"
@@ -241,28 +242,47 @@ absl::StatusOr<std::unique_ptr<SparseTable>> SparseTable::Create(const SparseTab
   if (o.dim < 1 || o.dim > kMaxDim) {
     return bad(absl::StrCat("dim is ", o.dim, "; it must be in [1, ", kMaxDim, "]"));
   }
-  const SparseTableInitializer& init = o.initializer;
-  switch (init.kind) {
-    case SparseTableInitializer::kUniform:
-      if (!std::isfinite(init.min) || !std::isfinite(init.max) || !(init.min <= init.max)) {
-        return bad(absl::StrCat("initializer min ", init.min, " and max ", init.max,
-                                " must be finite with min <= max"));
+  // An initializer's parameters; `who` prefixes the message ("" or "members[m] ").
+  auto check_init = [&](const SparseTableInitializer& init,
+                        const std::string& who) -> absl::Status {
+    switch (init.kind) {
+      case SparseTableInitializer::kUniform:
+        if (!std::isfinite(init.min) || !std::isfinite(init.max) || !(init.min <= init.max)) {
+          return bad(absl::StrCat(who, "initializer min ", init.min, " and max ", init.max,
+                                  " must be finite with min <= max"));
+        }
+        return absl::OkStatus();
+      case SparseTableInitializer::kGaussian:
+        if (!std::isfinite(init.mean) || !std::isfinite(init.std) || init.std < 0) {
+          return bad(absl::StrCat(who, "initializer mean ", init.mean, " and std ", init.std,
+                                  " must be finite with std >= 0"));
+        }
+        return absl::OkStatus();
+      case SparseTableInitializer::kConstant:
+        if (!std::isfinite(init.value)) {
+          return bad(absl::StrCat(who, "initializer value ", init.value, " must be finite"));
+        }
+        return absl::OkStatus();
+    }
+    return bad(absl::StrCat(who, "initializer kind ", static_cast<int>(init.kind),
+                            " is not kUniform, kGaussian or kConstant"));
+  };
+  if (o.members.empty()) {
+    TS_RETURN_IF_ERROR(check_init(o.initializer, ""));
+  } else {
+    int64_t sum = 0;
+    for (size_t m = 0; m < o.members.size(); ++m) {
+      const SparseTableMember& member = o.members[m];
+      const std::string who = absl::StrCat("members[", m, "] (", member.name, ") ");
+      if (member.dim < 1 || member.dim > o.dim) {
+        return bad(absl::StrCat(who, "dim is ", member.dim, "; it must be in [1, ", o.dim, "]"));
       }
-      break;
-    case SparseTableInitializer::kGaussian:
-      if (!std::isfinite(init.mean) || !std::isfinite(init.std) || init.std < 0) {
-        return bad(absl::StrCat("initializer mean ", init.mean, " and std ", init.std,
-                                " must be finite with std >= 0"));
-      }
-      break;
-    case SparseTableInitializer::kConstant:
-      if (!std::isfinite(init.value)) {
-        return bad(absl::StrCat("initializer value ", init.value, " must be finite"));
-      }
-      break;
-    default:
-      return bad(absl::StrCat("initializer kind ", static_cast<int>(init.kind),
-                              " is not kUniform, kGaussian or kConstant"));
+      TS_RETURN_IF_ERROR(check_init(member.initializer, who));
+      sum += member.dim;
+    }
+    if (sum != o.dim) {
+      return bad(absl::StrCat("members' dims sum to ", sum, ", not to dim ", o.dim));
+    }
   }
   Opt opt;
   if (o.optimizer == "sgd") {
@@ -321,13 +341,40 @@ int ChunkShift(size_t stride) {
   while ((stride << (shift + 1)) <= kChunkTargetBytes) ++shift;
   return shift;
 }
+// A row is `blocks` blocks of `row_dim` floats (values, then each optimizer state); a record
+// holds columns [offset, offset + width) of each, back to back. Gather copies row -> record,
+// Scatter record -> row.
+void GatherColumns(const float* row, int64_t row_dim, int64_t offset, int64_t width, int64_t blocks,
+                   char* rec) {
+  const size_t bytes = sizeof(float) * static_cast<size_t>(width);
+  for (int64_t b = 0; b < blocks; ++b)
+    std::memcpy(rec + b * bytes, row + b * row_dim + offset, bytes);
+}
+void ScatterColumns(const char* rec, int64_t row_dim, int64_t offset, int64_t width, int64_t blocks,
+                    float* row) {
+  const size_t bytes = sizeof(float) * static_cast<size_t>(width);
+  for (int64_t b = 0; b < blocks; ++b)
+    std::memcpy(row + b * row_dim + offset, rec + b * bytes, bytes);
+}
 }  // namespace
+
+std::vector<SparseTable::Column> SparseTable::ColumnsOf(const SparseTableOptions& o) {
+  if (o.members.empty()) return {{0, o.dim, o.initializer}};
+  std::vector<Column> columns;
+  int64_t offset = 0;
+  for (const SparseTableMember& m : o.members) {
+    columns.push_back({offset, m.dim, m.initializer});
+    offset += m.dim;
+  }
+  return columns;
+}
 
 SparseTable::SparseTable(const SparseTableOptions& options, Opt opt)
     : options_(options),
       opt_(opt),
       dim_(options.dim),
       state_width_(StateMultiple(options.optimizer) * options.dim),
+      columns_(ColumnsOf(options)),
       stride_(SlotStride(dim_, state_width_)),
       chunk_shift_(ChunkShift(stride_)),
       shard_mask_(options.num_shards - 1),
@@ -354,19 +401,31 @@ char* SparseTable::SlotPtr(const Shard& shard, uint32_t slot) const ABSL_NO_THRE
 }
 
 void SparseTable::InitValues(int64_t id, float* values) const {
-  const SparseTableInitializer& init = options_.initializer;
-  const uint64_t first = static_cast<uint64_t>(id) * static_cast<uint64_t>(dim_);
-  switch (init.kind) {
-    case SparseTableInitializer::kUniform:
-      FillCounterUniform<float>(init.seed, first, init.min, init.max, values, dim_);
-      break;
-    case SparseTableInitializer::kGaussian:
-      FillCounterGaussian<float>(init.seed, first, init.mean, init.std, values, dim_);
-      break;
-    case SparseTableInitializer::kConstant:
-      std::fill(values, values + dim_, static_cast<float>(init.value));
-      break;
+  for (const Column& c : columns_) {
+    const SparseTableInitializer& init = c.initializer;
+    const uint64_t first = static_cast<uint64_t>(id) * static_cast<uint64_t>(c.dim);
+    float* v = values + c.offset;
+    switch (init.kind) {
+      case SparseTableInitializer::kUniform:
+        FillCounterUniform<float>(init.seed, first, init.min, init.max, v, c.dim);
+        break;
+      case SparseTableInitializer::kGaussian:
+        FillCounterGaussian<float>(init.seed, first, init.mean, init.std, v, c.dim);
+        break;
+      case SparseTableInitializer::kConstant:
+        std::fill(v, v + c.dim, static_cast<float>(init.value));
+        break;
+    }
   }
+}
+
+SparseTableOptions SparseTable::MemberOptions(int member) const {
+  SparseTableOptions o = options_;
+  o.members.clear();
+  const Column& c = columns_[static_cast<size_t>(member)];
+  o.dim = c.dim;
+  o.initializer = c.initializer;
+  return o;
 }
 
 void SparseTable::PartitionIds(absl::Span<const int64_t> ids, Partition* p) const {
@@ -929,11 +988,14 @@ int64_t SparseTable::EvictStale() {
 }
 
 int64_t SparseTable::WriteExport(const SparseTableExportOptions& export_options, uint32_t since,
+                                 const Column& col,
                                  const std::function<bool(const char*, size_t)>& append,
                                  char* header) {
   const bool with_state = export_options.with_optimizer_state && state_width_ > 0;
-  const int64_t state_width = with_state ? state_width_ : 0;
-  const size_t record_bytes = 8 + sizeof(float) * (dim_ + state_width) + 4;
+  const int64_t state_width = with_state ? state_width_ / dim_ * col.dim : 0;
+  const int64_t blocks = 1 + state_width / col.dim;
+  const bool whole = col.dim == dim_;
+  const size_t record_bytes = 8 + sizeof(float) * (col.dim + state_width) + 4;
   const bool only_changed = export_options.only_changed;
   uint64_t count = 0;
   std::vector<char> buffer;
@@ -967,7 +1029,12 @@ int64_t SparseTable::WriteExport(const SparseTableExportOptions& export_options,
         buffer.resize(at + record_bytes);
         char* r = buffer.data() + at;
         Put<int64_t>(r, h->id);
-        std::memcpy(r + 8, p + kRowHeaderBytes, record_bytes - 12);
+        if (whole) {
+          std::memcpy(r + 8, p + kRowHeaderBytes, record_bytes - 12);
+        } else {
+          GatherColumns(reinterpret_cast<const float*>(p + kRowHeaderBytes), dim_, col.offset,
+                        col.dim, blocks, r + 8);
+        }
         Put<uint32_t>(r + record_bytes - 4, fmt::Crc32c(r, record_bytes - 4));
       }
     }
@@ -986,7 +1053,7 @@ int64_t SparseTable::WriteExport(const SparseTableExportOptions& export_options,
   Put<uint32_t>(header + 8, fmt::kVersion);
   Put<uint32_t>(header + 12,
                 only_changed ? fmt::kFlagOnlyChanged | fmt::kFlagTombstones : uint32_t{0});
-  Put<uint32_t>(header + 16, static_cast<uint32_t>(dim_));
+  Put<uint32_t>(header + 16, static_cast<uint32_t>(col.dim));
   Put<uint32_t>(header + 20, static_cast<uint32_t>(state_width));
   Put<uint64_t>(header + 24, count);
   Put<uint32_t>(header + 32, OptCode(options_.optimizer));
@@ -1016,12 +1083,9 @@ void SparseTable::EndExport(const SparseTableExportOptions& export_options, uint
   }
 }
 
-absl::StatusOr<int64_t> SparseTable::Export(const std::string& path,
-                                            const SparseTableExportOptions& export_options) {
-  absl::MutexLock export_lock(&export_mu_);
-  const uint32_t since = last_export_epoch_;
-  const uint32_t epoch = BeginExport(export_options);
-
+absl::StatusOr<int64_t> SparseTable::WriteExportFile(const std::string& path,
+                                                     const SparseTableExportOptions& export_options,
+                                                     uint32_t since, const Column& col) {
   static std::atomic<uint64_t> temp_counter{0};
   const std::string temp = absl::StrCat(path, ".tmp.", ::getpid(), ".", temp_counter.fetch_add(1));
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -1039,7 +1103,8 @@ absl::StatusOr<int64_t> SparseTable::Export(const std::string& path,
   char header[fmt::kHeaderBytes] = {};
   if (!WriteAll(fd, header, sizeof(header))) return fail("cannot write");
   const int64_t count = WriteExport(
-      export_options, since, [&](const char* p, size_t n) { return WriteAll(fd, p, n); }, header);
+      export_options, since, col, [&](const char* p, size_t n) { return WriteAll(fd, p, n); },
+      header);
   if (count < 0) return fail("cannot write");
   if (::pwrite(fd, header, sizeof(header), 0) != static_cast<ssize_t>(sizeof(header))) {
     return fail("cannot write the header of");
@@ -1057,24 +1122,68 @@ absl::StatusOr<int64_t> SparseTable::Export(const std::string& path,
     ::fsync(dir_fd);
     ::close(dir_fd);
   }
+  return count;
+}
+
+absl::StatusOr<int64_t> SparseTable::Export(const std::string& path,
+                                            const SparseTableExportOptions& export_options) {
+  absl::MutexLock export_lock(&export_mu_);
+  const uint32_t since = last_export_epoch_;
+  const uint32_t epoch = BeginExport(export_options);
+  TS_ASSIGN_OR_RETURN(int64_t count, WriteExportFile(path, export_options, since, Whole()));
   EndExport(export_options, epoch);
   return count;
 }
 
-std::string SparseTable::ExportBytes(const SparseTableExportOptions& export_options) {
+absl::StatusOr<int64_t> SparseTable::ExportMembers(const std::vector<std::string>& paths,
+                                                   const SparseTableExportOptions& export_options) {
+  if (paths.size() != columns_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("sparse table export: ", paths.size(),
+                                                   " paths for ", columns_.size(), " members"));
+  }
   absl::MutexLock export_lock(&export_mu_);
   const uint32_t since = last_export_epoch_;
   const uint32_t epoch = BeginExport(export_options);
+  int64_t count = 0;
+  for (size_t m = 0; m < paths.size(); ++m) {
+    TS_ASSIGN_OR_RETURN(count, WriteExportFile(paths[m], export_options, since, columns_[m]));
+  }
+  EndExport(export_options, epoch);
+  return count;
+}
+
+namespace {
+// An export in memory: the header, then what `write` appends.
+std::string ExportToString(
+    const std::function<int64_t(const std::function<bool(const char*, size_t)>&, char*)>& write) {
   std::string out(fmt::kHeaderBytes, '\0');
   char header[fmt::kHeaderBytes];
-  WriteExport(
-      export_options, since,
+  write(
       [&](const char* p, size_t n) {
         out.append(p, n);
         return true;
       },
       header);
   std::memcpy(out.data(), header, sizeof(header));
+  return out;
+}
+}  // namespace
+
+std::string SparseTable::ExportBytes(const SparseTableExportOptions& export_options) {
+  return ExportMembersBytes(export_options, /*whole=*/true)[0];
+}
+
+std::vector<std::string> SparseTable::ExportMembersBytes(
+    const SparseTableExportOptions& export_options, bool whole) {
+  absl::MutexLock export_lock(&export_mu_);
+  const uint32_t since = last_export_epoch_;
+  const uint32_t epoch = BeginExport(export_options);
+  std::vector<std::string> out;
+  for (const Column& col : whole ? std::vector<Column>{Whole()} : columns_) {
+    out.push_back(ExportToString([&](const auto& append, char* header) {
+      return WriteExport(export_options, since, col, append, header);
+    }));
+  }
   EndExport(export_options, epoch);
   return out;
 }
@@ -1094,11 +1203,17 @@ absl::StatusOr<int64_t> SparseTable::Import(const std::string& path,
   }
   return ImportFrom(
       path, static_cast<uint64_t>(st.st_size),
-      [fd](char* dst, size_t n, uint64_t offset) { return ReadAllAt(fd, dst, n, offset); }, keep);
+      [fd](char* dst, size_t n, uint64_t offset) { return ReadAllAt(fd, dst, n, offset); }, keep,
+      Whole());
 }
 
 absl::StatusOr<int64_t> SparseTable::ImportBytes(absl::string_view bytes, const std::string& name,
-                                                 const std::function<bool(int64_t)>& keep) {
+                                                 const std::function<bool(int64_t)>& keep,
+                                                 int member) {
+  if (member < -1 || member >= num_members()) {
+    return absl::InvalidArgumentError(absl::StrCat("sparse table file ", name, ": member ", member,
+                                                   " of a table of ", num_members()));
+  }
   return ImportFrom(
       name, bytes.size(),
       [bytes](char* dst, size_t n, uint64_t offset) {
@@ -1109,13 +1224,13 @@ absl::StatusOr<int64_t> SparseTable::ImportBytes(absl::string_view bytes, const 
         std::memcpy(dst, bytes.data() + offset, n);
         return true;
       },
-      keep);
+      keep, member < 0 ? Whole() : columns_[static_cast<size_t>(member)]);
 }
 
 absl::StatusOr<int64_t> SparseTable::ImportFrom(
     const std::string& path, uint64_t size,
     const std::function<bool(char*, size_t, uint64_t)>& read_at,
-    const std::function<bool(int64_t)>& keep) {
+    const std::function<bool(int64_t)>& keep, const Column& col) {
   auto corrupt = [&](uint64_t offset, const std::string& what) {
     return absl::DataLossError(
         absl::StrCat("sparse table file ", path, ": ", what, " at offset ", offset));
@@ -1147,17 +1262,21 @@ absl::StatusOr<int64_t> SparseTable::ImportFrom(
     return corrupt(12, absl::StrCat("unsupported flags ", flags, " (known: bits 0 and 1)"));
   }
   const uint32_t dim = Get<uint32_t>(header + 16);
-  if (dim != dim_) {
-    return corrupt(16, absl::StrCat("dim ", dim, " does not match the table's dim ", dim_));
+  if (dim != col.dim) {
+    return corrupt(16, absl::StrCat("dim ", dim, " does not match the table's dim ", col.dim));
   }
   const uint32_t state_width = Get<uint32_t>(header + 20);
   const uint32_t opt_code = Get<uint32_t>(header + 32);
+  const int64_t col_state_width = state_width_ / dim_ * col.dim;
   if (state_width != 0 &&
-      (state_width != state_width_ || opt_code != OptCode(options_.optimizer))) {
+      (state_width != col_state_width || opt_code != OptCode(options_.optimizer))) {
     return corrupt(20, absl::StrCat("optimizer state of ", state_width, " floats (optimizer ",
-                                    opt_code, ") does not match the table's ", state_width_,
+                                    opt_code, ") does not match the table's ", col_state_width,
                                     " floats of ", options_.optimizer));
   }
+  // A member's columns (not the whole row): new rows start with the other members' initial
+  // values, held rows keep them.
+  const bool whole = col.dim == dim_;
   const uint64_t count = Get<uint64_t>(header + 24);
   const uint64_t record_bytes = 8 + sizeof(float) * (dim + uint64_t{state_width}) + 4;
   const uint64_t max_count = (size - fmt::kHeaderBytes) / record_bytes;
@@ -1264,7 +1383,7 @@ absl::StatusOr<int64_t> SparseTable::ImportFrom(
           if (slot == kNoSlot) {
             shard.pending.erase(id);
             slot = CreateRow(shard, id, part.hash[pos], seen, kImportedEpoch,
-                             /*initialize=*/false);
+                             /*initialize=*/!whole);
             if (slot == kNoSlot) return ShardFull(s);
           }
           char* p = SlotPtr(shard, slot);
@@ -1273,9 +1392,17 @@ absl::StatusOr<int64_t> SparseTable::ImportFrom(
           h->epoch = kImportedEpoch;
           float* values = reinterpret_cast<float*>(p + kRowHeaderBytes);
           const char* r = buffer.data() + static_cast<size_t>(which[last]) * record_bytes;
-          std::memcpy(values, r + 8, sizeof(float) * (dim_ + state_width));
-          if (state_width == 0 && state_width_ > 0) {
-            std::memset(values + dim_, 0, sizeof(float) * state_width_);
+          if (whole) {
+            std::memcpy(values, r + 8, sizeof(float) * (dim_ + state_width));
+            if (state_width == 0 && state_width_ > 0) {
+              std::memset(values + dim_, 0, sizeof(float) * state_width_);
+            }
+          } else {
+            const int64_t state_blocks = state_width_ / dim_;
+            ScatterColumns(r + 8, dim_, col.offset, col.dim, 1 + state_width / col.dim, values);
+            for (int64_t b = state_width == 0 ? 1 : state_blocks + 1; b <= state_blocks; ++b) {
+              std::fill_n(values + b * dim_ + col.offset, col.dim, 0.0f);
+            }
           }
         }
       }
@@ -1382,6 +1509,13 @@ SparseTableStats SparseTable::Stats() const {
         static_cast<int64_t>(shard.tombstones.capacity() * sizeof(Tombstone));
   }
   return st;
+}
+
+std::string MemberExports::Take(SparseTable* table, int member) {
+  if (member < 0) return table->ExportBytes(options_);
+  auto it = done_.find(table);
+  if (it == done_.end()) it = done_.emplace(table, table->ExportMembersBytes(options_)).first;
+  return std::move(it->second[static_cast<size_t>(member)]);
 }
 
 }  // namespace tessera

@@ -69,6 +69,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,9 +94,26 @@ struct SparseTableInitializer {
   uint64_t seed = 0;             // kUniform, kGaussian (the op's "seed" attribute)
 };
 
+// One of the tables a SparseTable holds side by side (SparseTableOptions::members).
+struct SparseTableMember {
+  std::string name;  // for messages
+  int64_t dim = 1;
+  SparseTableInitializer initializer;
+};
+
 struct SparseTableOptions {
   int64_t dim = 8;  // float32 values per row, 1 .. 2^20
   SparseTableInitializer initializer;
+
+  // Member tables: tables that are always looked up and updated with the same ids (a slot's deep
+  // and wide embeddings), held side by side in one row so that an id is found once for all of
+  // them. Member m's values are columns [offset_m, offset_m + dim_m) of the row (members in
+  // order, their dims summing to `dim`; `initializer` is then unused), each initialized as a
+  // table of its own: element (id, j) of member m is its initializer's value at counter
+  // id * dim_m + j. Its optimizer state is the same columns of each state block. Exporting or
+  // importing member m reads and writes exactly the file that member alone, as a table of dim_m,
+  // would (ExportMembersBytes, ImportBytes with `member`). Empty: one table (dim, initializer).
+  std::vector<SparseTableMember> members;
 
   // "sgd", "adagrad" or "adam"; hyper-parameters as the ops' attributes (the learning rate is
   // given to each ApplyGradients call).
@@ -242,8 +260,27 @@ class SparseTable {
   // keep_delta_cut); errors of ImportBytes name `name` and the byte offset, exactly as Import
   // names its file.
   std::string ExportBytes(const SparseTableExportOptions& export_options);
+  // With `member` >= 0, the records are member `member`'s columns and the file is the one that
+  // member alone would load (its dim and state): into a new row the other members' initial
+  // values go, into a held row only the member's columns. InvalidArgument for a member out of
+  // range.
   absl::StatusOr<int64_t> ImportBytes(absl::string_view bytes, const std::string& name,
-                                      const std::function<bool(int64_t)>& keep = nullptr);
+                                      const std::function<bool(int64_t)>& keep = nullptr,
+                                      int member = -1);
+
+  // One export of each member (options.members; the whole table when it has none), in member
+  // order, under one delta cut: an export without keep_delta_cut moves it once for all. With
+  // `whole`, one export of whole rows instead (ExportBytes).
+  std::vector<std::string> ExportMembersBytes(const SparseTableExportOptions& export_options,
+                                              bool whole = false);
+  // The same written to `paths` (one per member), each as Export writes its file; the delta cut
+  // moves only when every file was written.
+  absl::StatusOr<int64_t> ExportMembers(const std::vector<std::string>& paths,
+                                        const SparseTableExportOptions& export_options);
+  // Members (1 for a table without options.members) and member m's options as a table of its
+  // own (its dim and initializer; the rest as this table's).
+  int num_members() const { return static_cast<int>(columns_.size()); }
+  SparseTableOptions MemberOptions(int member) const;
 
   // Appends the last-seen stamp of every row, and every pending admission count, to `out`.
   void ExportLifecycle(std::vector<SparseTableLifecycleRecord>* out) const;
@@ -268,6 +305,11 @@ class SparseTable {
   struct Shard;
   struct Partition;
   enum class Opt { kSgd, kAdagrad, kAdam };
+  // A member's columns of the row (the whole row for a table without members).
+  struct Column {
+    int64_t offset = 0, dim = 0;
+    SparseTableInitializer initializer;
+  };
 
   explicit SparseTable(const SparseTableOptions& options, Opt opt);
 
@@ -331,12 +373,21 @@ class SparseTable {
   // A pseudo-random first shard for a batch's walk over the shards.
   int StartShard() const;
   absl::Status ShardFull(int shard_index) const;
-  // Export's records (after a kHeaderBytes header the caller reserves) go to `append`, shard by
-  // shard, then (only_changed) the tombstone trailer; returns the record count, or -1 when
-  // `append` failed. Fills `header` last. Needs export_mu_.
+  // Export's records of columns `col` (after a kHeaderBytes header the caller reserves) go to
+  // `append`, shard by shard, then (only_changed) the tombstone trailer; returns the record
+  // count, or -1 when `append` failed. Fills `header` last. Needs export_mu_.
   int64_t WriteExport(const SparseTableExportOptions& export_options, uint32_t since,
-                      const std::function<bool(const char*, size_t)>& append, char* header)
+                      const Column& col, const std::function<bool(const char*, size_t)>& append,
+                      char* header) ABSL_EXCLUSIVE_LOCKS_REQUIRED(export_mu_);
+  // Writes one export file of columns `col` atomically (temp file, fsync, rename); the record
+  // count, or an error naming `path`. Needs export_mu_ (the caller moves the delta cut).
+  absl::StatusOr<int64_t> WriteExportFile(const std::string& path,
+                                          const SparseTableExportOptions& export_options,
+                                          uint32_t since, const Column& col)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(export_mu_);
+  static std::vector<Column> ColumnsOf(const SparseTableOptions& options);
+  // The whole row as one column.
+  Column Whole() const { return Column{0, dim_, options_.initializer}; }
   // Starts an export: returns the epoch to pass to EndExport (moving the epoch and turning
   // tombstones on unless keep_delta_cut).
   uint32_t BeginExport(const SparseTableExportOptions& export_options)
@@ -349,12 +400,13 @@ class SparseTable {
   // set); messages name `name`.
   absl::StatusOr<int64_t> ImportFrom(const std::string& name, uint64_t size,
                                      const std::function<bool(char*, size_t, uint64_t)>& read_at,
-                                     const std::function<bool(int64_t)>& keep);
+                                     const std::function<bool(int64_t)>& keep, const Column& col);
 
   const SparseTableOptions options_;
   const Opt opt_;
   const int64_t dim_;
   const int64_t state_width_;
+  const std::vector<Column> columns_;  // the members' (one: the whole row)
   const size_t stride_;    // bytes per slot, a multiple of 8
   const int chunk_shift_;  // slots per chunk = 1 << chunk_shift_
   const int shard_mask_;
@@ -376,6 +428,19 @@ class SparseTable {
   std::atomic<bool> tombstones_{false};
   absl::Mutex export_mu_;
   uint32_t last_export_epoch_ ABSL_GUARDED_BY(export_mu_) = 1;
+};
+
+// Export bytes of tables named member by member (checkpoints, serving exports): a table of
+// several members is exported once, all members under one delta cut, when its first member is
+// asked for; Take(table, -1) is a whole-table export. Not thread-safe.
+class MemberExports {
+ public:
+  explicit MemberExports(const SparseTableExportOptions& options) : options_(options) {}
+  std::string Take(SparseTable* table, int member);
+
+ private:
+  const SparseTableExportOptions options_;
+  std::map<SparseTable*, std::vector<std::string>> done_;
 };
 
 }  // namespace tessera

@@ -1379,6 +1379,150 @@ TEST(SparseTableTest, RowsSpanningManyArenaRegionsKeepTheirValues) {
 // Where a row lands in memory (which shard, which slot) depends on the shard count and on
 // arrival order; its values must not: resharding a checkpoint and "row init independent of the
 // number of pservers" rely on every row being updated by bit-identical arithmetic.
+// Member tables: one table holding a slot's tables side by side behaves, member by member,
+// exactly as the tables held apart: initial values, updates (with duplicates and every
+// optimizer), exports with state, deltas under one cut, and imports of one member's file.
+class MemberTableTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MemberTableTest, EachMemberIsTheTableHeldAlone) {
+  SparseTableOptions a = Opts(3, GetParam());
+  SparseTableOptions b = Opts(2, GetParam());
+  b.initializer.kind = SparseTableInitializer::kGaussian;
+  b.initializer.mean = 0.5;
+  b.initializer.std = 0.1;
+  b.initializer.seed = 99;
+  SparseTableOptions f = Opts(5, GetParam());
+  f.members = {{"a", 3, a.initializer}, {"b", 2, b.initializer}};
+  for (SparseTableOptions* o : {&a, &b, &f}) o->num_shards = 4;
+  auto ta = MakeTable(a), tb = MakeTable(b), tf = MakeTable(f);
+  ASSERT_TRUE(ta && tb && tf);
+  ASSERT_EQ(tf->num_members(), 2);
+  EXPECT_EQ(tf->MemberOptions(1).dim, 2);
+  EXPECT_EQ(tf->MemberOptions(1).initializer.seed, 99u);
+
+  // The rows of `ids` of the fused table equal the member tables' rows side by side.
+  auto expect_side_by_side = [&](const std::vector<int64_t>& ids) {
+    std::vector<float> ra(ids.size() * 3), rb(ids.size() * 2), rf(ids.size() * 5);
+    ASSERT_TRUE(ta->Lookup(ids, ra.data()).ok());
+    ASSERT_TRUE(tb->Lookup(ids, rb.data()).ok());
+    ASSERT_TRUE(tf->Lookup(ids, rf.data()).ok());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (int j = 0; j < 3; ++j) ASSERT_EQ(rf[i * 5 + j], ra[i * 3 + j]) << ids[i] << " " << j;
+      for (int j = 0; j < 2; ++j) ASSERT_EQ(rf[i * 5 + 3 + j], rb[i * 2 + j]) << ids[i] << " " << j;
+    }
+  };
+  const std::vector<int64_t> ids = {7, -3, kE18, 7, 42, 0, -3, 7};
+  expect_side_by_side(ids);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int step = 1; step <= 3; ++step) {
+    std::vector<float> ga(ids.size() * 3), gb(ids.size() * 2), gf(ids.size() * 5);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (int j = 0; j < 5; ++j) {
+        const float g = u(rng);
+        gf[i * 5 + j] = g;
+        (j < 3 ? ga[i * 3 + j] : gb[i * 2 + j - 3]) = g;
+      }
+    }
+    ASSERT_TRUE(ta->ApplyGradients(ids, ga.data(), 0.1f, step, 0.5f).ok());
+    ASSERT_TRUE(tb->ApplyGradients(ids, gb.data(), 0.1f, step, 0.5f).ok());
+    ASSERT_TRUE(tf->ApplyGradients(ids, gf.data(), 0.1f, step, 0.5f).ok());
+  }
+  expect_side_by_side({7, -3, kE18, 42, 0, 12345});
+
+  // Exports with optimizer state: each member's file is its table's, byte for byte.
+  SparseTableExportOptions ckpt;
+  ckpt.with_optimizer_state = true;
+  ckpt.keep_delta_cut = true;
+  std::vector<std::string> files = tf->ExportMembersBytes(ckpt);
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(files[0], ta->ExportBytes(ckpt));
+  EXPECT_EQ(files[1], tb->ExportBytes(ckpt));
+
+  // Imported member by member into a fresh fused table: the same table again.
+  auto tf2 = MakeTable(f);
+  ASSERT_TRUE(tf2->ImportBytes(files[1], "b.tbl", nullptr, 1).ok());
+  ASSERT_TRUE(tf2->ImportBytes(files[0], "a.tbl", nullptr, 0).ok());
+  EXPECT_EQ(tf2->ExportMembersBytes(ckpt), files);
+  // One member alone: the other's columns of a new row are its initial values.
+  auto tf3 = MakeTable(f);
+  ASSERT_TRUE(tf3->ImportBytes(files[1], "b.tbl", nullptr, 1).ok());
+  auto fresh_a = MakeTable(a);
+  std::vector<float> row(5), init(3);
+  ASSERT_TRUE(tf3->PeekRow(42, row.data()));
+  ASSERT_TRUE(fresh_a->Lookup({42}, init.data()).ok());
+  EXPECT_EQ(std::vector<float>(row.begin(), row.begin() + 3), init);
+  // A file of the wrong member, or a member that does not exist, is refused.
+  absl::StatusOr<int64_t> wrong = tf3->ImportBytes(files[0], "a.tbl", nullptr, 1);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kDataLoss) << wrong.status();
+  EXPECT_NE(wrong.status().message().find("dim 3 does not match the table's dim 2"),
+            std::string::npos)
+      << wrong.status();
+  EXPECT_EQ(tf3->ImportBytes(files[0], "a.tbl", nullptr, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // Serving exports: a full export of every member moves the delta cut once, so the next
+  // only_changed export of each member lists the rows changed since, as its table's does.
+  SparseTableExportOptions full;
+  std::vector<std::string> base = tf->ExportMembersBytes(full);
+  EXPECT_EQ(base[0], ta->ExportBytes(full));
+  EXPECT_EQ(base[1], tb->ExportBytes(full));
+  const std::vector<int64_t> changed = {42, 5};
+  std::vector<float> ga(6, 0.25f), gb(4, -0.5f), gf(10);
+  for (int i = 0; i < 2; ++i) {
+    std::copy(ga.begin() + i * 3, ga.begin() + i * 3 + 3, gf.begin() + i * 5);
+    std::copy(gb.begin() + i * 2, gb.begin() + i * 2 + 2, gf.begin() + i * 5 + 3);
+  }
+  ASSERT_TRUE(ta->ApplyGradients(changed, ga.data(), 0.1f, 4).ok());
+  ASSERT_TRUE(tb->ApplyGradients(changed, gb.data(), 0.1f, 4).ok());
+  ASSERT_TRUE(tf->ApplyGradients(changed, gf.data(), 0.1f, 4).ok());
+  SparseTableExportOptions delta;
+  delta.only_changed = true;
+  std::vector<std::string> deltas = tf->ExportMembersBytes(delta);
+  EXPECT_EQ(deltas[0], ta->ExportBytes(delta));
+  EXPECT_EQ(deltas[1], tb->ExportBytes(delta));
+  EXPECT_EQ(deltas[0].size(), sparse_table_format::kHeaderBytes + 2 * (8 + 4 * 3 + 4) +
+                                  sparse_table_format::kTrailerFixedBytes);
+}
+
+TEST_P(MemberTableTest, ExportMembersWritesOneFilePerMember) {
+  SparseTableOptions f = Opts(3, GetParam());
+  f.members = {{"a", 1, f.initializer}, {"b", 2, f.initializer}};
+  SparseTableOptions b = Opts(2, GetParam());
+  auto tf = MakeTable(f);
+  auto tb = MakeTable(b);
+  ASSERT_TRUE(tf && tb);
+  ASSERT_TRUE(tf->Lookup({1, 2, 3}, std::vector<float>(9).data()).ok());
+  ASSERT_TRUE(tb->Lookup({1, 2, 3}, std::vector<float>(6).data()).ok());
+  const std::string dir = ::testing::TempDir();
+  const std::vector<std::string> paths = {dir + "/member_a.tbl", dir + "/member_b.tbl"};
+  absl::StatusOr<int64_t> n = tf->ExportMembers(paths, SparseTableExportOptions());
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 3);
+  auto back = MakeTable(b);
+  ASSERT_TRUE(back->Import(paths[1]).ok());
+  EXPECT_EQ(back->ExportBytes(SparseTableExportOptions()),
+            tb->ExportBytes(SparseTableExportOptions()));
+  EXPECT_EQ(tf->ExportMembers({paths[0]}, SparseTableExportOptions()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SparseTableTest, MemberDimsMustSumToTheTableDim) {
+  SparseTableOptions f = Opts(4);
+  f.members = {{"a", 1, f.initializer}, {"b", 2, f.initializer}};
+  absl::StatusOr<std::unique_ptr<SparseTable>> t = SparseTable::Create(f);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("members' dims sum to 3, not to dim 4"), std::string::npos)
+      << t.status();
+  f.members[1].dim = 3;
+  f.members[0].initializer.max = -2;  // below min
+  t = SparseTable::Create(f);
+  EXPECT_NE(t.status().message().find("members[0] (a) initializer min"), std::string::npos)
+      << t.status();
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, MemberTableTest, ::testing::Values("sgd", "adagrad", "adam"));
+
 class PlacementIndependenceTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PlacementIndependenceTest, UpdatesAreBitIdenticalForAnyShardCount) {

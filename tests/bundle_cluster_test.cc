@@ -84,8 +84,9 @@ examples::ExampleOptions Ctr(int64_t test_examples) {
 }
 
 // The job exporting deltas holds each table whole on one pserver (--table_placement=
-// table_wise), the one exporting fulls splits every table over both: the same training, so the
-// same rows, whichever pserver exported them.
+// table_wise) and a slot's two tables as one (--fuse_tables, the default: one delta cut for
+// both), the one exporting fulls splits every table over both and holds each apart: the same
+// training, so the same rows, whichever pserver and pserver table exported them.
 TEST(BundleClusterTest, BaseAndThreeDeltasLoadToTheRowsOfAFullExport) {
   const examples::ExampleOptions eo = Ctr(0);
   const std::string deltas = MakeTempDir("bundle_deltas"), fulls = MakeTempDir("bundle_fulls");
@@ -96,6 +97,7 @@ TEST(BundleClusterTest, BaseAndThreeDeltasLoadToTheRowsOfAFullExport) {
   RunPsJob(job, deltas);
   if (HasFailure()) return;
   job.flags = JobFlags(eo, fulls, 1);
+  job.flags.push_back("--nofuse_tables");
   RunPsJob(job, fulls);
   if (HasFailure()) return;
 

@@ -29,8 +29,9 @@ constexpr int kTrainers = 2;
 
 // x -> fc 512 relu (10240 weights: sliced) ++ distributed embedding of ids -> fc 1 -> MSE; Adam
 // with an exponentially decaying learning rate.
-InprocModelOptions ModelOptions() {
+InprocModelOptions ModelOptions(int wide_dim = 0) {
   InprocModelOptions o;
+  o.wide_dim = wide_dim;
   o.vocab = kVocab;
   o.emb_dim = kDim;
   o.distributed_table = true;
@@ -44,14 +45,23 @@ InprocModelOptions ModelOptions() {
 struct Result {
   std::map<std::string, Tensor> dense;         // trainer 0's parameters
   std::map<int64_t, std::vector<float>> rows;  // table rows held by the pservers
+  std::map<int64_t, std::vector<float>> wide;  // and the "wide" table's (JobKind::wide_dim)
+};
+
+// The model's second table and how the pservers hold the tables.
+struct JobKind {
+  TablePlacement placement = TablePlacement::kRowWise;
+  int wide_dim = 0;          // > 0: a "wide" table looked up with the same ids as "emb"
+  bool fuse_tables = false;  // the two as one pserver table
 };
 
 // A sync job of `pservers` pservers and kTrainers trainers running steps [first, last): restored
 // from `init_from` if set, checkpointed into <save_root>/ckpt-<last> after the last step if set.
 Result RunJob(int pservers, int first, int last, const std::string& init_from,
-              const std::string& save_root, TablePlacement placement = TablePlacement::kRowWise) {
+              const std::string& save_root, JobKind kind = {}) {
   InprocJobOptions jo;
-  jo.table_placement = placement;
+  jo.table_placement = kind.placement;
+  jo.fuse_tables = kind.fuse_tables;
   jo.trainers = kTrainers;
   jo.pservers = pservers;
   jo.batch = kBatch;
@@ -61,14 +71,15 @@ Result RunJob(int pservers, int first, int last, const std::string& init_from,
   jo.restore_from = init_from;
   jo.notify_complete = false;
   Result result;
-  auto job = RunInprocJob(ModelOptions(), jo, [&](int k, const InprocModel& m, const Scope& scope) {
-    if (k != 0) return;
-    for (const auto& v : m.main.blocks(0).vars()) {
-      if (v.trainable() && !v.is_distributed()) {
-        result.dense[v.name()] = scope.FindVar(v.name())->Get<Tensor>().Clone();
-      }
-    }
-  });
+  auto job = RunInprocJob(
+      ModelOptions(kind.wide_dim), jo, [&](int k, const InprocModel& m, const Scope& scope) {
+        if (k != 0) return;
+        for (const auto& v : m.main.blocks(0).vars()) {
+          if (v.trainable() && !v.is_distributed()) {
+            result.dense[v.name()] = scope.FindVar(v.name())->Get<Tensor>().Clone();
+          }
+        }
+      });
   if (!save_root.empty()) {
     io::FileSystem* fs = io::PosixFileSystem::Default();
     auto dir = io::BeginCheckpoint(fs, save_root, last);
@@ -89,6 +100,7 @@ Result RunJob(int pservers, int first, int last, const std::string& init_from,
   // The table's rows from their owners (their values after further steps depend on the
   // restored Adam moments too).
   result.rows = GatherTableRows(*job, "emb", kVocab, kDim, last);
+  if (kind.wide_dim > 0) result.wide = GatherTableRows(*job, "wide", kVocab, kind.wide_dim, last);
   return result;
 }
 
@@ -99,11 +111,16 @@ void ExpectSameModel(const Result& got, const Result& want, const std::string& w
     ASSERT_EQ(g.shape(), w.shape()) << what << " " << name;
     EXPECT_LE(WorstRelativeError(g, w, 1e-3), 1e-6) << what << " " << name;
   }
-  ASSERT_EQ(got.rows.size(), want.rows.size()) << what;
-  for (const auto& [id, w] : want.rows) {
-    for (int j = 0; j < kDim; ++j) {
-      EXPECT_NEAR(got.rows.at(id)[j], w[j], 1e-6 * std::max(1e-3f, std::fabs(w[j])))
-          << what << " row " << id << " col " << j;
+  using Rows = std::map<int64_t, std::vector<float>>;
+  for (const auto& [g, w_rows] : {std::pair<const Rows*, const Rows*>(&got.rows, &want.rows),
+                                  std::pair<const Rows*, const Rows*>(&got.wide, &want.wide)}) {
+    ASSERT_EQ(g->size(), w_rows->size()) << what;
+    for (const auto& [id, w] : *w_rows) {
+      ASSERT_EQ(g->at(id).size(), w.size()) << what;
+      for (size_t j = 0; j < w.size(); ++j) {
+        EXPECT_NEAR(g->at(id)[j], w[j], 1e-6 * std::max(1e-3f, std::fabs(w[j])))
+            << what << " row " << id << " col " << j;
+      }
     }
   }
 }
@@ -134,10 +151,10 @@ TEST(CheckpointReshardTest, RowWiseAndTableWisePlacementsRestoreEachOther) {
   const Result straight = RunJob(2, 0, 8, "", "");
   RunJob(2, 0, 4, "", root + "/rows");
   const std::string rows = root + "/rows/" + io::CheckpointDirName(4);
-  ExpectSameModel(RunJob(2, 4, 8, rows, "", TablePlacement::kTableWise), straight,
-                  "row-wise 2 -> table-wise 2");
+  const JobKind table_wise{TablePlacement::kTableWise};
+  ExpectSameModel(RunJob(2, 4, 8, rows, "", table_wise), straight, "row-wise 2 -> table-wise 2");
   // Table-wise on 3 (no step, checkpoint: one pserver saves the table) -> row-wise on 2.
-  RunJob(3, 4, 4, rows, root + "/whole", TablePlacement::kTableWise);
+  RunJob(3, 4, 4, rows, root + "/whole", table_wise);
   const std::string whole = root + "/whole/" + io::CheckpointDirName(4);
   int saved_tables = 0;
   for (int p = 0; p < 3; ++p) {
@@ -147,7 +164,51 @@ TEST(CheckpointReshardTest, RowWiseAndTableWisePlacementsRestoreEachOther) {
   EXPECT_EQ(saved_tables, 1);
   ExpectSameModel(RunJob(2, 4, 8, whole, ""), straight, "table-wise 3 -> row-wise 2");
   // And a table-wise job trains as the row-wise one does.
-  ExpectSameModel(RunJob(2, 0, 8, "", "", TablePlacement::kTableWise), straight, "table-wise");
+  ExpectSameModel(RunJob(2, 0, 8, "", "", table_wise), straight, "table-wise");
+}
+
+// A table group (fuse_tables: "emb" and "wide", looked up with the same ids, held as one
+// pserver table) trains as the tables held apart, and checkpoints one file per table: grouped
+// and ungrouped jobs, row-wise and table-wise, restore from each other's checkpoints.
+TEST(CheckpointReshardTest, GroupedAndUngroupedTablesRestoreEachOther) {
+  const std::string root = MakeTempDir("reshard_groups");
+  const JobKind apart{TablePlacement::kRowWise, 3, false};
+  const JobKind grouped{TablePlacement::kRowWise, 3, true};
+  const JobKind grouped_whole{TablePlacement::kTableWise, 3, true};
+  const JobKind apart_whole{TablePlacement::kTableWise, 3, false};
+  {  // The grouped job's pservers do hold one table of both.
+    auto base = NewStandardOpRegistry();
+    InprocModel m = BuildInprocModel(*base, ModelOptions(3));
+    TranspilerConfig cfg;
+    cfg.pservers = {"ps0:0", "ps1:0"};
+    cfg.trainers = kTrainers;
+    cfg.fuse_tables = true;
+    auto t = DistributeTranspiler::Transpile(m.main, m.startup, cfg);
+    ASSERT_TRUE(t.ok()) << t.status();
+    const absl::StatusOr<ProgramDesc> program = t->GetPserverProgram("ps0:0");
+    ASSERT_TRUE(program.ok()) << program.status();
+    std::vector<std::string> groups;
+    for (const OpDesc& op : program->blocks(0).ops()) {
+      if (op.type() == "sparse_table") groups.push_back(GetStringAttr(op, "group", ""));
+    }
+    EXPECT_EQ(groups, std::vector<std::string>({"emb+wide", "emb+wide"}));
+  }
+  const Result straight = RunJob(2, 0, 8, "", "", apart);
+  ExpectSameModel(RunJob(2, 0, 8, "", "", grouped), straight, "grouped");
+  RunJob(2, 0, 4, "", root + "/grouped", grouped);
+  const std::string from_grouped = root + "/grouped/" + io::CheckpointDirName(4);
+  for (const char* table : {"emb", "wide"}) {
+    EXPECT_TRUE(io::PosixFileSystem::Default()->Exists(
+        absl::StrCat(from_grouped, "/", io::PserverFilePrefix(1, 2), ".", table, ".tbl")))
+        << table;
+  }
+  ExpectSameModel(RunJob(3, 4, 8, from_grouped, "", apart_whole), straight,
+                  "grouped row-wise 2 -> apart table-wise 3");
+  ExpectSameModel(RunJob(2, 4, 8, from_grouped, "", grouped_whole), straight,
+                  "grouped row-wise 2 -> grouped table-wise 2");
+  RunJob(2, 0, 4, "", root + "/apart", apart);
+  ExpectSameModel(RunJob(3, 4, 8, root + "/apart/" + io::CheckpointDirName(4), "", grouped),
+                  straight, "apart row-wise 2 -> grouped row-wise 3");
 }
 
 TEST(CheckpointReshardTest, MissingOrDamagedCheckpointNamesTheFile) {

@@ -129,6 +129,8 @@ INSTANTIATE_TEST_SUITE_P(
              {"--table_placement=table_wise"},
              true,
              "has table_placement=table_wise but"},
+        // Trainers would look up and update a slot's tables where the pservers hold them apart.
+        Case{"fuse_tables", {"--fuse_tables=false"}, true, "has fuse_tables=false but"},
         // Failures at start, before a trainer connects: its ABORT still reaches the pservers,
         // which pass the cause on instead of waiting for it until a timeout.
         Case{"zero_steps", {"--num_examples=1"}, true, "this job would train 0 steps"},

@@ -33,7 +33,13 @@ InprocModel BuildInprocModel(const OpRegistry& registry, const InprocModelOption
   e.is_sparse = true;
   e.is_distributed = options.distributed_table;
   std::string emb = layers::Embedding(b, ids, options.vocab, options.emb_dim, e);
-  std::string both = layers::Concat(b, {hid, emb}, 1);
+  std::vector<std::string> parts = {hid, emb};
+  if (options.wide_dim > 0) {
+    layers::EmbeddingOptions w = e;
+    w.name = "wide";
+    parts.push_back(layers::Embedding(b, ids, options.vocab, options.wide_dim, w));
+  }
+  std::string both = layers::Concat(b, parts, 1);
   layers::FcOptions o;
   o.name = "out";
   std::string pred = layers::Fc(b, both, 1, o);
@@ -93,6 +99,7 @@ std::unique_ptr<InprocJob> RunInprocJob(
   cfg.split_method = options.split;
   cfg.slice_var_up = options.slice;
   cfg.table_placement = options.table_placement;
+  cfg.fuse_tables = options.fuse_tables;
 
   // Pservers.
   Executor base_exec(job->registry.get());
@@ -170,28 +177,41 @@ std::map<int64_t, std::vector<float>> GatherTableRows(const InprocJob& job,
                                                       int dim, int64_t step) {
   std::map<int64_t, std::vector<float>> rows;
   const int pservers = job.servers.size();
-  // Table-wise: the one pserver whose program holds the table.
+  // Where the pservers hold the table: the pserver table (itself, or its group: the consecutive
+  // sparse_table ops naming it), its columns there, and table-wise the one pserver holding it.
+  std::string served = table;
+  int64_t offset = 0, width = dim;
   int holder = -1;
-  if (job.config.table_placement == TablePlacement::kTableWise) {
-    auto t = DistributeTranspiler::Transpile(job.model.main, job.model.startup, job.config);
-    EXPECT_TRUE(t.ok()) << t.status();
-    for (int p = 0; t.ok() && p < pservers; ++p) {
-      const absl::StatusOr<ProgramDesc> program = t->GetPserverProgram(job.endpoints[p]);
-      EXPECT_TRUE(program.ok()) << program.status();
-      if (!program.ok()) continue;
-      for (const OpDesc& op : program->blocks(0).ops()) {
-        if (op.type() == "sparse_table" && GetStringAttr(op, "table", "") == table) holder = p;
+  auto t = DistributeTranspiler::Transpile(job.model.main, job.model.startup, job.config);
+  EXPECT_TRUE(t.ok()) << t.status();
+  for (int p = 0; t.ok() && p < pservers; ++p) {
+    const absl::StatusOr<ProgramDesc> program = t->GetPserverProgram(job.endpoints[p]);
+    EXPECT_TRUE(program.ok()) << program.status();
+    if (!program.ok()) continue;
+    std::map<std::string, int64_t> group_width;  // so far, in op order
+    for (const OpDesc& op : program->blocks(0).ops()) {
+      if (op.type() != "sparse_table") continue;
+      const std::string group = GetStringAttr(op, "group", "");
+      if (GetStringAttr(op, "table", "") == table) {
+        holder = p;
+        served = group.empty() ? table : group;
+        offset = group.empty() ? 0 : group_width[group];
       }
+      group_width[group] += GetIntAttr(op, "dim", 0);
     }
-    EXPECT_GE(holder, 0) << "no pserver holds " << table;
-    if (holder < 0) return rows;
+    if (holder == p) width = group_width[served == table ? "" : served];
   }
+  if (served == table) width = dim;
+  EXPECT_GE(holder, 0) << "no pserver holds " << table;
+  if (holder < 0) return rows;
+  const bool whole = job.config.table_placement == TablePlacement::kTableWise;
   for (int64_t id = 0; id < vocab; ++id) {
-    const int owner = holder >= 0 ? holder : ShardOf(id, pservers, ShardMethod::kHash);
+    const int owner = whole ? holder : ShardOf(id, pservers, ShardMethod::kHash);
     job.servers[owner]->HandlePrefetch(
-        {"job", 0, step}, table, {id}, [&](absl::StatusOr<Tensor> row) {
+        {"job", 0, step}, served, {id}, [&](absl::StatusOr<Tensor> row) {
           ASSERT_TRUE(row.ok()) << row.status();
-          rows[id].assign(row->data<float>(), row->data<float>() + dim);
+          ASSERT_EQ(row->numel(), width) << served;
+          rows[id].assign(row->data<float>() + offset, row->data<float>() + offset + dim);
         });
   }
   return rows;

@@ -27,6 +27,9 @@ struct InprocModelOptions {
   int vocab = 1000;  // rows of the embedding "emb"
   int emb_dim = 16;
   bool distributed_table = false;  // "emb" lives only on the pservers
+  // > 0: a second table "wide" of this width, looked up with the same ids (distributed like
+  // "emb"; the two form a table group with fuse_tables), its rows concatenated too.
+  int wide_dim = 0;
   std::string optimizer = "sgd";   // "sgd", "adam" or "adagrad"
   float learning_rate = 0.01f;
   // An exponentially decaying learning rate: it runs in its own block on the pservers.
@@ -53,6 +56,7 @@ struct InprocJobOptions {
   SplitMethod split = SplitMethod::kRoundRobin;
   bool slice = true;
   TablePlacement table_placement = TablePlacement::kRowWise;
+  bool fuse_tables = false;
   int batch = 12;  // the global batch, split evenly among the trainers
   int first_step = 0;
   int last_step = 4;  // steps [first_step, last_step) run

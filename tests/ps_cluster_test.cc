@@ -405,6 +405,44 @@ TEST(PsClusterTest, TableWisePlacementEqualsSingleMachine) {
   }
 }
 
+// Table groups (--fuse_tables, the default): each slot's deep and wide table of the ctr model is
+// one pserver table of both (26 groups of the 52 tables, on each pserver row-wise, spread
+// table-wise). Grouped, row-wise and table-wise, the trainers' parameters (which depend on every
+// row looked up) equal those of the job holding every table apart. (The ctr model's Adam
+// updates a local table's untouched rows, a distributed one's not: the tables held apart are
+// the reference; MultiHotSlotsWithDistributedTablesEqualSingleMachine ties them to one machine.)
+TEST(PsClusterTest, CtrTableGroupsTrainAsTheTablesHeldApart) {
+  const examples::ExampleOptions eo = Example("ctr", 576, 5);
+  auto run = [&](const std::string& name, const std::vector<std::string>& flags) {
+    const std::string dir = MakeTempDir("ctr_groups_" + name);
+    PsJob job;
+    job.example = eo.name;
+    job.flags = ExampleFlags(eo, 96, 1);
+    job.flags.push_back("--split_method=hash_name");
+    job.flags.push_back("--distributed_tables");
+    job.flags.insert(job.flags.end(), flags.begin(), flags.end());
+    const auto params = RunPsJob(job, dir);
+    int groups = 0;
+    for (int p = 0; p < 2; ++p) {
+      const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
+      groups += SumAfter(log, " table shards (");
+    }
+    return std::make_pair(params, groups);
+  };
+  const auto apart = run("apart", {"--fuse_tables=false"});
+  ASSERT_EQ(apart.first.size(), 2u);
+  EXPECT_EQ(apart.first[0].size(), 7u);  // the dense parameters; the tables are the pservers'
+  EXPECT_EQ(apart.second, 0);
+  for (const std::string placement : {"row_wise", "table_wise"}) {
+    const auto grouped = run(placement, {"--fuse_tables", "--table_placement=" + placement});
+    ASSERT_EQ(grouped.first.size(), 2u) << placement;
+    for (int k = 0; k < 2; ++k) {
+      ExpectParamsClose(grouped.first[k], apart.first[k], 1e-6, placement);
+    }
+    EXPECT_EQ(grouped.second, placement == "row_wise" ? 2 * 26 : 26) << placement;
+  }
+}
+
 // Hybrid mode: the tables on the pservers (prefetch and push as in PS mode), the dense
 // parameters on the trainers, their gradients all-reduced with Gloo and applied by each trainer:
 // the same parameters as one machine, and only the tables' traffic reaches the pservers.

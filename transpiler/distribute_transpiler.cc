@@ -119,6 +119,15 @@ struct TableItem {
   int ShardOn(int ps) const { return owner < 0 ? ps : (owner == ps ? 0 : -1); }
   // The gradient rows sent for shard k.
   std::string GradShard(int k) const { return absl::StrCat(grad, ".shard", k); }
+
+  // A group of tables held as one (FuseTables): each member's table, gradient, optimize op and
+  // width, in column order; empty for a table of its own.
+  struct Member {
+    std::string table, grad;
+    OpDesc opt;
+    int64_t dim = 0;
+  };
+  std::vector<Member> members;
 };
 
 Shape VarShape(const BlockDesc& block, const std::string& name) {
@@ -398,6 +407,78 @@ absl::Status CollectOptimizeOps(TranspileState* s) {
   return absl::OkStatus();
 }
 
+// Pass 1b. Reads the config, tables and the main block. Replaces the tables of each group
+// (the header's rule, two or more tables) by one TableItem named "<a>+<b>..." with their summed
+// width and `members`, at the first member's place.
+void FuseTables(TranspileState* s) {
+  if (!s->config.fuse_tables) return;
+  const BlockDesc& block = s->block;
+  // Per table: its lookups' and their gradients' Ids, and how many ops read its gradient.
+  struct Use {
+    std::vector<std::string> ids, grad_ids;
+    int grad_readers = 0;
+  };
+  std::vector<Use> uses(s->tables.size());
+  for (const auto& op : block.ops()) {
+    const std::string w = OpInput(op, "W");
+    const std::vector<std::string> ins = AllInputArgs(op);
+    for (size_t t = 0; t < s->tables.size(); ++t) {
+      if (w == s->tables[t].table && op.type() == "lookup_table") {
+        uses[t].ids.push_back(OpInput(op, "Ids"));
+      } else if (w == s->tables[t].table && op.type() == "lookup_table_grad") {
+        uses[t].grad_ids.push_back(OpInput(op, "Ids"));
+      }
+      uses[t].grad_readers +=
+          static_cast<int>(std::count(ins.begin(), ins.end(), s->tables[t].grad));
+    }
+  }
+  // What members must share: the Ids, the optimizer with its attributes, the learning rate.
+  auto key_of = [&](size_t t) -> std::string {
+    const TableItem& item = s->tables[t];
+    const Use& u = uses[t];
+    if (u.ids.size() != 1 || u.grad_ids != u.ids || u.grad_readers != 1) return "";
+    std::string key = absl::StrCat(u.ids[0], "|", item.opt.type(), "|", item.lr);
+    std::vector<std::string> attrs;
+    for (const auto& a : item.opt.attrs()) {
+      if (a.name() != kOpRoleAttr && a.name() != kOpRoleVarAttr) {
+        attrs.push_back(a.SerializeAsString());
+      }
+    }
+    std::sort(attrs.begin(), attrs.end());
+    for (const auto& a : attrs) absl::StrAppend(&key, "|", a.size(), ":", a);
+    return key;
+  };
+  std::vector<std::string> keys(s->tables.size());
+  for (size_t t = 0; t < s->tables.size(); ++t) keys[t] = key_of(t);
+  std::vector<TableItem> fused;
+  std::vector<bool> taken(s->tables.size(), false);
+  for (size_t t = 0; t < s->tables.size(); ++t) {
+    if (taken[t]) continue;
+    std::vector<size_t> group = {t};
+    for (size_t u = t + 1; u < s->tables.size() && !keys[t].empty(); ++u) {
+      if (!taken[u] && keys[u] == keys[t]) group.push_back(u);
+    }
+    if (group.size() < 2) {
+      fused.push_back(s->tables[t]);
+      continue;
+    }
+    TableItem g = s->tables[t];
+    std::vector<std::string> names;
+    g.dim = 0;
+    for (size_t u : group) {
+      const TableItem& m = s->tables[u];
+      taken[u] = true;
+      names.push_back(m.table);
+      g.members.push_back({m.table, m.grad, m.opt, m.dim});
+      g.dim += m.dim;
+    }
+    g.table = absl::StrJoin(names, "+");
+    g.grad = g.table + "@GRAD";
+    fused.push_back(std::move(g));
+  }
+  s->tables = std::move(fused);
+}
+
 // Pass 2. Reads items and the main block's shapes. Writes each item's param_blocks (rows of the
 // parameter), grad_blocks (the same rows of the gradient) and state_blocks (the same rows, or
 // whole copies for state shaped unlike the parameter); the endpoints are left empty.
@@ -515,6 +596,89 @@ void RemovePserverOps(const TranspileState& s, BlockDesc* tb) {
     // (clipping, when there is one, then sees the same gradients as on one machine).
     InsertGradientAllReduce(tb, s.local_grads, s.config.overlap_allreduce);
   }
+}
+
+// Trainer step 1b. Reads tables. For each table group, replaces in `tb` its members' lookups by
+// one lookup of the group (at the first member's) and a `split` by columns into the members'
+// outputs, and their lookup_table_grads by a `concat` of the members' output gradients and one
+// lookup_table_grad of the group (at the last member's); drops the members' gradients.
+void FuseGroupLookups(const TranspileState& s, BlockDesc* tb) {
+  std::set<std::string> dropped;
+  for (const auto& t : s.tables) {
+    if (t.members.empty()) continue;
+    std::vector<int> lookups, grads;
+    for (int i = 0; i < tb->ops_size(); ++i) {
+      const OpDesc& op = tb->ops(i);
+      const std::string w = OpInput(op, "W");
+      for (const auto& m : t.members) {
+        if (w != m.table) continue;
+        if (op.type() == "lookup_table") lookups.push_back(i);
+        if (op.type() == "lookup_table_grad") grads.push_back(i);
+      }
+    }
+    const OpDesc& first = tb->ops(lookups.front());
+    const std::string ids = OpInput(first, "Ids");
+    std::vector<std::string> outs, out_grads;
+    std::vector<int64_t> dims;
+    for (const auto& m : t.members) {
+      for (int i : lookups) {
+        if (OpInput(tb->ops(i), "W") == m.table) outs.push_back(OpOutput(tb->ops(i), "Out"));
+      }
+      for (int i : grads) {
+        if (OpInput(tb->ops(i), "W") == m.table) {
+          out_grads.push_back(OpInput(tb->ops(i), GradVarName("Out")));
+        }
+      }
+      dims.push_back(m.dim);
+      dropped.insert(m.grad);
+    }
+    Shape shape = VarShape(*tb, outs[0]);
+    if (shape.empty()) shape = {-1, t.dim};
+    shape.back() = t.dim;
+    const int64_t axis = static_cast<int64_t>(shape.size()) - 1;
+    const std::string rows = t.table + ".rows";
+    DeclareVar(tb, rows, shape, FLOAT32);
+    DeclareVar(tb, GradVarName(rows), shape, FLOAT32);
+    DeclareVar(tb, t.grad, {-1, t.dim}, FLOAT32)->set_type(SELECTED_ROWS);
+
+    OpDesc lookup = first;
+    lookup.clear_inputs();
+    lookup.clear_outputs();
+    SetOpInputs(&lookup, "W", {t.table});
+    SetOpInputs(&lookup, "Ids", {ids});
+    SetOpOutputs(&lookup, "Out", {rows});
+    OpDesc split = MakeOp("split", {{"X", {rows}}}, {{"Out", outs}});
+    SetAttr(&split, "axis", axis);
+    SetAttr(&split, "sections", dims);
+    SetAttr(&split, kOpRoleAttr, OpRoleOf(first));
+    const OpDesc& last_grad = tb->ops(grads.back());
+    OpDesc concat = MakeOp("concat", {{"X", out_grads}}, {{"Out", {GradVarName(rows)}}});
+    SetAttr(&concat, "axis", axis);
+    SetAttr(&concat, kOpRoleAttr, OpRoleOf(last_grad));
+    OpDesc grad = last_grad;
+    grad.clear_inputs();
+    grad.clear_outputs();
+    SetOpInputs(&grad, "W", {t.table});
+    SetOpInputs(&grad, "Ids", {ids});
+    SetOpInputs(&grad, GradVarName("Out"), {GradVarName(rows)});
+    SetOpOutputs(&grad, GradVarName("W"), {t.grad});
+
+    google::protobuf::RepeatedPtrField<OpDesc> kept;
+    for (int i = 0; i < tb->ops_size(); ++i) {
+      if (i == lookups.front()) {
+        *kept.Add() = lookup;
+        *kept.Add() = split;
+      } else if (i == grads.back()) {
+        *kept.Add() = concat;
+        *kept.Add() = grad;
+      } else if (std::find(lookups.begin(), lookups.end(), i) == lookups.end() &&
+                 std::find(grads.begin(), grads.end(), i) == grads.end()) {
+        *kept.Add() = tb->ops(i);
+      }
+    }
+    tb->mutable_ops()->Swap(&kept);
+  }
+  DropVars(tb, dropped);
 }
 
 // Trainer step 2. Reads tables. Replaces in `tb` each lookup_table of a distributed table by a
@@ -688,6 +852,10 @@ void DropPserverOnlyVars(TranspileState* s, BlockDesc* tb) {
     pserver_only.insert(t.table);
     if (!t.lr.empty() && !s->config.hybrid) pserver_only.insert(t.lr);
     for (const auto& var : OptimizerStateVars(t.opt)) pserver_only.insert(var);  // its state
+    for (const auto& m : t.members) {
+      pserver_only.insert(m.table);
+      for (const auto& var : OptimizerStateVars(m.opt)) pserver_only.insert(var);
+    }
   }
   DropVars(tb, pserver_only);
 }
@@ -699,6 +867,7 @@ void RewriteTrainerProgram(TranspileState* s) {
   s->trainer = s->main;
   BlockDesc* tb = s->trainer.mutable_blocks(0);
   RemovePserverOps(*s, tb);
+  FuseGroupLookups(*s, tb);
   ReplaceTableLookups(*s, tb);
   FusePrefetches(*s, tb);
   std::vector<std::string> send_vars, send_eps;
@@ -829,35 +998,41 @@ absl::Status AddSparseTables(const TranspileState& s, PserverBuild* p) {
   for (const auto& t : s.tables) {
     const int shard = t.ShardOn(p->ps);
     if (shard < 0) continue;
-    OpDesc st = MakeOp("sparse_table", {}, {});
-    SetAttr(&st, "table", t.table);
-    SetAttr(&st, "grad", t.GradShard(shard));
-    SetAttr(&st, "dim", t.dim);
-    SetAttr(&st, "shard", static_cast<int64_t>(shard));
-    SetAttr(&st, "num_shards", static_cast<int64_t>(t.Shards(s.num_ps)));
-    SetAttr(&st, "shard_method", s.config.table_shard_method);
-    SetAttr(&st, "optimizer", t.opt.type());
-    for (const auto& a : t.opt.attrs()) {
-      if (a.name() != kOpRoleAttr && a.name() != kOpRoleVarAttr) *st.add_attrs() = a;
-    }
-    SetAttr(&st, "learning_rate", t.lr);
-    VarBlock whole{t.table, t.table, 0, 0, 1, t.dim, VarShape(s.block, t.table), p->ep};
-    OpDesc init_op;
-    if (!InitOpFor(s.startup, whole, &init_op)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("startup program does not initialize table ", t.table));
-    }
-    SetAttr(&st, "init", init_op.type());
-    for (const auto& a : init_op.attrs()) {
-      if (a.name() == "min" || a.name() == "max" || a.name() == "mean" || a.name() == "std" ||
-          a.name() == "value" || a.name() == "seed") {
-        OpDesc::Attr* copy = st.add_attrs();
-        *copy = a;
-        copy->set_name("init_" + a.name());
+    // A group: one op per member (its table, width, optimizer and initializer), naming the group.
+    std::vector<TableItem::Member> members = t.members;
+    if (members.empty()) members.push_back({t.table, t.grad, t.opt, t.dim});
+    for (const auto& m : members) {
+      OpDesc st = MakeOp("sparse_table", {}, {});
+      SetAttr(&st, "table", m.table);
+      if (!t.members.empty()) SetAttr(&st, "group", t.table);
+      SetAttr(&st, "grad", t.GradShard(shard));
+      SetAttr(&st, "dim", m.dim);
+      SetAttr(&st, "shard", static_cast<int64_t>(shard));
+      SetAttr(&st, "num_shards", static_cast<int64_t>(t.Shards(s.num_ps)));
+      SetAttr(&st, "shard_method", s.config.table_shard_method);
+      SetAttr(&st, "optimizer", m.opt.type());
+      for (const auto& a : m.opt.attrs()) {
+        if (a.name() != kOpRoleAttr && a.name() != kOpRoleVarAttr) *st.add_attrs() = a;
       }
+      SetAttr(&st, "learning_rate", t.lr);
+      VarBlock whole{m.table, m.table, 0, 0, 1, m.dim, VarShape(s.block, m.table), p->ep};
+      OpDesc init_op;
+      if (!InitOpFor(s.startup, whole, &init_op)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("startup program does not initialize table ", m.table));
+      }
+      SetAttr(&st, "init", init_op.type());
+      for (const auto& a : init_op.attrs()) {
+        if (a.name() == "min" || a.name() == "max" || a.name() == "mean" || a.name() == "std" ||
+            a.name() == "value" || a.name() == "seed") {
+          OpDesc::Attr* copy = st.add_attrs();
+          *copy = a;
+          copy->set_name("init_" + a.name());
+        }
+      }
+      *p->b0->add_ops() = RoleOp(st, kRoleRPC);
     }
     TS_RETURN_IF_ERROR(DeclareLearningRate(s, p, t.lr));
-    *p->b0->add_ops() = RoleOp(st, kRoleRPC);
   }
   return absl::OkStatus();
 }
@@ -937,6 +1112,7 @@ absl::StatusOr<DistributeTranspiler> DistributeTranspiler::Transpile(
   TS_RETURN_IF_ERROR(ValidateConfig(main, startup, config));
   TranspileState s(main, startup, config);
   TS_RETURN_IF_ERROR(CollectOptimizeOps(&s));
+  FuseTables(&s);
   DistributeTranspiler t;
   t.config_ = config;  // copied before PlaceBlocks calls the dispatcher, as it was given
   SliceParameters(&s);

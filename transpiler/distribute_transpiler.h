@@ -33,6 +33,16 @@
 // (by the sum of their tables' widths) on the pserver holding the fewest columns so far (ties:
 // the lowest index). For many moderate tables; a table that needs several machines wants
 // row-wise.
+// Table groups (TranspilerConfig::fuse_tables). Tables that are always looked up and updated
+// together, with the same ids (a slot's deep and wide tables), are held as one pserver table of
+// their summed width, named "<a>+<b>": one lookup of the group's rows feeds a `split` (by columns)
+// into each table's output, the tables' output gradients are concatenated by columns into the
+// group's, and the group's gradient rows travel as one. Tables group when each has exactly one
+// lookup_table and one lookup_table_grad, all with the same Ids variable, the same optimizer
+// (type and attributes) and learning rate, and nothing but its optimize op reads its gradient.
+// The pserver program describes each member by its own `sparse_table` op (its initializer;
+// attribute `group` names the group), so checkpoints and serving exports stay one file per table
+// and a member's values and updates are exactly those of the table held alone.
 // The transpiler is pure: the same inputs give byte-identical outputs.
 #ifndef TESSERA_TRANSPILER_DISTRIBUTE_TRANSPILER_H_
 #define TESSERA_TRANSPILER_DISTRIBUTE_TRANSPILER_H_
@@ -73,6 +83,8 @@ struct TranspilerConfig {
   std::string table_shard_method = "hash";
   // Distributed tables: split by id over all pservers, or each whole on one (class comment).
   TablePlacement table_placement = TablePlacement::kRowWise;
+  // Distributed tables looked up with the same ids held as one table (class comment).
+  bool fuse_tables = false;
   // Hybrid mode (PERSIA / HugeCTR style): only the distributed tables go to the pservers. Every
   // other parameter stays on the trainers with its optimizer (and the learning-rate schedule):
   // the trainer program all-reduces (mean) those gradients right before the optimizer ops

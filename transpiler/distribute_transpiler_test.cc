@@ -694,6 +694,84 @@ TEST(TablePlacementTest, TableWiseKeepsSlotsTogetherAndBalancesColumns) {
   EXPECT_NE(ParseTablePlacement("tables").status().message().find("'tables'"), std::string::npos);
 }
 
+// Table groups (fuse_tables): a slot's tables (same ids, same optimizer) are one pserver table
+// "<a>+<b>": the trainer looks the group up once and splits its columns into each table's output,
+// concatenates the outputs' gradients into the group's and sends that; each pserver describes
+// every member by its own sparse_table op (its width and initializer) naming the group.
+TEST(TableGroupTest, ASlotsTablesAreOneTableOfTheirColumns) {
+  Model m =
+      BuildSlotTablesModel({{"ids_a", {{"emb_a", 8}, {"wide_a", 1}}}, {"ids_c", {{"emb_c", 16}}}});
+  TranspilerConfig c = Config(2);
+  c.fuse_tables = true;
+  DistributeTranspiler t = MustTranspile(m, c);
+  const ProgramDesc& trainer = t.trainer_program();
+  const OpDesc& prefetch = OnlyOp(trainer, "prefetch");
+  EXPECT_EQ(GetStringsAttr(prefetch, "tables"),
+            std::vector<std::string>({"emb_a+wide_a", "emb_c"}));
+  EXPECT_EQ(GetIntsAttr(prefetch, "dims"), std::vector<int64_t>({9, 16}));
+  const OpDesc& split = OnlyOp(trainer, "split");
+  EXPECT_EQ(OpInput(split, "X"), "emb_a+wide_a.rows");
+  EXPECT_EQ(OpInputs(prefetch, "Ids")[0], "ids_a");
+  EXPECT_EQ(OpOutputs(prefetch, "Out")[0], "emb_a+wide_a.rows");
+  EXPECT_EQ(GetIntsAttr(split, "sections"), std::vector<int64_t>({8, 1}));
+  EXPECT_EQ(GetIntAttr(split, "axis", 0), 1);
+  const OpDesc& concat = OnlyOp(trainer, "concat");
+  EXPECT_EQ(OpOutput(concat, "Out"), "emb_a+wide_a.rows@GRAD");
+  ASSERT_EQ(OpInputs(concat, "X").size(), 2u);
+  // The split's outputs are the tables' lookups' outputs, the concat's inputs their gradients.
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(OpInputs(concat, "X")[i], OpOutputs(split, "Out")[i] + "@GRAD");
+  }
+  int grads = 0;
+  for (const OpDesc& op : trainer.blocks(0).ops()) {
+    if (op.type() != "lookup_sparse_grad") continue;
+    ++grads;
+    if (OpInput(op, "Out@GRAD") == "emb_a+wide_a.rows@GRAD") {
+      EXPECT_EQ(OpOutput(op, "W@GRAD"), "emb_a+wide_a@GRAD");
+    }
+  }
+  EXPECT_EQ(grads, 2);
+  const std::vector<std::string> sent = OpInputs(OnlyOp(trainer, "send"), "X");
+  for (const char* piece : {"emb_a+wide_a@GRAD.shard0", "emb_a+wide_a@GRAD.shard1",
+                            "emb_c@GRAD.shard0", "emb_c@GRAD.shard1"}) {
+    EXPECT_EQ(std::count(sent.begin(), sent.end(), piece), 1) << piece;
+  }
+  for (const char* gone : {"emb_a", "wide_a", "emb_a@GRAD", "wide_a@GRAD"}) {
+    EXPECT_EQ(FindVarDesc(trainer.blocks(0), gone), nullptr) << gone;
+  }
+  for (int ps = 0; ps < 2; ++ps) {
+    auto program = t.GetPserverProgram(Endpoints(2)[ps]);
+    ASSERT_TRUE(program.ok()) << program.status();
+    std::vector<std::string> described;
+    for (const OpDesc& op : program->blocks(0).ops()) {
+      if (op.type() != "sparse_table") continue;
+      const std::string table = GetStringAttr(op, "table", "");
+      described.push_back(absl::StrCat(table, "/", GetStringAttr(op, "group", ""), "/",
+                                       GetIntAttr(op, "dim", 0), "/",
+                                       GetStringAttr(op, "grad", "")));
+      EXPECT_EQ(GetStringAttr(op, "init", ""), "uniform_random") << table;
+    }
+    const std::string g = absl::StrCat("emb_a+wide_a@GRAD.shard", ps);
+    EXPECT_EQ(described,
+              std::vector<std::string>({"emb_a/emb_a+wide_a/8/" + g, "wide_a/emb_a+wide_a/1/" + g,
+                                        absl::StrCat("emb_c//16/emb_c@GRAD.shard", ps)}));
+  }
+
+  // Without fuse_tables, or with another optimizer attribute on one table, each table is its own.
+  c.fuse_tables = false;
+  EXPECT_EQ(
+      GetStringsAttr(OnlyOp(MustTranspile(m, c).trainer_program(), "prefetch"), "tables").size(),
+      3u);
+  c.fuse_tables = true;
+  for (auto& op : *m.main.mutable_blocks(0)->mutable_ops()) {
+    const std::vector<std::string> rv = GetStringsAttr(op, kOpRoleVarAttr);
+    if (op.type() == "adam" && !rv.empty() && rv[0] == "wide_a") SetAttr(&op, "beta1", 0.5f);
+  }
+  EXPECT_EQ(
+      GetStringsAttr(OnlyOp(MustTranspile(m, c).trainer_program(), "prefetch"), "tables").size(),
+      3u);
+}
+
 TEST(HybridTest, NeedsATableAndSyncMode) {
   TranspilerConfig c = Config(2);
   c.hybrid = true;

@@ -278,6 +278,12 @@ const std::vector<Setting>& Table() {
         "one machine) or table_wise (each whole on one pserver, tables sharing ids together: "
         "fewer tables per pserver and step, for many moderate tables)"},
        Str(&ClusterConfig::table_placement)},
+      {{"fuse_tables",
+        {"TESSERA_FUSE_TABLES"},
+        "distributed tables looked up with the same ids (a slot's deep and wide tables) are held "
+        "as one pserver table: one row lookup and update for all of them; checkpoints and "
+        "exports keep one file per table"},
+       Bool(&ClusterConfig::fuse_tables, "fuse_tables")},
       {{"table_admission_threshold",
         {"TESSERA_TABLE_ADMISSION_THRESHOLD"},
         "pserver: create a table row at the K-th sighting of its id (0 = at once)"},

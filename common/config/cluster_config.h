@@ -60,6 +60,7 @@ struct ClusterConfig {
   // distributed tables: "row_wise" (split by id over all pservers) or "table_wise" (each whole
   // on one pserver; transpiler/distribute_transpiler.h)
   std::string table_placement = "row_wise";
+  bool fuse_tables = true;
   int64_t table_admission_threshold = 0;    // create a row at its K-th sighting (0 = off)
   int64_t table_evict_after_steps = 0;      // drop rows unseen for T steps (0 = off)
   // pserver: rows per table shard; new ids beyond are refused (0 = no limit)

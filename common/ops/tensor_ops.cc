@@ -142,6 +142,7 @@ absl::Status ConcatGrad(OpContext& ctx) {
 
 // split: Out[i] = consecutive slices of X along attr axis. Sizes come from attr sections (one
 // entry may be -1: the rest) or attr num (equal parts); neither: equal parts, one per output.
+// Along an axis other than 0 (the same rows) every output keeps X's sequences (LoD).
 absl::Status Split(OpContext& ctx) {
   TS_ASSIGN_OR_RETURN(const Tensor* x_ptr, ctx.Input("X"));
   Tensor x = *x_ptr;  // a handle: keeps the data if an output aliases X
@@ -198,6 +199,7 @@ absl::Status Split(OpContext& ctx) {
     Shape shape = x.shape();
     shape[axis] = sizes[i];
     outs[i]->Resize(x.dtype(), shape);
+    if (axis > 0) outs[i]->set_lod(x.lod());  // the same rows: X's sequences
   }
   SplitInto(x, axis, sizes, outs);
   return absl::OkStatus();

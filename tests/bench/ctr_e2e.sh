@@ -12,6 +12,8 @@
 # "prefetch_ahead=false" turns the trainers' double buffering off (the next batch's lookups
 # then wait for the next step), to measure what it brings. "table_wise" is
 # --table_placement=table_wise: each table whole on one pserver instead of split by id over all.
+# "fuse_tables=false" holds each table apart instead of a slot's deep and wide table as one
+# pserver table (--fuse_tables, the default), to measure what the table groups bring.
 # "hybrid" is --mode=hybrid: the tables on the pservers, the dense layers' gradients all-reduced
 # among the trainers (Gloo).
 #
@@ -45,7 +47,8 @@ BIN=bazel-bin
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-ctr-e2e.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
-CONFIGS=(single "1x1 sync" "2x2 sync" "2x2 sync table_wise" "2x2 async"
+CONFIGS=(single "1x1 sync" "2x2 sync" "2x2 sync table_wise" "2x2 sync fuse_tables=false"
+  "2x2 sync table_wise fuse_tables=false" "2x2 async"
   "2x2 sync cpu_places=2" "2x2 sync prefetch_ahead=false" "2x2 hybrid" "deepfm single"
   "deepfm 2x2 sync" "deepfm 2x2 sync table_wise" "deepfm 2x2 hybrid")
 # CTR_E2E_ONLY="single,1x1 sync,2x2 sync": only these configurations (the single processes
@@ -84,7 +87,7 @@ run() {
     local ps="${shape%x*}"
     trainers="${shape#*x}"
     local sync=true places=1 ahead=true mode=pserver placement=row_wise
-    local -a daemons=()
+    local -a daemons=() apart=()
     case "$rest" in *baseline*)
       daemons=(--pserver_bin="$CTR_E2E_BASELINE/tessera_pserver"
         --trainer_bin="$CTR_E2E_BASELINE/tessera_trainer") ;;
@@ -94,10 +97,12 @@ run() {
     case "$rest" in *cpu_places=2*) places=2 ;; esac
     case "$rest" in *prefetch_ahead=false*) ahead=false ;; esac
     case "$rest" in *table_wise*) placement=table_wise ;; esac
+    # (only when asked: a baseline build may not know the flag)
+    case "$rest" in *fuse_tables=false*) apart=(--fuse_tables=false) ;; esac
     cmd=("$BIN/deploy/launch/tessera_launch" --pservers="$ps" --trainers="$trainers" --example=ctr
       --num_examples="$N" --num_test_examples=5000 --vocab_per_slot="$VOCAB"
       --batch_size="$BATCH" --epochs=1 --sync_mode="$sync" --cpu_places="$places"
-      --prefetch_ahead="$ahead" --mode="$mode" --table_placement="$placement"
+      --prefetch_ahead="$ahead" --mode="$mode" --table_placement="$placement" "${apart[@]}"
       --log_every_steps=0 --log_dir="$log" --noplot "${daemons[@]}" "${model[@]}")
   fi
   local start end

@@ -28,11 +28,13 @@ namespace tessera {
 //   0  pservers older than the field;
 //   1  a SendGetBatch may carry the next batch's lookups (VariableBatch.lookups);
 //   2  tables placed whole on one pserver (--table_placement=table_wise: a table's lookups and
-//      gradient, `<grad>.shard0`, all go to its owner).
+//      gradient, `<grad>.shard0`, all go to its owner);
+//   3  table groups (--fuse_tables): tables looked up with the same ids are one pserver table
+//      "<a>+<b>", looked up and updated as one.
 // A trainer refuses, at registration, a pserver whose protocol is older than its own (an older
 // pserver would ignore what it does not know and answer wrongly later: one before 2 compares
 // no table placement and holds its row-wise shards).
-inline constexpr uint32_t kWireProtocol = 2;
+inline constexpr uint32_t kWireProtocol = 3;
 
 // Encodes bytes [offset, offset + length) of dense `var` (the whole variable when length < 0),
 // or the whole of a SelectedRows `var`, as a VariableMessage.
