@@ -130,10 +130,18 @@ absl::Status Applier::InitTables() {
       member.name = GetStringAttr(ops[m], "table", "");
       member.dim = GetIntAttr(ops[m], "dim", 0);
       TS_ASSIGN_OR_RETURN(member.initializer, TableInitializer(ops[m], member.name));
-      if (!group.empty() && (GetStringAttr(ops[m], "grad", "") != t.grad ||
-                             GetStringAttr(ops[m], "learning_rate", "") != t.lr)) {
-        return absl::InvalidArgumentError(absl::StrCat("table ", member.name, " of group ", group,
-                                                       " has another gradient or learning rate"));
+      // A group's members share what the one table holding them applies to all.
+      for (const char* attr : {"grad", "learning_rate", "optimizer"}) {
+        if (GetStringAttr(ops[m], attr, "") != GetStringAttr(op, attr, "")) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("table ", member.name, " of group ", group, " has another ", attr));
+        }
+      }
+      for (const char* attr : {"shard", "num_shards"}) {
+        if (GetIntAttr(ops[m], attr, 0) != GetIntAttr(op, attr, 0)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("table ", member.name, " of group ", group, " has another ", attr));
+        }
       }
       t.members.push_back(member.name);
       t.dim += member.dim;

@@ -1146,7 +1146,8 @@ absl::StatusOr<int64_t> SparseTable::ExportMembers(const std::vector<std::string
   const uint32_t epoch = BeginExport(export_options);
   int64_t count = 0;
   for (size_t m = 0; m < paths.size(); ++m) {
-    TS_ASSIGN_OR_RETURN(count, WriteExportFile(paths[m], export_options, since, columns_[m]));
+    TS_ASSIGN_OR_RETURN(int64_t n, WriteExportFile(paths[m], export_options, since, columns_[m]));
+    count += n;
   }
   EndExport(export_options, epoch);
   return count;
@@ -1170,7 +1171,8 @@ std::string ExportToString(
 }  // namespace
 
 std::string SparseTable::ExportBytes(const SparseTableExportOptions& export_options) {
-  return ExportMembersBytes(export_options, /*whole=*/true)[0];
+  std::vector<std::string> whole = ExportMembersBytes(export_options, /*whole=*/true);
+  return std::move(whole[0]);
 }
 
 std::vector<std::string> SparseTable::ExportMembersBytes(

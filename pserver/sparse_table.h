@@ -273,8 +273,9 @@ class SparseTable {
   // `whole`, one export of whole rows instead (ExportBytes).
   std::vector<std::string> ExportMembersBytes(const SparseTableExportOptions& export_options,
                                               bool whole = false);
-  // The same written to `paths` (one per member), each as Export writes its file; the delta cut
-  // moves only when every file was written.
+  // The same written to `paths` (one per member), each as Export writes its file; returns the
+  // records written, all files together. The delta cut moves only when every file was written
+  // (after a failure, the files of the members before it may already be the new ones).
   absl::StatusOr<int64_t> ExportMembers(const std::vector<std::string>& paths,
                                         const SparseTableExportOptions& export_options);
   // Members (1 for a table without options.members) and member m's options as a table of its

@@ -416,15 +416,18 @@ void FuseTables(TranspileState* s) {
   // Per table: its lookups' and their gradients' Ids, and how many ops read its gradient.
   struct Use {
     std::vector<std::string> ids, grad_ids;
+    int lookup_at = -1;  // the lookup's op index
     int grad_readers = 0;
   };
   std::vector<Use> uses(s->tables.size());
-  for (const auto& op : block.ops()) {
+  for (int i = 0; i < block.ops_size(); ++i) {
+    const OpDesc& op = block.ops(i);
     const std::string w = OpInput(op, "W");
     const std::vector<std::string> ins = AllInputArgs(op);
     for (size_t t = 0; t < s->tables.size(); ++t) {
       if (w == s->tables[t].table && op.type() == "lookup_table") {
         uses[t].ids.push_back(OpInput(op, "Ids"));
+        uses[t].lookup_at = i;
       } else if (w == s->tables[t].table && op.type() == "lookup_table_grad") {
         uses[t].grad_ids.push_back(OpInput(op, "Ids"));
       }
@@ -457,6 +460,18 @@ void FuseTables(TranspileState* s) {
     std::vector<size_t> group = {t};
     for (size_t u = t + 1; u < s->tables.size() && !keys[t].empty(); ++u) {
       if (!taken[u] && keys[u] == keys[t]) group.push_back(u);
+    }
+    // The group is looked up at its first member's lookup: not if an op between the members'
+    // lookups writes their ids.
+    int first = block.ops_size(), last = -1;
+    for (size_t u : group) {
+      first = std::min(first, uses[u].lookup_at);
+      last = std::max(last, uses[u].lookup_at);
+    }
+    for (int i = first + 1; group.size() > 1 && i < last; ++i) {
+      for (const auto& out : AllOutputArgs(block.ops(i))) {
+        if (out == uses[t].ids[0]) group.resize(1);
+      }
     }
     if (group.size() < 2) {
       fused.push_back(s->tables[t]);
@@ -540,7 +555,10 @@ void PlaceTables(TranspileState* s) {
     if (op.type() != "lookup_table") continue;
     const std::string w = OpInput(op, "W");
     for (size_t t = 0; t < s->tables.size(); ++t) {
-      if (s->tables[t].table == w) ids_of[t].push_back(OpInput(op, "Ids"));
+      const TableItem& item = s->tables[t];
+      // A group is looked up with its members' ids (once: they are the same).
+      const bool reads = item.table == w || (!item.members.empty() && item.members[0].table == w);
+      if (reads) ids_of[t].push_back(OpInput(op, "Ids"));
     }
   }
   struct Group {

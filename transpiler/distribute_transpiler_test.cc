@@ -772,6 +772,58 @@ TEST(TableGroupTest, ASlotsTablesAreOneTableOfTheirColumns) {
       3u);
 }
 
+// A group is looked up where its first member was: not when an op between the members' lookups
+// writes their ids (the later member would read other ids).
+TEST(TableGroupTest, IdsWrittenBetweenTheLookupsKeepTheTablesApart) {
+  // The tables the trainer looks up (each prefetch's `table`, or a fused one's `tables`).
+  auto looked_up = [](const DistributeTranspiler& t) {
+    std::vector<std::string> tables;
+    for (const OpDesc& op : t.trainer_program().blocks(0).ops()) {
+      if (op.type() != "prefetch") continue;
+      const std::string one = GetStringAttr(op, "table", "");
+      if (!one.empty()) tables.push_back(one);
+      for (const std::string& name : GetStringsAttr(op, "tables")) tables.push_back(name);
+    }
+    return tables;
+  };
+  Model m = BuildSlotTablesModel({{"ids_a", {{"emb_a", 8}, {"wide_a", 1}}}});
+  TranspilerConfig c = Config(2);
+  c.fuse_tables = true;
+  ASSERT_EQ(looked_up(MustTranspile(m, c)), std::vector<std::string>({"emb_a+wide_a"}));
+  google::protobuf::RepeatedPtrField<OpDesc> ops;
+  for (const OpDesc& op : m.main.blocks(0).ops()) {
+    *ops.Add() = op;
+    if (op.type() == "lookup_table" && OpInput(op, "W") == "emb_a") {
+      *ops.Add() = MakeOp("scale", {{"X", {"ids_a"}}}, {{"Out", {"ids_a"}}});
+    }
+  }
+  m.main.mutable_blocks(0)->mutable_ops()->Swap(&ops);
+  EXPECT_EQ(looked_up(MustTranspile(m, c)), std::vector<std::string>({"emb_a", "wide_a"}));
+}
+
+// Table-wise, a table read with a group's ids that could not join it (another optimizer
+// attribute) is placed with the group all the same.
+TEST(TableGroupTest, TableWiseKeepsATableOfTheGroupsIdsWithIt) {
+  Model m = BuildSlotTablesModel(
+      {{"ids_a", {{"emb_a", 8}, {"wide_a", 1}, {"odd_a", 2}}}, {"ids_c", {{"emb_c", 16}}}});
+  for (auto& op : *m.main.mutable_blocks(0)->mutable_ops()) {
+    const std::vector<std::string> rv = GetStringsAttr(op, kOpRoleVarAttr);
+    if (op.type() == "adam" && !rv.empty() && rv[0] == "odd_a") SetAttr(&op, "beta1", 0.5f);
+  }
+  TranspilerConfig c = Config(2);
+  c.fuse_tables = true;
+  c.table_placement = TablePlacement::kTableWise;
+  const DistributeTranspiler t = MustTranspile(m, c);
+  const OpDesc& prefetch = OnlyOp(t.trainer_program(), "prefetch");
+  const std::vector<std::string> tables = GetStringsAttr(prefetch, "tables");
+  const std::vector<int64_t> owners = GetIntsAttr(prefetch, "owners");
+  std::map<std::string, int64_t> owner;
+  for (size_t i = 0; i < tables.size() && i < owners.size(); ++i) owner[tables[i]] = owners[i];
+  // emb_c (16 columns) on pserver 0; the group (9) with odd_a (2), 11 columns, on pserver 1.
+  EXPECT_EQ(owner,
+            (std::map<std::string, int64_t>{{"emb_a+wide_a", 1}, {"odd_a", 1}, {"emb_c", 0}}));
+}
+
 TEST(HybridTest, NeedsATableAndSyncMode) {
   TranspilerConfig c = Config(2);
   c.hybrid = true;

@@ -885,6 +885,7 @@ absl::StatusOr<bool> Split(OpContext& ctx, const Place& place) {
       Shape shape = x->shape();
       shape[axis] = sizes[i];
       TS_ASSIGN_OR_RETURN(Tensor * o, PlacedOutput(ctx, "Out", place, x->dtype(), shape, i));
+      if (axis > 0) o->set_lod(x->lod());  // the same rows: X's sequences (as the CPU kernel)
       TS_RETURN_IF_ERROR(Copy2D(dev, static_cast<char*>(o->raw_data()), row,
                                 static_cast<const char*>(x->raw_data()) + offset, in_row, row,
                                 outer));
