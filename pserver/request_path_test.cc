@@ -309,5 +309,55 @@ TEST(ApplierTest, MalformedBlockMapIsRefused) {
   EXPECT_NE(a.status().message().find("'fc.w@GRAD:99'"), std::string::npos) << a.status();
 }
 
+// Consecutive sparse_table ops of one `group` are one table of their columns, served under the
+// group's name; members that differ in what the one table applies to all are refused, naming
+// the member and the attribute.
+TEST(ApplierTest, AGroupsMembersAreOneTableAndMustAgree) {
+  auto ps = MakePserver(true);
+  const OpDesc* ls = nullptr;
+  auto with_member = [&](const std::string& attr, const std::string& value) {
+    ProgramDesc program = ps->program;
+    auto* ops = program.mutable_blocks(0)->mutable_ops();
+    for (int i = 0; i < ops->size(); ++i) {
+      if (ops->Get(i).type() != "sparse_table") continue;
+      OpDesc other = ops->Get(i);
+      SetAttr(&other, "table", std::string("other"));
+      SetAttr(&other, "dim", int64_t{1});
+      if (attr == "shard") SetAttr(&other, "shard", int64_t{1});
+      if (attr == "optimizer") SetAttr(&other, "optimizer", value);
+      SetAttr(ops->Mutable(i), "group", std::string("table+other"));
+      SetAttr(&other, "group", std::string("table+other"));
+      *ops->Add() = other;
+      for (int j = ops->size() - 1; j > i + 1; --j) ops->SwapElements(j, j - 1);
+      break;
+    }
+    return program;
+  };
+  for (const auto& op : ps->program.blocks(0).ops()) {
+    if (op.type() == "listen_and_serv") ls = &op;
+  }
+  ASSERT_NE(ls, nullptr);
+  const ProgramDesc good = with_member("", "");
+  auto a = Applier::Create(good, *ls, kTrainers, true, &ps->scope, ps->registry.get(), {});
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto rows = (*a)->Lookup("table+other", {3, 4});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->shape(), (Shape{2, 3}));
+  const std::vector<PserverTableRef> refs = (*a)->TableRefs();
+  ASSERT_EQ(refs.size(), 2u);
+  EXPECT_EQ(refs[0].name + "/" + refs[1].name, "table/other");
+  EXPECT_EQ(refs[1].member, 1);
+  for (const auto& [attr, value] :
+       std::vector<std::pair<std::string, std::string>>{{"optimizer", "adagrad"}, {"shard", ""}}) {
+    const ProgramDesc bad = with_member(attr, value);
+    auto refused = Applier::Create(bad, *ls, kTrainers, true, &ps->scope, ps->registry.get(), {});
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << attr;
+    EXPECT_NE(
+        refused.status().message().find("table other of group table+other has another " + attr),
+        std::string::npos)
+        << refused.status();
+  }
+}
+
 }  // namespace
 }  // namespace tessera
