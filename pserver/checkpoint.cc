@@ -164,22 +164,27 @@ absl::Status SavePserverShard(io::FileSystem* fs, const std::string& dir,
   eo.with_optimizer_state = true;
   eo.keep_delta_cut = true;  // a checkpoint takes no rows from the next serving delta
   MemberExports exports(eo);
+  std::map<const SparseTable*, std::string> life_bytes;
   for (const auto& t : shard.tables) {
     // The table's export bytes go through `fs` like every other file of the checkpoint; a
     // member's are the file of that table alone.
     TS_RETURN_IF_ERROR(writer.WriteFile(absl::StrCat(prefix, ".", t.name, ".tbl"),
                                         exports.Take(t.table, t.member)));
-    // Last-seen stamps and pending admission counts: 20-byte records.
-    std::vector<SparseTableLifecycleRecord> life;
-    t.table->ExportLifecycle(&life);
-    std::string bytes(life.size() * kLifeRecordBytes, '\0');
-    for (size_t i = 0; i < life.size(); ++i) {
-      char* r = &bytes[i * kLifeRecordBytes];
-      const uint32_t pending = life[i].pending ? 1 : 0;
-      std::memcpy(r, &life[i].id, 8);
-      std::memcpy(r + 8, &life[i].seen, 4);
-      std::memcpy(r + 12, &life[i].count, 4);
-      std::memcpy(r + 16, &pending, 4);
+    // Last-seen stamps and pending admission counts: 20-byte records, the same for every member
+    // of a table (encoded once).
+    std::string& bytes = life_bytes[t.table];
+    if (bytes.empty()) {
+      std::vector<SparseTableLifecycleRecord> life;
+      t.table->ExportLifecycle(&life);
+      bytes.assign(life.size() * kLifeRecordBytes, '\0');
+      for (size_t i = 0; i < life.size(); ++i) {
+        char* r = &bytes[i * kLifeRecordBytes];
+        const uint32_t pending = life[i].pending ? 1 : 0;
+        std::memcpy(r, &life[i].id, 8);
+        std::memcpy(r + 8, &life[i].seen, 4);
+        std::memcpy(r + 12, &life[i].count, 4);
+        std::memcpy(r + 16, &pending, 4);
+      }
     }
     TS_RETURN_IF_ERROR(writer.WriteFile(absl::StrCat(prefix, ".", t.name, ".life"), bytes));
   }

@@ -188,20 +188,23 @@ std::map<int64_t, std::vector<float>> GatherTableRows(const InprocJob& job,
     const absl::StatusOr<ProgramDesc> program = t->GetPserverProgram(job.endpoints[p]);
     EXPECT_TRUE(program.ok()) << program.status();
     if (!program.ok()) continue;
-    std::map<std::string, int64_t> group_width;  // so far, in op order
+    std::map<std::string, int64_t> group_width;  // of each group's members so far, in op order
     for (const OpDesc& op : program->blocks(0).ops()) {
       if (op.type() != "sparse_table") continue;
       const std::string group = GetStringAttr(op, "group", "");
+      if (group.empty()) {
+        if (GetStringAttr(op, "table", "") == table) holder = p;
+        continue;
+      }
       if (GetStringAttr(op, "table", "") == table) {
         holder = p;
-        served = group.empty() ? table : group;
-        offset = group.empty() ? 0 : group_width[group];
+        served = group;
+        offset = group_width[group];
       }
       group_width[group] += GetIntAttr(op, "dim", 0);
     }
-    if (holder == p) width = group_width[served == table ? "" : served];
+    if (holder == p && served != table) width = group_width[served];
   }
-  if (served == table) width = dim;
   EXPECT_GE(holder, 0) << "no pserver holds " << table;
   if (holder < 0) return rows;
   const bool whole = job.config.table_placement == TablePlacement::kTableWise;

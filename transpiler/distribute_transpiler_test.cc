@@ -694,6 +694,14 @@ TEST(TablePlacementTest, TableWiseKeepsSlotsTogetherAndBalancesColumns) {
   EXPECT_NE(ParseTablePlacement("tables").status().message().find("'tables'"), std::string::npos);
 }
 
+// Sets attribute beta1 of the adam op that updates `param` in `m`'s main program.
+void SetAdamBeta1(Model* m, const std::string& param, float beta1) {
+  for (auto& op : *m->main.mutable_blocks(0)->mutable_ops()) {
+    const std::vector<std::string> rv = GetStringsAttr(op, kOpRoleVarAttr);
+    if (op.type() == "adam" && !rv.empty() && rv[0] == param) SetAttr(&op, "beta1", beta1);
+  }
+}
+
 // Table groups (fuse_tables): a slot's tables (same ids, same optimizer) are one pserver table
 // "<a>+<b>": the trainer looks the group up once and splits its columns into each table's output,
 // concatenates the outputs' gradients into the group's and sends that; each pserver describes
@@ -763,10 +771,7 @@ TEST(TableGroupTest, ASlotsTablesAreOneTableOfTheirColumns) {
       GetStringsAttr(OnlyOp(MustTranspile(m, c).trainer_program(), "prefetch"), "tables").size(),
       3u);
   c.fuse_tables = true;
-  for (auto& op : *m.main.mutable_blocks(0)->mutable_ops()) {
-    const std::vector<std::string> rv = GetStringsAttr(op, kOpRoleVarAttr);
-    if (op.type() == "adam" && !rv.empty() && rv[0] == "wide_a") SetAttr(&op, "beta1", 0.5f);
-  }
+  SetAdamBeta1(&m, "wide_a", 0.5f);
   EXPECT_EQ(
       GetStringsAttr(OnlyOp(MustTranspile(m, c).trainer_program(), "prefetch"), "tables").size(),
       3u);
@@ -806,10 +811,7 @@ TEST(TableGroupTest, IdsWrittenBetweenTheLookupsKeepTheTablesApart) {
 TEST(TableGroupTest, TableWiseKeepsATableOfTheGroupsIdsWithIt) {
   Model m = BuildSlotTablesModel(
       {{"ids_a", {{"emb_a", 8}, {"wide_a", 1}, {"odd_a", 2}}}, {"ids_c", {{"emb_c", 16}}}});
-  for (auto& op : *m.main.mutable_blocks(0)->mutable_ops()) {
-    const std::vector<std::string> rv = GetStringsAttr(op, kOpRoleVarAttr);
-    if (op.type() == "adam" && !rv.empty() && rv[0] == "odd_a") SetAttr(&op, "beta1", 0.5f);
-  }
+  SetAdamBeta1(&m, "odd_a", 0.5f);
   TranspilerConfig c = Config(2);
   c.fuse_tables = true;
   c.table_placement = TablePlacement::kTableWise;
