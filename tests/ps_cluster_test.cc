@@ -390,6 +390,26 @@ TEST(PsClusterTest, SlicedParametersArePipelinedAndEqualSingleMachine) {
   EXPECT_EQ(blocks, 5);  // the 4 dense parameters, one of them in 2 blocks
 }
 
+// Gradients out as backward produces them (--send_early_kb): the dense gradient blocks backward
+// completes first go to their pservers in the middle of backward (the split of the sliced
+// deep_fc_0.w's gradient moved up to where backward completes it), the step's send carries the
+// rest with its barrier; the steps are pipelined as before and the job trains to one machine's
+// parameters.
+TEST(PsClusterTest, EarlySendsEqualSingleMachine) {
+  PsJob job;
+  job.flags = {"--min_block_size=64", "--send_early_kb=1"};
+  std::string dir;
+  ExpectMultiHotJobEqualsSingleMachine(job, "early_sends", nullptr, 1e-5, 0, 0, "criteo", &dir);
+  for (int t = 0; t < 2; ++t) {
+    const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/trainer.", t, ".log"));
+    EXPECT_NE(log.find("early send: "), std::string::npos) << log;
+  }
+  for (int p = 0; p < 2; ++p) {
+    const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
+    EXPECT_GT(SumAfter(log, " fused_prefetches="), 0) << log;
+  }
+}
+
 // Table-wise placement (--table_placement=table_wise): each of the multi-hot model's 28 tables
 // (26 slots, 2 multi-hot lists; one group each, all of width 4) lives whole on one pserver, 14
 // on each; the job is pipelined as row-wise placement is and trains to one machine's parameters.

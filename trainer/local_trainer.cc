@@ -120,6 +120,127 @@ int FoldReceive(BlockDesc* block) {
   return -1;
 }
 
+// Moves op `from` of `block` up to index `to` (<= from), keeping the others' order.
+void MoveOpUp(BlockDesc* block, int from, int to) {
+  auto* ops = block->mutable_ops();
+  for (int k = from; k > to; --k) ops->SwapElements(k, k - 1);
+}
+
+// The transpiler splits the gradients of sliced parameters into their blocks (`split`) and the
+// tables' gradients by shard (`split_by_shard`) together, right before the step's send at
+// `send`. Each such op whose outputs only that send reads moves up to right after the last op
+// writing one of its inputs, so that its blocks are ready as soon as backward produced the
+// gradient (not past an op that reads or writes one of its outputs).
+void HoistGradientSplits(BlockDesc* block, int send) {
+  const std::vector<std::string> sent = OpInputs(block->ops(send), "X");
+  auto contains = [](const std::vector<std::string>& list, const std::string& name) {
+    return std::find(list.begin(), list.end(), name) != list.end();
+  };
+  for (int i = 0; i < send; ++i) {
+    const OpDesc& op = block->ops(i);
+    if (op.type() != "split" && op.type() != "split_by_shard") continue;
+    const std::vector<std::string> ins = AllInputArgs(op);
+    const std::vector<std::string> outs = AllOutputArgs(op);
+    if (ins.empty() || outs.empty() ||
+        !std::all_of(outs.begin(), outs.end(),
+                     [&](const std::string& o) { return contains(sent, o); })) {
+      continue;
+    }
+    int to = i;
+    for (; to > 0; --to) {
+      const OpDesc& prev = block->ops(to - 1);
+      bool blocks = false;
+      for (const auto& a : AllOutputArgs(prev)) blocks |= contains(ins, a) || contains(outs, a);
+      for (const auto& a : AllInputArgs(prev)) blocks |= contains(outs, a);
+      if (blocks) break;
+    }
+    if (to > 0 && to < i) MoveOpUp(block, i, to);
+  }
+}
+
+// What SendEarly made: the early send's index (-1: none), its gradient blocks and their bytes.
+struct EarlySend {
+  int index = -1;
+  size_t blocks = 0;
+  int64_t bytes = 0;
+};
+
+// LocalTrainerOptions::send_early_bytes: splits the step's send (the sync send carrying the send
+// barrier) of `original`. With the gradient splits hoisted (HoistGradientSplits), its dense
+// gradient blocks (declared with a static shape) in the order backward completes them (their
+// last writer before the send): the first of them until they reach `min_bytes` (and any other
+// the same op completes) go out in a send with attr early placed right after the op completing
+// the last of them, and leave the step's send. Nothing changes (`original` is left as it is)
+// when they stay under `min_bytes` or that op is the one before the send (nothing to overlap).
+EarlySend SendEarly(BlockDesc* original, int64_t min_bytes) {
+  if (min_bytes <= 0) return {};
+  int send = -1;
+  for (int i = 0; i < original->ops_size(); ++i) {
+    const OpDesc& op = original->ops(i);
+    if (op.type() == "send" && GetBoolAttr(op, "sync_mode", true) &&
+        !GetBoolAttr(op, "early", false) && !GetStringsAttr(op, "barrier_endpoints").empty()) {
+      send = i;
+    }
+  }
+  if (send < 0) return {};
+  BlockDesc split = *original;  // replaces `original` once an early send is made
+  BlockDesc* block = &split;
+  HoistGradientSplits(block, send);
+  OpDesc* step_send = block->mutable_ops(send);
+  std::vector<std::string> vars = OpInputs(*step_send, "X");
+  std::vector<std::string> eps = GetStringsAttr(*step_send, "epmap");
+  if (vars.size() != eps.size()) return {};
+  struct Ready {
+    int op;  // the last writer before the send
+    size_t var;
+    int64_t bytes;
+  };
+  std::vector<Ready> ready;
+  for (size_t v = 0; v < vars.size(); ++v) {
+    const VarDesc* desc = FindVarDesc(*block, vars[v]);
+    if (desc == nullptr || desc->type() != DENSE_TENSOR || desc->shape().empty()) continue;
+    int64_t numel = 1;
+    for (int64_t d : desc->shape()) numel = d > 0 ? numel * d : -1;
+    if (numel <= 0) continue;
+    int last = -1;
+    for (int i = 0; i < send; ++i) {
+      const auto outs = AllOutputArgs(block->ops(i));
+      if (std::find(outs.begin(), outs.end(), vars[v]) != outs.end()) last = i;
+    }
+    if (last < 0) continue;
+    ready.push_back({last, v, numel * static_cast<int64_t>(SizeOf(desc->dtype()))});
+  }
+  std::stable_sort(ready.begin(), ready.end(),
+                   [](const Ready& a, const Ready& b) { return a.op < b.op; });
+  int64_t bytes = 0;
+  size_t taken = 0;
+  while (taken < ready.size() && bytes < min_bytes) bytes += ready[taken++].bytes;
+  // Every block that op completes too.
+  while (taken < ready.size() && ready[taken].op == ready[taken - 1].op) ++taken;
+  if (bytes < min_bytes || ready[taken - 1].op >= send - 1) return {};
+  const int after = ready[taken - 1].op;
+  std::vector<bool> early(vars.size(), false);
+  OpDesc op;
+  op.set_type("send");
+  std::vector<std::string> early_vars, early_eps, rest_vars, rest_eps;
+  for (size_t k = 0; k < taken; ++k) early[ready[k].var] = true;
+  for (size_t v = 0; v < vars.size(); ++v) {
+    (early[v] ? early_vars : rest_vars).push_back(vars[v]);
+    (early[v] ? early_eps : rest_eps).push_back(eps[v]);
+  }
+  SetOpInputs(&op, "X", early_vars);
+  SetAttr(&op, "epmap", early_eps);
+  SetAttr(&op, "sync_mode", true);
+  SetAttr(&op, "early", true);
+  SetAttr(&op, kOpRoleAttr, OpRoleOf(*step_send));
+  SetOpInputs(step_send, "X", rest_vars);
+  SetAttr(step_send, "epmap", rest_eps);
+  *block->add_ops() = std::move(op);
+  MoveOpUp(block, block->ops_size() - 1, after + 1);
+  *original = std::move(split);
+  return {after + 1, taken, bytes};
+}
+
 }  // namespace
 
 absl::StatusOr<ProgramDesc> ForwardProgram(const ProgramDesc& main,
@@ -219,6 +340,17 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
   // A sync step's receive rides on its send where the program allows (not on device places,
   // whose parameters are copied to the devices after the receive).
   t->run_program_ = t->model_.main;
+  if (num_places == 1 && t->options_.place_registries.empty()) {
+    const EarlySend early =
+        SendEarly(t->run_program_.mutable_blocks(0), t->options_.send_early_bytes);
+    if (early.index >= 0) {
+      const BlockDesc& run = t->run_program_.blocks(0);
+      t->log() << "early send: " << early.blocks << " dense gradient blocks ("
+               << (early.bytes + 1023) / 1024 << " KiB) go out after op " << early.index - 1
+               << " of " << run.ops_size() << " (" << run.ops(early.index - 1).type()
+               << "), during backward\n";
+    }
+  }
   if (t->options_.place_registries.empty()) {
     t->folded_recv_ = FoldReceive(t->run_program_.mutable_blocks(0));
   }
@@ -230,8 +362,10 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
     return absl::Status(s.code(), absl::StrCat("startup program: ", s.message()));
   }
   if (t->options_.prefetch_ahead && num_places == 1 && !t->options_.after_run) {
-    std::tie(t->head_end_, t->tail_begin_) = AheadSplit(block);
-    if (t->head_end_ > 0 && PipelinedSend(block, t->tail_begin_)) {
+    // (The block run: an early send may have been put into it.)
+    const BlockDesc& run = t->run_program_.blocks(0);
+    std::tie(t->head_end_, t->tail_begin_) = AheadSplit(run);
+    if (t->head_end_ > 0 && PipelinedSend(run, t->tail_begin_)) {
       // The lookups and the receives wait on the pservers for the step's update instead.
       t->pipelined_program_ = t->run_program_;
       BlockDesc* b = t->pipelined_program_.mutable_blocks(0);
@@ -356,7 +490,7 @@ absl::Status LocalTrainer::RunSteps(const PreparedBlock& block, int begin, int e
 }
 
 absl::Status LocalTrainer::RunPipelined(int64_t next_size, const FeedFn& next_feed) {
-  const int n = model_.main.blocks(0).ops_size();
+  const int n = run_program_.blocks(0).ops_size();
   executor_.CreateVariables(main_block_, &scope_);
   const bool looked_up = staged_;
   staged_ = false;
@@ -419,7 +553,7 @@ absl::Status LocalTrainer::RunAhead(int64_t next_size, const FeedFn& next_feed,
                                     const std::function<bool()>& ends) {
   // Data in memory: whether a next batch exists is known before the step.
   if (pipelined_ && ends == nullptr) return RunPipelined(next_size, next_feed);
-  const BlockDesc& block = model_.main.blocks(0);
+  const BlockDesc& block = run_program_.blocks(0);
   executor_.CreateVariables(main_block_, &scope_);
   const bool looked_up = staged_;
   staged_ = false;

@@ -103,6 +103,14 @@ struct LocalTrainerOptions {
   // the concats of sliced parameters), cpu_places is 1 and after_run is empty. A traced step shows
   // the next step's prefetch beside its recv.
   bool prefetch_ahead = false;
+  // Gradients out as backward produces them (sync PS mode, one place; 0: off). The step's send
+  // (the sync send carrying the send barrier) is split in two: the dense gradient blocks that
+  // backward completes first, once they reach this many bytes, go out at that point in an
+  // early send (one request per pserver holding some of them) while backward goes on; the
+  // step's send carries the rest and waits for them to have been received. Nothing else
+  // changes (a sync job trains exactly as without it). Inert when backward completes its dense
+  // gradients only at its end or they are fewer bytes.
+  int64_t send_early_bytes = 0;
   // Pipelined prefetch_ahead with the step's receive folded into its send, one lookup op and
   // num_replicas > 1: where the next batch's lookups meet that send, which carries them (one
   // request per pserver and step). Must be the RpcContext::lookup_riders of the registry's RPC

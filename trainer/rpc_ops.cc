@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/ops/sharding.h"
 #include "common/base/status.h"
+#include "common/ops/sharding.h"
 #include "trainer/communicator.h"
 
 namespace tessera {
@@ -15,6 +16,23 @@ PServerClient* ClientPool::Get(const std::string& endpoint) {
   auto& c = clients_[endpoint];
   if (c == nullptr) c = factory_(endpoint);
   return c.get();
+}
+
+DoneCallback PendingRequests::Add() {
+  absl::MutexLock lock(&mu_);
+  ++pending_;
+  return [this](absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    if (error_.ok()) error_ = std::move(s);
+    --pending_;
+  };
+}
+
+absl::Status PendingRequests::Wait() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* pending) { return *pending == 0; }, &pending_));
+  return std::exchange(error_, absl::OkStatus());
 }
 
 namespace {
@@ -374,17 +392,22 @@ absl::Status Send(RpcContext* rpc, OpContext& ctx) {
     for (size_t i = 0; i < vars.size(); ++i) grads.push_back({vars[i], eps[i], values[i]});
     return rpc->communicator->PushAll(grads);
   }
+  const bool early = ctx.BoolAttr("early", false);
+  // Sync: the step's early sends must have been received before anything else goes out.
+  if (!early) TS_RETURN_IF_ERROR(rpc->early_sends.Wait());
   if (ctx.BoolAttr("recv_folded", false)) return SendAndReceive(rpc, ctx, vars, values, eps);
-  std::vector<PserverPart> parts = PartsByPserver(eps, ctx.StringsAttr("barrier_endpoints"));
+  std::vector<PserverPart> parts = PartsByPserver(
+      eps, early ? std::vector<std::string>{} : ctx.StringsAttr("barrier_endpoints"));
   StatusGroup group(static_cast<int>(parts.size()));
   RequestMeta meta = rpc->Meta();
   for (const PserverPart& part : parts) {
     std::vector<SendItem> items;
     for (size_t i : part.vars) items.push_back({vars[i], values[i]});
     rpc->clients->Get(part.endpoint)
-        ->SendBatchAsync(meta, std::move(items), part.barrier, &rpc->step_reply, group.Callback());
+        ->SendBatchAsync(meta, std::move(items), part.barrier, &rpc->step_reply,
+                         early ? rpc->early_sends.Add() : group.Callback());
   }
-  return group.Wait();
+  return early ? absl::OkStatus() : group.Wait();
 }
 
 // recv: Out[i] from epmap[i], one request per pserver; with attr fetch_barrier_endpoints

@@ -5,6 +5,10 @@
 //                 pserver and waits for all (with sync_mode=false and a communicator: queues them
 //                 for the background sender and returns). Attr barrier_endpoints (sync): those
 //                 pservers' requests carry the send barrier, answered when it is released.
+//                 Attr early (sync; LocalTrainer's send_early_bytes puts such a send in the
+//                 middle of backward): the gradients go out and the op returns at once; the
+//                 step's send (the one with the barrier) first waits until they were received,
+//                 so its barrier never overtakes them, and fails with their error.
 //   recv          Out (list) with attr epmap: pulls every variable from its pserver. Attr
 //                 fetch_barrier_endpoints (sync): those requests carry the fetch barrier.
 //   prefetch      the rows of every distributed table's ids, one request per pserver.
@@ -53,6 +57,20 @@ class ClientPool {
 // training loop advances it after each step.
 class AsyncCommunicator;
 
+// Requests in flight that a later op must wait for (the step's early sends). Thread-safe.
+class PendingRequests {
+ public:
+  // One more in flight; the returned callback takes its result.
+  DoneCallback Add();
+  // Waits until none is in flight; returns the first error since the last Wait (and forgets it).
+  absl::Status Wait();
+
+ private:
+  absl::Mutex mu_;
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+};
+
 struct RpcContext {
   std::string job_id;
   int trainer_id = 0;
@@ -74,6 +92,8 @@ struct RpcContext {
   // Sync pipelined steps: where the next batch's lookups meet the step's send
   // (LocalTrainerOptions::lookup_riders).
   LookupRiders lookup_riders;
+  // Sync: the step's early sends (attr early), which its barrier-carrying send waits for.
+  PendingRequests early_sends;
 
   RequestMeta Meta() const {
     return RequestMeta{job_id, trainer_id, step.load(), last_batch.load()};

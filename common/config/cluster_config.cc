@@ -386,6 +386,13 @@ const std::vector<Setting>& Table() {
         "step's recv runs (double buffering; a sync job trains exactly as without it; off "
         "with --table_admission_threshold)"},
        Bool(&ClusterConfig::prefetch_ahead, "prefetch_ahead")},
+      {{"send_early_kb",
+        {"TESSERA_SEND_EARLY_KB"},
+        "trainer, sync pserver mode: once backward has completed this many KiB of dense "
+        "gradients, they go to their pservers while the rest of backward runs (one more "
+        "request per pserver and step; the step's send carries the rest; the same training). "
+        "0 = off: every gradient goes in the step's one request after backward"},
+       Int(&ClusterConfig::send_early_kb, "send_early_kb", 0, 1 << 21)},
       {{"allreduce_overlap",
         {"TESSERA_ALLREDUCE_OVERLAP"},
         "trainer, collective and hybrid modes: all-reduce the gradients in buckets of about "

@@ -103,6 +103,7 @@ struct ClusterConfig {
   std::string job_token_file;
   // Multi-device trainers.
   bool prefetch_ahead = true;  // trainer: the next batch's table lookups run during this recv
+  int send_early_kb = 0;       // trainer, sync: dense gradients out during backward (0: off)
   int cpu_places = 1;  // trainer: split each local batch across K CPU places (threads); the
                        // gradients are reduced in memory before send / all-reduce / optimizer
   // Collective mode: gradient compression of the all-reduce.
