@@ -14,8 +14,15 @@
 # --table_placement=table_wise: each table whole on one pserver instead of split by id over all.
 # "fuse_tables=false" holds each table apart instead of a slot's deep and wide table as one
 # pserver table (--fuse_tables, the default), to measure what the table groups bring.
+# "send_early_kb=K" (last in the name) sends the dense gradients backward completes first once
+# they reach K KiB, during backward (--send_early_kb; default 0, off).
 # "hybrid" is --mode=hybrid: the tables on the pservers, the dense layers' gradients all-reduced
 # among the trainers (Gloo).
+# "2x2 uncoupled" is no cluster shape but the reference for 2x2: two independent 1x1 sync jobs
+# run at once, each with half the examples and half the global batch, so its four processes do
+# a 2x2 job's per-trainer work on the same cores without its coupling (every trainer's step
+# waits for both pservers, every pserver's for both trainers). Its samples/s: all examples over
+# the slower job's epoch.
 #
 # The DeepFM rows train examples/python/deepfm.py's model file (every table on the pservers;
 # the single process makes them local) on the same data; their ratio is to the DeepFM single
@@ -31,6 +38,7 @@
 #   KB/step/ps    bytes in + out of each pserver per trainer step
 #   vs single     samples/s over the single process's
 #   vs 1x1        samples/s over "1x1 sync"'s (the issue's 2x2 target), when it ran; CTR rows
+#   cores         CPU s / wall s: the cores the job kept busy on average (start-up included)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS="${1:-2}"
@@ -47,8 +55,8 @@ BIN=bazel-bin
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-ctr-e2e.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
-CONFIGS=(single "1x1 sync" "2x2 sync" "2x2 sync table_wise" "2x2 sync fuse_tables=false"
-  "2x2 sync table_wise fuse_tables=false" "2x2 async"
+CONFIGS=(single "1x1 sync" "2x2 sync" "2x2 sync table_wise" "2x2 uncoupled"
+  "2x2 sync fuse_tables=false" "2x2 sync table_wise fuse_tables=false" "2x2 async"
   "2x2 sync cpu_places=2" "2x2 sync prefetch_ahead=false" "2x2 hybrid" "deepfm single"
   "deepfm 2x2 sync" "deepfm 2x2 sync table_wise" "deepfm 2x2 hybrid")
 # CTR_E2E_ONLY="single,1x1 sync,2x2 sync": only these configurations (the single processes
@@ -99,9 +107,15 @@ run() {
     case "$rest" in *table_wise*) placement=table_wise ;; esac
     # (only when asked: a baseline build may not know the flag)
     case "$rest" in *fuse_tables=false*) apart=(--fuse_tables=false) ;; esac
+    case "$rest" in *send_early_kb=*) apart+=("--send_early_kb=${rest##*send_early_kb=}") ;; esac
+    local examples="$N" batch="$BATCH"
+    if [[ "$rest" == uncoupled ]]; then
+      # One of the two jobs; run() starts it twice, in $log.0 and $log.1.
+      ps=1 trainers=1 examples=$((N / 2)) batch=$((BATCH / 2))
+    fi
     cmd=("$BIN/deploy/launch/tessera_launch" --pservers="$ps" --trainers="$trainers" --example=ctr
-      --num_examples="$N" --num_test_examples=5000 --vocab_per_slot="$VOCAB"
-      --batch_size="$BATCH" --epochs=1 --sync_mode="$sync" --cpu_places="$places"
+      --num_examples="$examples" --num_test_examples=5000 --vocab_per_slot="$VOCAB"
+      --batch_size="$batch" --epochs=1 --sync_mode="$sync" --cpu_places="$places"
       --prefetch_ahead="$ahead" --mode="$mode" --table_placement="$placement" "${apart[@]}"
       --log_every_steps=0 --log_dir="$log" --noplot "${daemons[@]}" "${model[@]}")
   fi
@@ -110,8 +124,21 @@ run() {
   # bash's `time` reports the CPU time of the command and every child it waited for (the
   # launcher waits for all of its daemons).
   local TIMEFORMAT="%U %S"
-  { time "${cmd[@]}" >"$log.out" 2>&1; } 2>"$log.time" ||
-    { echo "$name failed:" >&2; tail -5 "$log.out" >&2; exit 1; }
+  local -a logs=("$log")
+  if [[ "$cfg" == *uncoupled ]]; then
+    logs=("$log.0" "$log.1")
+    { time (
+      "${cmd[@]/#--log_dir=*/--log_dir=$log.0}" >"$log.0.out" 2>&1 &
+      a=$!
+      "${cmd[@]/#--log_dir=*/--log_dir=$log.1}" >"$log.1.out" 2>&1 &
+      b=$!
+      wait "$a" && wait "$b"
+    ); } 2>"$log.time" || { echo "$name failed:" >&2; tail -5 "$log".?.out >&2; exit 1; }
+    trainers=2
+  else
+    { time "${cmd[@]}" >"$log.out" 2>&1; } 2>"$log.time" ||
+      { echo "$name failed:" >&2; tail -5 "$log.out" >&2; exit 1; }
+  fi
   end=$(date +%s.%N)
   local wall cpu sps req=0 bytes=0
   wall=$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')
@@ -120,12 +147,16 @@ run() {
     sps=$(grep -oE "samples [0-9]+ samples/s [0-9.]+ seconds [0-9.]+" "$log.out" | tail -1 |
       awk '{ printf "%.1f", $2 / $6 }')
   else
-    sps=$(cat "$log"/trainer.*.log | grep -oE "samples [0-9]+ samples/s [0-9.]+ seconds [0-9.]+" |
+    sps=$(for l in "${logs[@]}"; do cat "$l"/trainer.*.log; done |
+      grep -oE "samples [0-9]+ samples/s [0-9.]+ seconds [0-9.]+" |
       awk '{ s += $2; if ($6 > t) t = $6 } END { printf "%.1f", s / t }')
     local steps=$(((N / BATCH) + ((N % BATCH) >= trainers ? 1 : 0)))
-    read -r req bytes < <(cat "$log"/pserver.*.log | grep -oE "requests=[0-9]+ bytes_in=[0-9]+ bytes_out=[0-9]+" |
-      tr '=' ' ' | awk -v s="$steps" -v t="$trainers" \
-        '{ r += $2; b += $4 + $6; n++ } END { printf "%.1f %.1f\n", r / n / (s * t), b / n / (s * t) / 1024 }')
+    # (uncoupled: each job's pserver serves one trainer, as many steps as a 2x2 trainer makes)
+    read -r req bytes < <(for l in "${logs[@]}"; do cat "$l"/pserver.*.log; done |
+      grep -oE "requests=[0-9]+ bytes_in=[0-9]+ bytes_out=[0-9]+" | tr '=' ' ' |
+      awk -v s="$steps" -v t="$trainers" -v pairs="$((${#logs[@]} > 1 ? 2 : 1))" \
+        '{ r += $2; b += $4 + $6; n++ }
+         END { printf "%.1f %.1f\n", r * pairs / n / (s * t), b * pairs / n / (s * t) / 1024 }')
   fi
   echo "$sps $wall $cpu $req $bytes" >>"$WORK/$key.rows"
 }
@@ -137,8 +168,8 @@ done
 single_sps=$(awk '{ s += $1; n++ } END { print (n ? s / n : 0) }' "$WORK/single.rows" 2>/dev/null || echo 0)
 deepfm_sps=$(awk '{ s += $1; n++ } END { print (n ? s / n : 0) }' "$WORK/deepfm_single.rows" 2>/dev/null || echo 0)
 one_sps=$(awk '{ s += $1; n++ } END { print (n ? s / n : 0) }' "$WORK/1x1_sync.rows" 2>/dev/null || echo 0)
-echo "| run | samples/s | vs single | vs 1x1 | wall s | CPU s / 1k samples | req/step/ps | KB/step/ps |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+echo "| run | samples/s | vs single | vs 1x1 | wall s | cores | CPU s / 1k samples | req/step/ps | KB/step/ps |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for c in "${CONFIGS[@]}"; do
   key="$(echo "$c" | tr ' =' '__')"
   base="$single_sps" one="$one_sps"
@@ -152,7 +183,7 @@ for c in "${CONFIGS[@]}"; do
       if (name ~ /single/) { rq = "-"; k = "-" }
       else { rq = sprintf("%.1f", req / NR); k = sprintf("%.1f", kb / NR) }
       v1 = (one > 0 && name !~ /single/) ? sprintf("%.2f", m / one) : "-"
-      printf "| %s | %.0f (%.0f-%.0f) | %.2f | %s | %.1f | %.3f | %s | %s |\n", name, m, lo, hi,
-        (base > 0 ? m / base : 0), v1, w / NR, cpu / NR / (n / 1000), rq, k
+      printf "| %s | %.0f (%.0f-%.0f) | %.2f | %s | %.1f | %.2f | %.3f | %s | %s |\n", name, m, lo,
+        hi, (base > 0 ? m / base : 0), v1, w / NR, cpu / w, cpu / NR / (n / 1000), rq, k
     }' "$WORK/$key.rows"
 done
