@@ -402,7 +402,7 @@ TEST(PsClusterTest, EarlySendsEqualSingleMachine) {
   ExpectMultiHotJobEqualsSingleMachine(job, "early_sends", nullptr, 1e-5, 0, 0, "criteo", &dir);
   for (int t = 0; t < 2; ++t) {
     const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/trainer.", t, ".log"));
-    EXPECT_NE(log.find("early send: "), std::string::npos) << log;
+    EXPECT_NE(log.find(" dense gradient blocks ("), std::string::npos) << log;
   }
   for (int p = 0; p < 2; ++p) {
     const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));

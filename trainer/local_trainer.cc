@@ -130,7 +130,7 @@ void MoveOpUp(BlockDesc* block, int from, int to) {
 // tables' gradients by shard (`split_by_shard`) together, right before the step's send at
 // `send`. Each such op whose outputs only that send reads moves up to right after the last op
 // writing one of its inputs, so that its blocks are ready as soon as backward produced the
-// gradient (not past an op that reads or writes one of its outputs).
+// gradient (not past an op that reads or writes one of its outputs). The same values, earlier.
 void HoistGradientSplits(BlockDesc* block, int send) {
   const std::vector<std::string> sent = OpInputs(block->ops(send), "X");
   auto contains = [](const std::vector<std::string>& list, const std::string& name) {
@@ -216,7 +216,9 @@ EarlySend SendEarly(BlockDesc* original, int64_t min_bytes) {
   size_t taken = 0;
   while (taken < ready.size() && bytes < min_bytes) bytes += ready[taken++].bytes;
   // Every block that op completes too.
-  while (taken < ready.size() && ready[taken].op == ready[taken - 1].op) ++taken;
+  while (taken < ready.size() && ready[taken].op == ready[taken - 1].op) {
+    bytes += ready[taken++].bytes;
+  }
   if (bytes < min_bytes || ready[taken - 1].op >= send - 1) return {};
   const int after = ready[taken - 1].op;
   std::vector<bool> early(vars.size(), false);
@@ -340,10 +342,16 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
   // A sync step's receive rides on its send where the program allows (not on device places,
   // whose parameters are copied to the devices after the receive).
   t->run_program_ = t->model_.main;
-  if (num_places == 1 && t->options_.place_registries.empty()) {
+  // (Not on a GPU place, whose step ends by copying to the host: after_run.)
+  if (num_places == 1 && t->options_.place_registries.empty() && !t->options_.after_run &&
+      t->options_.send_early_bytes > 0) {
     const EarlySend early =
         SendEarly(t->run_program_.mutable_blocks(0), t->options_.send_early_bytes);
-    if (early.index >= 0) {
+    if (early.index < 0) {
+      t->log() << "early send: none (no sync send with a barrier, or backward completes fewer "
+               << "than " << t->options_.send_early_bytes
+               << " bytes of dense gradients before its last op)\n";
+    } else {
       const BlockDesc& run = t->run_program_.blocks(0);
       t->log() << "early send: " << early.blocks << " dense gradient blocks ("
                << (early.bytes + 1023) / 1024 << " KiB) go out after op " << early.index - 1

@@ -109,7 +109,9 @@ struct LocalTrainerOptions {
   // early send (one request per pserver holding some of them) while backward goes on; the
   // step's send carries the rest and waits for them to have been received. Nothing else
   // changes (a sync job trains exactly as without it). Inert when backward completes its dense
-  // gradients only at its end or they are fewer bytes.
+  // gradients only at its end or they are fewer bytes, with several places and with after_run
+  // (a GPU place). One more request per pserver and step (more where those gradients exceed
+  // the client's chunk size).
   int64_t send_early_bytes = 0;
   // Pipelined prefetch_ahead with the step's receive folded into its send, one lookup op and
   // num_replicas > 1: where the next batch's lookups meet that send, which carries them (one

@@ -19,20 +19,25 @@ PServerClient* ClientPool::Get(const std::string& endpoint) {
 }
 
 DoneCallback PendingRequests::Add() {
-  absl::MutexLock lock(&mu_);
-  ++pending_;
-  return [this](absl::Status s) {
-    absl::MutexLock lock(&mu_);
-    if (error_.ok()) error_ = std::move(s);
-    --pending_;
+  {
+    absl::MutexLock lock(&state_->mu);
+    ++state_->pending;
+  }
+  return [state = state_](absl::Status s) {
+    absl::MutexLock lock(&state->mu);
+    if (state->error.ok() && !s.ok()) {
+      state->error = absl::Status(s.code(), absl::StrCat("early send: ", s.message()));
+    }
+    --state->pending;
   };
 }
 
 absl::Status PendingRequests::Wait() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](int* pending) { return *pending == 0; }, &pending_));
-  return std::exchange(error_, absl::OkStatus());
+  State& st = *state_;
+  absl::MutexLock lock(&st.mu);
+  st.mu.Await(absl::Condition(
+      +[](State* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) { return s->pending == 0; }, &st));
+  return std::exchange(st.error, absl::OkStatus());
 }
 
 namespace {
@@ -392,22 +397,31 @@ absl::Status Send(RpcContext* rpc, OpContext& ctx) {
     for (size_t i = 0; i < vars.size(); ++i) grads.push_back({vars[i], eps[i], values[i]});
     return rpc->communicator->PushAll(grads);
   }
-  const bool early = ctx.BoolAttr("early", false);
-  // Sync: the step's early sends must have been received before anything else goes out.
-  if (!early) TS_RETURN_IF_ERROR(rpc->early_sends.Wait());
-  if (ctx.BoolAttr("recv_folded", false)) return SendAndReceive(rpc, ctx, vars, values, eps);
-  std::vector<PserverPart> parts = PartsByPserver(
-      eps, early ? std::vector<std::string>{} : ctx.StringsAttr("barrier_endpoints"));
-  StatusGroup group(static_cast<int>(parts.size()));
   RequestMeta meta = rpc->Meta();
+  if (ctx.BoolAttr("early", false)) {
+    // Out without the barrier and not waited for (the gradients stay unchanged until the step's
+    // send, which waits for these first).
+    for (const PserverPart& part : PartsByPserver(eps, {})) {
+      std::vector<SendItem> items;
+      for (size_t i : part.vars) items.push_back({vars[i], values[i]});
+      rpc->clients->Get(part.endpoint)
+          ->SendBatchAsync(meta, std::move(items), /*send_barrier=*/false, &rpc->step_reply,
+                           rpc->early_sends.Add());
+    }
+    return absl::OkStatus();
+  }
+  // The step's early sends must have been received before its barrier goes out.
+  TS_RETURN_IF_ERROR(rpc->early_sends.Wait());
+  if (ctx.BoolAttr("recv_folded", false)) return SendAndReceive(rpc, ctx, vars, values, eps);
+  std::vector<PserverPart> parts = PartsByPserver(eps, ctx.StringsAttr("barrier_endpoints"));
+  StatusGroup group(static_cast<int>(parts.size()));
   for (const PserverPart& part : parts) {
     std::vector<SendItem> items;
     for (size_t i : part.vars) items.push_back({vars[i], values[i]});
     rpc->clients->Get(part.endpoint)
-        ->SendBatchAsync(meta, std::move(items), part.barrier, &rpc->step_reply,
-                         early ? rpc->early_sends.Add() : group.Callback());
+        ->SendBatchAsync(meta, std::move(items), part.barrier, &rpc->step_reply, group.Callback());
   }
-  return early ? absl::OkStatus() : group.Wait();
+  return group.Wait();
 }
 
 // recv: Out[i] from epmap[i], one request per pserver; with attr fetch_barrier_endpoints

@@ -57,7 +57,8 @@ class ClientPool {
 // training loop advances it after each step.
 class AsyncCommunicator;
 
-// Requests in flight that a later op must wait for (the step's early sends). Thread-safe.
+// Requests in flight that a later op must wait for (the step's early sends). Thread-safe; a
+// callback from Add may run after the object is gone.
 class PendingRequests {
  public:
   // One more in flight; the returned callback takes its result.
@@ -66,9 +67,12 @@ class PendingRequests {
   absl::Status Wait();
 
  private:
-  absl::Mutex mu_;
-  int pending_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  struct State {
+    absl::Mutex mu;
+    int pending ABSL_GUARDED_BY(mu) = 0;
+    absl::Status error ABSL_GUARDED_BY(mu);
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
 };
 
 struct RpcContext {

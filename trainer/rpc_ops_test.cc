@@ -1,7 +1,16 @@
 #include "trainer/rpc_ops.h"
 
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/framework/executor.h"
+#include "common/framework/op_desc.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -23,22 +32,131 @@ TEST(PendingRequestsTest, WaitReturnsOnceAllFinishedWithTheFirstErrorThenForgets
   absl::Status s = pending.Wait();
   late.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
-  EXPECT_NE(s.message().find("127.0.0.1:1"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("early send: pserver 127.0.0.1:1"), absl::string_view::npos) << s;
   EXPECT_TRUE(pending.Wait().ok());  // reported once
 }
 
-TEST(PendingRequestsTest, WaitBlocksUntilTheLastOneFinished) {
-  PendingRequests pending;
-  DoneCallback a = pending.Add();
-  std::atomic<bool> finished{false};
-  std::thread late([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    finished = true;
-    a(absl::OkStatus());
-  });
-  EXPECT_TRUE(pending.Wait().ok());
-  EXPECT_TRUE(finished.load());
-  late.join();
+TEST(PendingRequestsTest, ACallbackMayOutliveIt) {
+  DoneCallback late;
+  {
+    PendingRequests pending;
+    late = pending.Add();
+  }
+  late(absl::OkStatus());  // no use after free (ASan/valgrind would tell)
+}
+
+// Records the SendBatch calls it gets; holds the barrier-less ones' callbacks until Release,
+// answers the others at once.
+class HoldingClient : public PServerClient {
+ public:
+  const std::string& endpoint() const override { return endpoint_; }
+  void SendVariableAsync(const RequestMeta&, const std::string&, const Variable*,
+                         DoneCallback done) override {
+    done(absl::UnimplementedError("send"));
+  }
+  void GetVariableAsync(const RequestMeta&, const std::string&, Variable*,
+                        DoneCallback done) override {
+    done(absl::UnimplementedError("get"));
+  }
+  void PrefetchAsync(const RequestMeta&, const std::string&, const std::vector<int64_t>*, Tensor*,
+                     DoneCallback done) override {
+    done(absl::UnimplementedError("prefetch"));
+  }
+  void BarrierAsync(const RequestMeta&, BarrierKind, DoneCallback done) override {
+    done(absl::UnimplementedError("barrier"));
+  }
+  void CheckpointAsync(const RequestMeta&, const std::string&, DoneCallback done) override {
+    done(absl::UnimplementedError("checkpoint"));
+  }
+  void RegisterAsync(const RequestMeta&, const JobFields&, uint64_t, DoneCallback done) override {
+    done(absl::UnimplementedError("register"));
+  }
+  void SendBatchAsync(const RequestMeta&, std::vector<SendItem> items, bool send_barrier,
+                      StepReply*, DoneCallback done) override {
+    std::string call = send_barrier ? "barrier:" : "early:";
+    for (const SendItem& item : items) call += item.name + ",";
+    {
+      absl::MutexLock lock(&mu);
+      calls.push_back(call);
+      if (!send_barrier) {
+        held.push_back(std::move(done));
+        return;
+      }
+    }
+    done(absl::OkStatus());
+  }
+  void Release(absl::Status s) {
+    std::vector<DoneCallback> out;
+    {
+      absl::MutexLock lock(&mu);
+      out.swap(held);
+    }
+    for (DoneCallback& d : out) d(s);
+  }
+  int Held() {
+    absl::MutexLock lock(&mu);
+    return static_cast<int>(held.size());
+  }
+  std::vector<std::string> Calls() {
+    absl::MutexLock lock(&mu);
+    return calls;
+  }
+
+ private:
+  std::string endpoint_ = "ps0";
+  absl::Mutex mu;
+  std::vector<std::string> calls ABSL_GUARDED_BY(mu);
+  std::vector<DoneCallback> held ABSL_GUARDED_BY(mu);
+};
+
+// A step's program with an early send of g1 (as LocalTrainer's send_early_bytes makes it) and
+// the step's send of g2 with the barrier, run on another thread.
+class EarlySendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    rpc_.clients = &pool_;
+    ASSERT_TRUE(RegisterRpcOps(&registry_, &rpc_).ok());
+    BlockDesc* block = program_.add_blocks();
+    OpDesc early = MakeOp("send", {{"X", {"g1"}}}, {});
+    SetAttr(&early, "epmap", std::vector<std::string>{"ps0"});
+    SetAttr(&early, "early", true);
+    OpDesc step = MakeOp("send", {{"X", {"g2"}}}, {});
+    SetAttr(&step, "epmap", std::vector<std::string>{"ps0"});
+    SetAttr(&step, "barrier_endpoints", std::vector<std::string>{"ps0"});
+    *block->add_ops() = early;
+    *block->add_ops() = step;
+    for (const char* g : {"g1", "g2"}) scope_.Var(g)->GetMutable<Tensor>()->Resize(FLOAT32, {2});
+  }
+
+  HoldingClient* client_ = new HoldingClient;  // owned by pool_
+  ClientPool pool_{[this](const std::string&) { return std::unique_ptr<PServerClient>(client_); }};
+  RpcContext rpc_;
+  OpRegistry registry_;
+  ProgramDesc program_;
+  Scope scope_;
+};
+
+TEST_F(EarlySendTest, TheStepsBarrierGoesOutOnlyOnceTheEarlySendWasReceived) {
+  absl::Status result = absl::UnknownError("not run");
+  std::thread step([&] { result = Executor(&registry_).Run(program_, 0, &scope_); });
+  while (client_->Held() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(client_->Calls(), std::vector<std::string>{"early:g1,"});  // the barrier waits
+  client_->Release(absl::OkStatus());
+  step.join();
+  EXPECT_TRUE(result.ok()) << result;
+  EXPECT_EQ(client_->Calls(), (std::vector<std::string>{"early:g1,", "barrier:g2,"}));
+}
+
+TEST_F(EarlySendTest, AFailedEarlySendFailsTheStepsSendWhichSendsNothing) {
+  absl::Status result;
+  std::thread step([&] { result = Executor(&registry_).Run(program_, 0, &scope_); });
+  while (client_->Held() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  client_->Release(absl::UnavailableError("pserver ps0 SendBatch: connection refused"));
+  step.join();
+  EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable) << result;
+  EXPECT_NE(result.message().find("early send: pserver ps0"), absl::string_view::npos) << result;
+  EXPECT_EQ(client_->Calls(), std::vector<std::string>{"early:g1,"});
 }
 
 }  // namespace
