@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "common/rpc/answering_client.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -11,30 +12,9 @@ namespace {
 
 // Records the PrefetchBatchAsync calls it gets (Release sends rides by themselves) and answers
 // them at once.
-class RecordingClient : public PServerClient {
+class RecordingClient : public AnsweringPServerClient {
  public:
-  const std::string& endpoint() const override { return endpoint_; }
-  void SendVariableAsync(const RequestMeta&, const std::string&, const Variable*,
-                         DoneCallback done) override {
-    done(absl::UnimplementedError("send"));
-  }
-  void GetVariableAsync(const RequestMeta&, const std::string&, Variable*,
-                        DoneCallback done) override {
-    done(absl::UnimplementedError("get"));
-  }
-  void PrefetchAsync(const RequestMeta&, const std::string&, const std::vector<int64_t>*, Tensor*,
-                     DoneCallback done) override {
-    done(absl::UnimplementedError("prefetch"));
-  }
-  void BarrierAsync(const RequestMeta&, BarrierKind, DoneCallback done) override {
-    done(absl::UnimplementedError("barrier"));
-  }
-  void CheckpointAsync(const RequestMeta&, const std::string&, DoneCallback done) override {
-    done(absl::UnimplementedError("checkpoint"));
-  }
-  void RegisterAsync(const RequestMeta&, const JobFields&, uint64_t, DoneCallback done) override {
-    done(absl::UnimplementedError("register"));
-  }
+  RecordingClient() : AnsweringPServerClient(absl::UnimplementedError("fake pserver"), "ps0") {}
   void PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,
                           bool after_update, DoneCallback done) override {
     ++calls;
@@ -47,9 +27,6 @@ class RecordingClient : public PServerClient {
   std::atomic<int> calls{0}, tables{0};
   int64_t last_step = -1;
   bool last_after_update = false;
-
- private:
-  std::string endpoint_ = "ps0";
 };
 
 LookupRiders::Ride RideOf(PServerClient* client, int64_t step, std::atomic<int>* answered) {

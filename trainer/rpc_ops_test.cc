@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/framework/executor.h"
 #include "common/framework/op_desc.h"
+#include "common/rpc/answering_client.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -47,30 +48,9 @@ TEST(PendingRequestsTest, ACallbackMayOutliveIt) {
 
 // Records the SendBatch calls it gets; holds the barrier-less ones' callbacks until Release,
 // answers the others at once.
-class HoldingClient : public PServerClient {
+class HoldingClient : public AnsweringPServerClient {
  public:
-  const std::string& endpoint() const override { return endpoint_; }
-  void SendVariableAsync(const RequestMeta&, const std::string&, const Variable*,
-                         DoneCallback done) override {
-    done(absl::UnimplementedError("send"));
-  }
-  void GetVariableAsync(const RequestMeta&, const std::string&, Variable*,
-                        DoneCallback done) override {
-    done(absl::UnimplementedError("get"));
-  }
-  void PrefetchAsync(const RequestMeta&, const std::string&, const std::vector<int64_t>*, Tensor*,
-                     DoneCallback done) override {
-    done(absl::UnimplementedError("prefetch"));
-  }
-  void BarrierAsync(const RequestMeta&, BarrierKind, DoneCallback done) override {
-    done(absl::UnimplementedError("barrier"));
-  }
-  void CheckpointAsync(const RequestMeta&, const std::string&, DoneCallback done) override {
-    done(absl::UnimplementedError("checkpoint"));
-  }
-  void RegisterAsync(const RequestMeta&, const JobFields&, uint64_t, DoneCallback done) override {
-    done(absl::UnimplementedError("register"));
-  }
+  HoldingClient() : AnsweringPServerClient(absl::UnimplementedError("fake pserver"), "ps0") {}
   void SendBatchAsync(const RequestMeta&, std::vector<SendItem> items, bool send_barrier,
                       StepReply*, DoneCallback done) override {
     std::string call = send_barrier ? "barrier:" : "early:";
@@ -103,7 +83,6 @@ class HoldingClient : public PServerClient {
   }
 
  private:
-  std::string endpoint_ = "ps0";
   absl::Mutex mu;
   std::vector<std::string> calls ABSL_GUARDED_BY(mu);
   std::vector<DoneCallback> held ABSL_GUARDED_BY(mu);
