@@ -240,7 +240,7 @@ absl::Status Applier::ApplyStep(
     const std::function<std::vector<const SelectedRows*>(const std::string& grad)>& table_grads,
     const std::function<void(const std::string& table)>& after_table,
     const std::function<void()>& tables_done) {
-  absl::Status lr_status = has_lr_block_ ? executor_.Run(lr_block_, scope_) : absl::OkStatus();
+  absl::Status lr_status = has_lr_block_ ? RunScheduleOnce(step) : absl::OkStatus();
   // Tables first: lookups of their updated rows can be answered while the blocks run.
   std::vector<std::vector<const SelectedRows*>> grads(tables_.size());
   for (size_t ti = 0; ti < tables_.size(); ++ti) grads[ti] = table_grads(tables_[ti].grad);
@@ -257,7 +257,7 @@ absl::Status Applier::ApplyStep(
   }
   std::vector<absl::Status> results(blocks_.size());
   pool_->ParallelFor(static_cast<int>(blocks_.size()),
-                     [&](int i) { results[i] = executor_.Run(blocks_[i].prepared, scope_); });
+                     [&](int i) { results[i] = ApplyBlockOnce(blocks_[i], step); });
   if (!lr_status.ok()) {
     return absl::InternalError(absl::StrCat("pserver ", options_.endpoint,
                                             " learning-rate schedule: ", lr_status.message()));
@@ -272,6 +272,35 @@ absl::Status Applier::ApplyStep(
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Applier::ApplyBlockOnce(OptimizeBlock& b, int64_t step, bool* ran) {
+  absl::MutexLock lock(b.mu.get());
+  if (b.applied_step < step) {
+    b.applied_step = step;
+    b.status = executor_.Run(b.prepared, scope_);
+    if (ran != nullptr) *ran = true;
+  }
+  return b.status;
+}
+
+absl::Status Applier::RunScheduleOnce(int64_t step) {
+  absl::MutexLock lock(&lr_mu_);
+  if (lr_step_ < step) {
+    lr_step_ = step;
+    lr_status_ = executor_.Run(lr_block_, scope_);
+  }
+  return lr_status_;
+}
+
+bool Applier::ApplyEarly(const std::string& grad, int64_t step) {
+  auto it = grad_to_block_.find(grad);
+  if (it == grad_to_block_.end()) return false;
+  // The block reads the step's learning rate. A failed schedule is the step's to report.
+  if (has_lr_block_ && !RunScheduleOnce(step).ok()) return false;
+  bool ran = false;
+  ApplyBlockOnce(blocks_[it->second], step, &ran).IgnoreError();  // ApplyStep reports it
+  return ran;
 }
 
 absl::Status Applier::ApplyPush(const std::string& grad, Scope* trainer_scope) {

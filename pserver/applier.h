@@ -7,6 +7,9 @@
 //          block, each in parallel on the pool (each table concatenates the trainers' rows, in
 //          trainer order, and applies them scaled 1/N, taking an optimizer step whether or not
 //          its rows were touched; each block sums the trainers' gradients and scales 1/N);
+//          ApplyEarly: one block of the step before its barrier (every trainer's copy is in),
+//          after the step's schedule; ApplyStep then leaves that block (and the schedule) out.
+//          The schedule and each block run once per step whichever comes first;
 //   async  ApplyPush: one trainer's complete gradient, alone, under its block's (or table's)
 //          lock; every N-th push of the first gradient advances the schedule.
 // It also serves what reads parameters: Read (a get), Lookup (a prefetch), consistent copies for
@@ -74,6 +77,12 @@ class Applier {
       const std::function<std::vector<const SelectedRows*>(const std::string& grad)>& table_grads,
       const std::function<void(const std::string& table)>& after_table = nullptr,
       const std::function<void()>& tables_done = nullptr);
+  // Sync, before step `step`'s barrier: applies the optimize block of gradient `grad` (every
+  // trainer's copy for the step is in), running the step's schedule first if nothing of the step
+  // ran it yet. True when it ran the block; false when the block was applied for `step` already
+  // or `grad` is no block's. A failure (the block's or the schedule's) is kept and reported by
+  // the step's ApplyStep, which does not run the block again.
+  bool ApplyEarly(const std::string& grad, int64_t step);
   // Async: applies gradient `grad` received in `trainer_scope`.
   absl::Status ApplyPush(const std::string& grad, Scope* trainer_scope);
   // Runs `fn` on the optimizer pool.
@@ -116,7 +125,10 @@ class Applier {
     std::string grad;   // received gradient block name
     std::string param;  // parameter block it updates
     PreparedBlock prepared;
-    std::unique_ptr<absl::Mutex> mu = std::make_unique<absl::Mutex>();  // async updates
+    // Async updates; sync: one run per step (ApplyStep and ApplyEarly).
+    std::unique_ptr<absl::Mutex> mu = std::make_unique<absl::Mutex>();
+    int64_t applied_step = -1;  // sync: the last step it ran for, under mu
+    absl::Status status;        // and how that run ended
   };
   struct Table {
     std::string name;  // the table variable, or a group's name (its members': table_gradients)
@@ -142,6 +154,11 @@ class Applier {
   absl::Status Init(const OpDesc& listen_and_serv);
   absl::Status InitTables();
   float LearningRate(const std::string& var) const;
+  // Sync: block `b`'s update of `step`, run once (`ran`, nullable: whether this call ran it); a
+  // block already run for `step` gives that run's status.
+  absl::Status ApplyBlockOnce(OptimizeBlock& b, int64_t step, bool* ran = nullptr);
+  // Sync: the schedule of `step`, run once (the same way).
+  absl::Status RunScheduleOnce(int64_t step);
   // Applies `grads` (rows of one table's gradient) scaled by 1/N at optimizer step `step`.
   absl::Status ApplyTable(Table& t, const std::vector<const SelectedRows*>& grads, int64_t step);
 
@@ -162,6 +179,8 @@ class Applier {
   PreparedBlock lr_block_;
   std::string lr_clock_grad_;
   absl::Mutex lr_mu_;
+  int64_t lr_step_ ABSL_GUARDED_BY(lr_mu_) = -1;  // sync: the last step the schedule ran for
+  absl::Status lr_status_ ABSL_GUARDED_BY(lr_mu_);
   std::unique_ptr<ThreadPool> pool_;
 };
 

@@ -24,6 +24,7 @@ GradientInbox::GradientInbox(const ProgramDesc* program, Scope* scope, int num_t
     e.buffer.assign(num_trainers_, nullptr);
     e.bytes.assign(num_trainers_, 0);
     e.step.assign(num_trainers_, -1);
+    e.completed.assign(num_trainers_, -1);
     return e;
   };
   for (const std::string& g : dense_grads) add(g);
@@ -128,14 +129,29 @@ absl::Status GradientInbox::CheckRows(const VariableHeader& h, Variable* var) co
   return absl::OkStatus();
 }
 
-bool GradientInbox::Arrived(int trainer, const VariableHeader& h) {
+bool GradientInbox::Arrived(const RequestMeta& meta, const VariableHeader& h) {
   auto found = entries_.find(h.name);
   if (found == entries_.end()) return false;  // Prepare refused it
+  const size_t k = static_cast<size_t>(meta.trainer_id);
   absl::MutexLock lock(&mu_);
-  int64_t& got = found->second.bytes[static_cast<size_t>(trainer)];
+  int64_t& got = found->second.bytes[k];
   got += h.chunk_bytes;
   if (got < h.total_bytes) return false;
   got = 0;
+  if (sync_) found->second.completed[k] = meta.step;
+  return true;
+}
+
+bool GradientInbox::CompleteFromAll(const std::string& grad, int64_t step,
+                                    const std::set<int>& trainers) const {
+  auto found = entries_.find(grad);
+  if (found == entries_.end()) return false;
+  absl::MutexLock lock(&mu_);
+  for (int k : trainers) {
+    if (k < 0 || k >= num_trainers_ || found->second.completed[static_cast<size_t>(k)] != step) {
+      return false;
+    }
+  }
   return true;
 }
 

@@ -55,9 +55,12 @@ class GradientInbox {
   // block: InvalidArgument naming the gradient, the row and the pserver otherwise, with the
   // received rows emptied so that nothing applies them.
   absl::Status CheckRows(const VariableHeader& h, Variable* var) const;
-  // Counts one message of `h`; true when the trainer's gradient is complete (and the count
-  // restarts for its next one).
-  bool Arrived(int trainer, const VariableHeader& h);
+  // Counts one message of `h` from meta.trainer_id; true when the trainer's gradient is
+  // complete (and the count restarts for its next one). Sync: notes the step it completed for.
+  bool Arrived(const RequestMeta& meta, const VariableHeader& h);
+  // Sync: whether each trainer of `trainers` has its gradient `grad` complete for `step` (its
+  // last message of that step arrived).
+  bool CompleteFromAll(const std::string& grad, int64_t step, const std::set<int>& trainers) const;
 
   bool IsTableGradient(const std::string& grad) const {
     auto it = entries_.find(grad);
@@ -78,10 +81,12 @@ class GradientInbox {
     int64_t dim = 0;                    // table gradients: the row width
     const VarDesc* declared = nullptr;  // its declaration in block 0, if any
     // Per trainer: the receive buffer (resolved on first use), the bytes of an incomplete
-    // gradient, and (sync, tables) the step at which it last arrived (-1: never).
+    // gradient, (sync, tables) the step at which it last arrived, and (sync) the step for which
+    // it last completed (-1: never).
     std::vector<Variable*> buffer;
     std::vector<int64_t> bytes;
     std::vector<int64_t> step;
+    std::vector<int64_t> completed;
   };
   absl::Status CheckDeclared(const Entry& e, const VariableHeader& h) const;
 

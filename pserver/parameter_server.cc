@@ -137,11 +137,16 @@ void ParameterServer::HandleSend(const RequestMeta& meta, const VariableHeader& 
   // Bad rows are refused as bad input before anything counts them, rather than as an optimizer
   // failure (sync: one that fails the whole step).
   if (absl::Status rows = inbox_->CheckRows(h, var); !rows.ok()) return done(rows);
-  const bool complete = inbox_->Arrived(meta.trainer_id, h);
+  const bool complete = inbox_->Arrived(meta, h);
+  bool early = false;
   {
     absl::MutexLock lock(&mu_);
     ++stats_.sends;
     if (complete) ++stats_.grads_received[meta.trainer_id];
+    early = complete && sync_ && StartEarlyApply(meta, h);
+  }
+  if (early) {
+    applier_->Schedule([this, grad = h.name, step = meta.step] { EarlyApply(grad, step); });
   }
   if (sync_ || !complete) {
     done(absl::OkStatus());
@@ -151,6 +156,24 @@ void ParameterServer::HandleSend(const RequestMeta& meta, const VariableHeader& 
   int trainer = meta.trainer_id;
   applier_->Schedule(
       [this, trainer, grad, done = std::move(done)] { AsyncApply(trainer, grad, done); });
+}
+
+bool ParameterServer::StartEarlyApply(const RequestMeta& meta, const VariableHeader& h) {
+  if (meta.barrier_follows || !failure_.ok() || checkpointing_ || meta.step != barrier_.step() ||
+      barrier_.optimizing() || barrier_.Applied(meta.step) || inbox_->IsTableGradient(h.name) ||
+      !inbox_->CompleteFromAll(h.name, meta.step, barrier_.active())) {
+    return false;
+  }
+  ++early_running_;
+  early_step_ = meta.step;
+  return true;
+}
+
+void ParameterServer::EarlyApply(const std::string& grad, int64_t step) {
+  const bool ran = applier_->ApplyEarly(grad, step);
+  absl::MutexLock lock(&mu_);
+  --early_running_;
+  if (ran) ++stats_.early_applies;
 }
 
 void ParameterServer::AsyncApply(int trainer, const std::string& grad, DoneCallback done) {
@@ -297,7 +320,7 @@ absl::Status ParameterServer::AtStepBoundary(const std::function<absl::Status(in
   {
     absl::MutexLock lock(&mu_);
     auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return (!barrier_.optimizing() && !checkpointing_) || !failure_.ok();
+      return (!barrier_.optimizing() && !checkpointing_ && early_running_ == 0) || !failure_.ok();
     };
     mu_.Await(absl::Condition(&idle));
     if (!failure_.ok()) return failure_;
@@ -323,7 +346,16 @@ absl::Status ParameterServer::SaveCheckpoint(const std::string& dir) {
   shard.index = options_.pserver_index;
   shard.num_pservers = options_.num_pservers;
   shard.slices = DenseSlices(program_, options_.param_blocks);
-  return AtStepBoundary([&](int64_t step) {
+  return AtStepBoundary([&](int64_t step) -> absl::Status {
+    {
+      absl::MutexLock lock(&mu_);
+      if (early_step_ == step && !barrier_.Applied(step)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "pserver ", options_.endpoint, " refuses a checkpoint at step ", step,
+            ": gradient blocks of that step, sent ahead of its barrier, are applied already (the "
+            "checkpoint would hold half a step; take it between steps)"));
+      }
+    }
     shard.step = step;
     applier_->CopyDense(shard.slices, &shard.dense);
     shard.tables = applier_->TableRefs();

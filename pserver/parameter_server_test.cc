@@ -10,6 +10,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "common/framework/executor.h"
 #include "common/framework/op_desc.h"
 #include "common/layers/layers.h"
@@ -36,7 +37,8 @@ struct Job {
   std::string table_grad;
 };
 
-std::unique_ptr<Job> MakeJob() {
+// `trainers` trainers; `decay_steps` > 0: the learning rate halves every decay_steps steps.
+std::unique_ptr<Job> MakeJob(int trainers = 1, int64_t decay_steps = 0) {
   auto job = std::make_unique<Job>();
   ProgramDesc main, startup;
   ProgramBuilder b(&main, &startup);
@@ -54,10 +56,12 @@ std::unique_ptr<Job> MakeJob() {
                              layers::Mean(b, layers::Embedding(b, ids, 10, 2, dist)));
   OptimizerOptions oo;
   oo.learning_rate = kLr;
+  oo.decay_steps = decay_steps;
+  oo.decay_rate = 0.5f;
   EXPECT_TRUE(SGD(oo).Minimize(b, *job->registry, loss).ok());
   TranspilerConfig cfg;
   cfg.pservers = {kEndpoint};
-  cfg.trainers = 1;
+  cfg.trainers = trainers;
   auto t = DistributeTranspiler::Transpile(main, startup, cfg);
   EXPECT_TRUE(t.ok()) << t.status();
   job->program = *t->GetPserverProgram(kEndpoint);
@@ -84,7 +88,7 @@ std::unique_ptr<Job> MakeJob() {
   return job;
 }
 
-RequestMeta Meta(int64_t step) { return RequestMeta{"job", 0, step}; }
+RequestMeta Meta(int64_t step, int trainer = 0) { return RequestMeta{"job", trainer, step}; }
 
 // What a held request was answered, once it was.
 struct Answer {
@@ -115,9 +119,8 @@ std::vector<float> Row(const absl::StatusOr<Tensor>& rows, int i) {
   return {rows->data<float>()[2 * i], rows->data<float>()[2 * i + 1]};
 }
 
-// Sends every gradient of step `step` (dense: all `dense`; table rows {1: (1, 2)}) and the send
-// barrier.
-void SendStep(Job& job, int64_t step, float dense = 0, DoneCallback barrier_done = nullptr) {
+// Sends trainer `meta.trainer_id`'s dense gradients of step `meta.step`, every element `dense`.
+void SendDense(Job& job, const RequestMeta& meta, float dense) {
   for (const std::string& g : job.dense_grads) {
     VariableHeader h;
     h.name = g;
@@ -125,12 +128,21 @@ void SendStep(Job& job, int64_t step, float dense = 0, DoneCallback barrier_done
     ASSERT_NE(param, nullptr) << g;
     h.dims = param->Get<Tensor>().shape();
     h.total_bytes = h.chunk_bytes = static_cast<int64_t>(param->Get<Tensor>().nbytes());
-    auto dest = job.server->PrepareReceive(Meta(step), h);
+    auto dest = job.server->PrepareReceive(meta, h);
     ASSERT_TRUE(dest.ok()) << dest.status();
     Tensor* value = (*dest)->GetMutable<Tensor>();
     for (int64_t i = 0; i < value->numel(); ++i) value->data<float>()[i] = dense;
-    job.server->HandleSend(Meta(step), h, *dest, [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
+    job.server->HandleSend(meta, h, *dest, [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
   }
+}
+
+// Sends trainer `trainer`'s table rows {1: (1, 2)} of step `step` and its send barrier (and,
+// unless `dense_sent`, its dense gradients, all `dense`, in the same request as a SendBatch).
+void SendStep(Job& job, int64_t step, float dense = 0, DoneCallback barrier_done = nullptr,
+              int trainer = 0, bool dense_sent = false) {
+  RequestMeta meta = Meta(step, trainer);
+  meta.barrier_follows = true;
+  if (!dense_sent) SendDense(job, meta, dense);
   VariableHeader h;
   h.name = job.table_grad;
   h.type = SELECTED_ROWS;
@@ -138,15 +150,15 @@ void SendStep(Job& job, int64_t step, float dense = 0, DoneCallback barrier_done
   h.height = 10;
   h.num_rows = 1;
   h.total_bytes = h.chunk_bytes = 8;
-  auto dest = job.server->PrepareReceive(Meta(step), h);
+  auto dest = job.server->PrepareReceive(meta, h);
   ASSERT_TRUE(dest.ok()) << dest.status();
   SelectedRows* sr = (*dest)->GetMutable<SelectedRows>();
   sr->rows = {1};
   sr->value.data<float>()[0] = 1;
   sr->value.data<float>()[1] = 2;
-  job.server->HandleSend(Meta(step), h, *dest, [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
+  job.server->HandleSend(meta, h, *dest, [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
   if (!barrier_done) barrier_done = [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; };
-  job.server->HandleBarrier(Meta(step), SEND_BARRIER, std::move(barrier_done));
+  job.server->HandleBarrier(meta, SEND_BARRIER, std::move(barrier_done));
 }
 
 TEST(ParameterServerTest, LookupsAfterTheUpdateWaitForItAndSeeIt) {
@@ -239,6 +251,87 @@ TEST(ParameterServerTest, ClientGetsAndLookupsAfterTheUpdate) {
   StatusGroup ahead(1);
   client.GetBatchAsync(Meta(1), {{fc, &after}}, false, true, ahead.Callback());
   EXPECT_EQ(ahead.Wait().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Dense gradients sent ahead of the barrier (early sends): a block is applied once every
+// trainer's copy of the step is in, before the barrier, after the step's learning-rate schedule;
+// the step's optimize applies it (and runs the schedule) no second time; a checkpoint between
+// the early apply and the barrier is refused; gradients that come with the barrier wait for it.
+TEST(ParameterServerTest, EarlyGradientsApplyOnceEveryTrainersCopyIsIn) {
+  // Two trainers; the learning rate halves every step: kLr at step 0, kLr / 2 at step 1.
+  std::unique_ptr<Job> job = MakeJob(/*trainers=*/2, /*decay_steps=*/1);
+  ASSERT_EQ(job->dense_grads.size(), 1u);
+  const std::string fc = job->dense_grads[0].substr(0, job->dense_grads[0].find("@GRAD"));
+  auto weights = [&] {
+    const Tensor& t = job->scope.FindVar(fc)->Get<Tensor>();
+    return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+  };
+  auto early_applies = [&](int64_t want) {
+    for (int i = 0; i < 2000 && job->server->stats().early_applies < want; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return job->server->stats().early_applies;
+  };
+  auto table_row = [&] {
+    Answer a;
+    job->server->HandlePrefetchBatch(Meta(0), {{"table", {1}}}, false, a.Done());
+    EXPECT_TRUE(a.Answered());
+    return Row(a.rows[0], 0);
+  };
+  auto finish_step = [&](int64_t step, bool dense_sent, float dense) {
+    absl::Notification released[2];
+    for (int k = 0; k < 2; ++k) {
+      SendStep(
+          *job, step, dense,
+          [&released, k](absl::Status s) {
+            EXPECT_TRUE(s.ok()) << s;
+            released[k].Notify();
+          },
+          k, dense_sent);
+    }
+    for (auto& r : released) ASSERT_TRUE(r.WaitForNotificationWithTimeout(absl::Seconds(20)));
+    for (int k = 0; k < 2; ++k) {
+      job->server->HandleBarrier(Meta(step, k), FETCH_BARRIER,
+                                 [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
+    }
+  };
+  const std::vector<float> w0 = weights();
+  const std::vector<float> row0 = table_row();
+
+  // Step 0: trainer 0's copy alone applies nothing; trainer 1's makes the block applied (the mean,
+  // at kLr) before either barrier.
+  SendDense(*job, Meta(0, 0), 1.0f);
+  EXPECT_EQ(weights(), w0);
+  SendDense(*job, Meta(0, 1), 3.0f);
+  ASSERT_EQ(early_applies(1), 1);
+  std::vector<float> w1 = weights();
+  for (size_t i = 0; i < w0.size(); ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - kLr * 2.0f) << i;
+  // Half a step applied: a checkpoint now is refused, naming why.
+  const std::string dir = ::testing::TempDir() + "/early_ckpt";
+  ASSERT_TRUE(io::PosixFileSystem::Default()->CreateDirs(dir).ok());
+  absl::Status half = job->server->SaveCheckpoint(dir);
+  EXPECT_EQ(half.code(), absl::StatusCode::kFailedPrecondition) << half;
+  EXPECT_NE(half.message().find("half a step"), std::string::npos) << half;
+  // The barriers: the block is not applied again; the table takes its step at kLr too (the
+  // schedule ran once for the step, at the early apply).
+  finish_step(0, /*dense_sent=*/true, 0);
+  EXPECT_EQ(weights(), w1);
+  EXPECT_EQ(table_row(), (std::vector<float>{row0[0] - kLr * 1, row0[1] - kLr * 2}));
+  ParameterServerStats st = job->server->stats();
+  EXPECT_EQ(st.early_applies, 1);
+  EXPECT_EQ(st.steps, 1);
+  // Between steps a checkpoint is taken.
+  absl::Status between = job->server->SaveCheckpoint(dir);
+  EXPECT_TRUE(between.ok()) << between;
+
+  // Step 1: dense gradients that come with the barrier are applied by the step's optimize only,
+  // at kLr / 2 (the schedule ran once more).
+  const std::vector<float> row1 = table_row();
+  finish_step(1, /*dense_sent=*/false, 2.0f);
+  EXPECT_EQ(job->server->stats().early_applies, 1);
+  const std::vector<float> w2 = weights();
+  for (size_t i = 0; i < w0.size(); ++i) EXPECT_FLOAT_EQ(w2[i], w1[i] - kLr / 2 * 2.0f) << i;
+  EXPECT_EQ(table_row(), (std::vector<float>{row1[0] - kLr / 2 * 1, row1[1] - kLr / 2 * 2}));
 }
 
 }  // namespace

@@ -193,6 +193,9 @@ void PserverProcess::AddMetricsCollector() {
       counter("tessera_pserver_fused_prefetches_total",
               "Table lookups a sync step's optimize did right after the table's update.");
   Counter* applied = counter("tessera_pserver_grads_applied_total", "Gradients optimized.");
+  Counter* early =
+      counter("tessera_pserver_early_applies_total",
+              "Sync: gradient blocks applied before their step's barrier (sent early).");
   Gauge* rows = *metrics_.GetGauge("tessera_pserver_table_rows",
                                    "Rows held by this pserver's table shards.", labels);
   Counter* refused_ids = counter("tessera_pserver_table_refused_ids_total",
@@ -207,8 +210,8 @@ void PserverProcess::AddMetricsCollector() {
     int64_t unauthenticated ABSL_GUARDED_BY(mu) = 0;
   };
   auto published = std::make_shared<Published>();
-  metrics_.AddCollector([this, published, steps, sends, gets, prefetches, fused, applied, rows,
-                         refused_ids, unauthenticated] {
+  metrics_.AddCollector([this, published, steps, sends, gets, prefetches, fused, applied, early,
+                         rows, refused_ids, unauthenticated] {
     absl::MutexLock lock(&published->mu);
     const int64_t refused = server_->unauthenticated_requests();
     unauthenticated->Increment(static_cast<double>(refused - published->unauthenticated));
@@ -221,6 +224,7 @@ void PserverProcess::AddMetricsCollector() {
     prefetches->Increment(static_cast<double>(now.prefetches - last.prefetches));
     fused->Increment(static_cast<double>(now.fused_prefetches - last.fused_prefetches));
     applied->Increment(static_cast<double>(now.grads_applied - last.grads_applied));
+    early->Increment(static_cast<double>(now.early_applies - last.early_applies));
     rows->Set(static_cast<double>(now.table_rows));
     refused_ids->Increment(static_cast<double>(now.table_refused_rows - last.table_refused_rows));
     for (const auto& [shard, n] : now.table_shard_rows) {
@@ -299,8 +303,8 @@ absl::Status PserverProcess::Wait() {
   log_ << "pserver " << config.current_endpoint << ": steps=" << stats.steps
        << " sends=" << stats.sends << " grads_applied=" << stats.grads_applied
        << " gets=" << stats.gets << " prefetches=" << stats.prefetches
-       << " fused_prefetches=" << stats.fused_prefetches << " table_rows=" << stats.table_rows
-       << " table_refused_ids=" << stats.table_refused_rows
+       << " fused_prefetches=" << stats.fused_prefetches << " early_applies=" << stats.early_applies
+       << " table_rows=" << stats.table_rows << " table_refused_ids=" << stats.table_refused_rows
        << " unauthenticated=" << (server_ != nullptr ? server_->unauthenticated_requests() : 0);
   RpcTotals rpc_totals = rpc_metrics_->Totals();
   log_ << " requests=" << rpc_totals.requests << " bytes_in=" << rpc_totals.bytes_received

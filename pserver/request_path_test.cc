@@ -168,11 +168,19 @@ TEST(GradientInboxTest, SyncBuffersArePerTrainerAndChunksCompleteAGradient) {
 
   VariableHeader half = Dense(fc, {3, 2});
   half.chunk_bytes = half.total_bytes / 2;
-  EXPECT_FALSE(ps->inbox->Arrived(0, half));
-  EXPECT_FALSE(ps->inbox->Arrived(1, half));  // trainers count apart
-  EXPECT_TRUE(ps->inbox->Arrived(0, half));
-  EXPECT_FALSE(ps->inbox->Arrived(0, half));  // the next gradient starts from zero
-  EXPECT_TRUE(ps->inbox->Arrived(0, half));
+  EXPECT_FALSE(ps->inbox->Arrived(Meta(0, 0), half));
+  EXPECT_FALSE(ps->inbox->Arrived(Meta(1, 0), half));  // trainers count apart
+  EXPECT_TRUE(ps->inbox->Arrived(Meta(0, 0), half));
+  EXPECT_FALSE(ps->inbox->Arrived(Meta(0, 0), half));  // the next gradient starts from zero
+  EXPECT_TRUE(ps->inbox->Arrived(Meta(0, 0), half));
+
+  // Complete from every trainer only once trainer 1's second half is in, and only for its step.
+  EXPECT_TRUE(ps->inbox->CompleteFromAll(fc, 0, {0}));
+  EXPECT_FALSE(ps->inbox->CompleteFromAll(fc, 0, {0, 1}));
+  EXPECT_TRUE(ps->inbox->Arrived(Meta(1, 0), half));
+  EXPECT_TRUE(ps->inbox->CompleteFromAll(fc, 0, {0, 1}));
+  EXPECT_FALSE(ps->inbox->CompleteFromAll(fc, 1, {0, 1}));
+  EXPECT_FALSE(ps->inbox->CompleteFromAll("no_such@GRAD", 0, {0}));
 }
 
 TEST(GradientInboxTest, AsyncBuffersLiveInTheTrainersScopes) {

@@ -404,10 +404,14 @@ TEST(PsClusterTest, EarlySendsEqualSingleMachine) {
     const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/trainer.", t, ".log"));
     EXPECT_NE(log.find(" dense gradient blocks ("), std::string::npos) << log;
   }
+  // The pservers applied early blocks as soon as both trainers' copies were in.
+  int64_t early_applies = 0;
   for (int p = 0; p < 2; ++p) {
     const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
     EXPECT_GT(SumAfter(log, " fused_prefetches="), 0) << log;
+    early_applies += SumAfter(log, " early_applies=");
   }
+  EXPECT_GT(early_applies, 0);
 }
 
 // Table-wise placement (--table_placement=table_wise): each of the multi-hot model's 28 tables

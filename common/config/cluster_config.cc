@@ -389,9 +389,10 @@ const std::vector<Setting>& Table() {
       {{"send_early_kb",
         {"TESSERA_SEND_EARLY_KB"},
         "trainer, sync pserver mode, one CPU place: once backward has completed this many KiB "
-        "of dense gradients, they go to their pservers while the rest of backward runs (one "
-        "more request per pserver and step; the step's send carries the rest; the same "
-        "training). 0 = off: every gradient goes in the step's one request after backward"},
+        "of dense gradients, they go to their pservers while the rest of backward runs, and "
+        "the pservers apply them once every trainer's copy is in (one more request per "
+        "pserver and step; the step's send carries the rest; the same training). 0 = off: "
+        "every gradient goes in the step's one request after backward"},
        Int(&ClusterConfig::send_early_kb, "send_early_kb", 0, 1 << 21)},
       {{"allreduce_overlap",
         {"TESSERA_ALLREDUCE_OVERLAP"},

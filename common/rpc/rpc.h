@@ -24,6 +24,10 @@ struct RequestMeta {
   int64_t step = 0;
   // On a send barrier (sync mode, streamed data): this trainer has no batch after this step.
   bool last_batch = false;
+  // On a gradient (sync mode): the request that carries it ends with its trainer's send
+  // barrier, so the pserver leaves applying it to the step's optimize. A gradient sent ahead of
+  // the barrier (an early send) may be applied as soon as every trainer's copy is in.
+  bool barrier_follows = false;
 };
 
 // What a released send barrier answers (sync mode, streamed data). Shared by the requests of

@@ -66,11 +66,13 @@ if [ -n "${CTR_E2E_ONLY:-}" ]; then
 fi
 # CTR_E2E_BASELINE=DIR (holding tessera_pserver and tessera_trainer of another build, e.g. an
 # earlier commit's): adds "<config> baseline" for each plain sync configuration chosen ("1x1
-# sync", "2x2 sync", "deepfm 2x2 sync"), the same job with those daemons, alternated with the
-# others in every round.
+# sync", "2x2 sync", "deepfm 2x2 sync", each also with send_early_kb=K), the same job with
+# those daemons, alternated with the others in every round.
 if [ -n "${CTR_E2E_BASELINE:-}" ]; then
   for c in "${CONFIGS[@]}"; do
-    if [[ "$c" =~ ^(deepfm\ )?[0-9]+x[0-9]+\ sync$ ]]; then CONFIGS+=("$c baseline"); fi
+    if [[ "$c" =~ ^(deepfm\ )?[0-9]+x[0-9]+\ sync(\ send_early_kb=[0-9]+)?$ ]]; then
+      CONFIGS+=("$c baseline")
+    fi
   done
 fi
 PYTHONPATH=python /usr/bin/python3 examples/python/deepfm.py --out="$WORK/deepfm.pbtxt" \
@@ -107,7 +109,10 @@ run() {
     case "$rest" in *table_wise*) placement=table_wise ;; esac
     # (only when asked: a baseline build may not know the flag)
     case "$rest" in *fuse_tables=false*) apart=(--fuse_tables=false) ;; esac
-    case "$rest" in *send_early_kb=*) apart+=("--send_early_kb=${rest##*send_early_kb=}") ;; esac
+    case "$rest" in *send_early_kb=*)
+      local kb="${rest##*send_early_kb=}"
+      apart+=("--send_early_kb=${kb%% *}") ;;
+    esac
     local examples="$N" batch="$BATCH"
     if [[ "$rest" == uncoupled ]]; then
       # One of the two jobs; run() starts it twice, in $log.0 and $log.1.

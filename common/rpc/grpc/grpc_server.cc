@@ -392,7 +392,8 @@ class GrpcServer::Service : public RawService {
     auto decoded = DecodeBatch(request, max_bytes_);
     if (!decoded.ok()) return Fail(reactor, decoded.status());
     auto batch = std::make_shared<DecodedBatch>(*std::move(decoded));
-    const RequestMeta meta = batch->meta;
+    RequestMeta meta = batch->meta;
+    meta.barrier_follows = batch->send_barrier;
     absl::Status admit = Admit(meta);
     if (!admit.ok()) return Fail(reactor, admit);
     if (check) {
