@@ -65,7 +65,7 @@ absl::StatusOr<std::unique_ptr<Applier>> Applier::Create(const ProgramDesc& prog
   return a;
 }
 
-Applier::~Applier() { pool_.reset(); }
+Applier::~Applier() { Stop(); }
 
 absl::Status Applier::Init(const OpDesc& ls) {
   for (const auto& entry : GetStringsAttr(ls, "grad_to_block_id")) {
@@ -299,8 +299,8 @@ bool Applier::ApplyEarly(const std::string& grad, int64_t step) {
   // The block reads the step's learning rate. A failed schedule is the step's to report.
   if (has_lr_block_ && !RunScheduleOnce(step).ok()) return false;
   bool ran = false;
-  ApplyBlockOnce(blocks_[it->second], step, &ran).IgnoreError();  // ApplyStep reports it
-  return ran;
+  const bool ok = ApplyBlockOnce(blocks_[it->second], step, &ran).ok();  // ApplyStep reports it
+  return ran && ok;
 }
 
 absl::Status Applier::ApplyPush(const std::string& grad, Scope* trainer_scope) {
@@ -392,6 +392,14 @@ std::vector<PserverTableRef> Applier::TableRefs() {
 }
 
 void Applier::RestoreTables(const std::map<std::string, int64_t>& applies, int64_t step) {
+  {
+    absl::MutexLock lock(&lr_mu_);
+    lr_step_ = step - 1;
+  }
+  for (auto& b : blocks_) {
+    absl::MutexLock lock(b.mu.get());
+    b.applied_step = step - 1;
+  }
   for (auto& t : tables_) {
     t.applies = 0;
     for (const std::string& member : t.members) {  // equal unless restored from another job

@@ -17,7 +17,11 @@
 // the wire: ParameterServer (pserver/parameter_server.h) decides when to apply.
 //
 // Thread-safe as ParameterServer uses it: sync ApplyStep never runs beside another ApplyStep or
-// a Read (the barrier holds gets back); async calls run concurrently under per-block locks.
+// a Read (the barrier holds gets back); ApplyEarly runs beside ApplyStep (each block and the
+// schedule run under their own locks, once per step) and beside Reads of other parameters (a
+// block is applied early only once every trainer sent its gradient for the step, so no trainer
+// still reads that block's parameter of the step before); async calls run concurrently under
+// per-block locks.
 #ifndef TESSERA_PSERVER_APPLIER_H_
 #define TESSERA_PSERVER_APPLIER_H_
 
@@ -65,6 +69,11 @@ class Applier {
                                                          Scope* scope, const OpRegistry* registry,
                                                          ApplierOptions options);
   ~Applier();
+  // Runs what was scheduled on the optimizer pool and joins it, while this applier is whole
+  // (those closures use it; call before destroying it from a pointer they go through).
+  void Stop() {
+    if (pool_ != nullptr) pool_->Join();  // (none when Init failed)
+  }
 
   // Sync step `step` (0-based): applies every table, then every block; `table_grads(grad)` gives
   // the trainers' gradients of a table for this step; `after_table(table)` (may be empty) runs
@@ -79,9 +88,9 @@ class Applier {
       const std::function<void()>& tables_done = nullptr);
   // Sync, before step `step`'s barrier: applies the optimize block of gradient `grad` (every
   // trainer's copy for the step is in), running the step's schedule first if nothing of the step
-  // ran it yet. True when it ran the block; false when the block was applied for `step` already
-  // or `grad` is no block's. A failure (the block's or the schedule's) is kept and reported by
-  // the step's ApplyStep, which does not run the block again.
+  // ran it yet. True when it applied the block; false when the block was applied for `step`
+  // already, `grad` is no block's, or it failed. A failure (the block's or the schedule's) is
+  // kept and reported by the step's ApplyStep, which does not run the block again.
   bool ApplyEarly(const std::string& grad, int64_t step);
   // Async: applies gradient `grad` received in `trainer_scope`.
   absl::Status ApplyPush(const std::string& grad, Scope* trainer_scope);
@@ -109,7 +118,8 @@ class Applier {
   void CopyDense(const std::map<std::string, DenseSlice>& slices,
                  std::map<std::string, Tensor>* out);
   std::vector<PserverTableRef> TableRefs();
-  // After a restore: each table's optimizer steps (async Adam's t) and current step.
+  // After a restore: each table's optimizer steps (async Adam's t) and current step; the
+  // schedule and every block may run once for any step from `step` on.
   void RestoreTables(const std::map<std::string, int64_t>& applies, int64_t step);
   // Writes every table shard to <dir>/<table>.shard<k>.tbl (a group's: one file per member);
   // returns the rows written.

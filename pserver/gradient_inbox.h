@@ -13,7 +13,9 @@
 // gradients sent for it.
 //
 // Thread-safe: RPC threads call Prepare, CheckRows and Arrived concurrently; the Applier reads
-// TableGradients between a step's send barrier and its release (no trainer sends meanwhile).
+// TableGradients between a step's send barrier and its release (no trainer sends meanwhile);
+// CompleteFromAll (which gradients may be applied early) may be called under the
+// ParameterServer's lock, which is taken before the inbox's, never after.
 #ifndef TESSERA_PSERVER_GRADIENT_INBOX_H_
 #define TESSERA_PSERVER_GRADIENT_INBOX_H_
 

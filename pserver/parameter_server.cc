@@ -82,7 +82,10 @@ ParameterServer::~ParameterServer() {
   }
   if (watchdog_.joinable()) watchdog_.join();
   checkpoint_pool_.reset();
-  applier_.reset();  // joins the optimizer pool, whose tasks call back into this server
+  // The optimizer pool's tasks call back into this server and through applier_: they run
+  // before applier_ is reset.
+  applier_->Stop();
+  applier_.reset();
 }
 
 absl::Status ParameterServer::AdmitHeartbeat(const RequestMeta& meta) {
@@ -159,8 +162,12 @@ void ParameterServer::HandleSend(const RequestMeta& meta, const VariableHeader& 
 }
 
 bool ParameterServer::StartEarlyApply(const RequestMeta& meta, const VariableHeader& h) {
+  // Every trainer active: one that completed no longer sends, and its buffer holds an older
+  // step's gradient (the job fails at the next barrier: trainers disagree on its length).
   if (meta.barrier_follows || !failure_.ok() || checkpointing_ || meta.step != barrier_.step() ||
-      barrier_.optimizing() || barrier_.Applied(meta.step) || inbox_->IsTableGradient(h.name) ||
+      barrier_.optimizing() || barrier_.Applied(meta.step) ||
+      static_cast<int>(barrier_.active().size()) != num_trainers_ ||
+      inbox_->IsTableGradient(h.name) ||
       !inbox_->CompleteFromAll(h.name, meta.step, barrier_.active())) {
     return false;
   }
@@ -376,6 +383,7 @@ absl::Status ParameterServer::RestoreCheckpoint(const std::string& dir) {
   applier_->RestoreTables(restored.table_applies, restored.step);
   absl::MutexLock lock(&mu_);
   barrier_.SetStep(restored.step);
+  early_step_ = -1;
   return absl::OkStatus();
 }
 

@@ -7,9 +7,10 @@
 //   all optimize blocks run in parallel (sum the trainers' gradients, scale 1/N, optimizer) ->
 //   the send barriers return; gets are served (a get that arrives while optimizing waits) ->
 //   FETCH_BARRIER from every active trainer -> step s+1.
-// A gradient block sent ahead of the barrier (RequestMeta::barrier_follows false: an early send)
-// is applied as soon as every active trainer's copy of step s is in, on the optimizer pool, and
-// the step's optimize leaves it out (Applier::ApplyEarly).
+// A gradient block that arrives ahead of the barrier (RequestMeta::barrier_follows false: an
+// early send, or a large dense tensor's chunks) is applied as soon as every trainer's copy of
+// step s is in, on the optimizer pool, and the step's optimize leaves it out
+// (Applier::ApplyEarly).
 // A barrier that is not complete within barrier_timeout fails for everyone with a message naming
 // the missing trainer ids, and Wait() returns that error; so does silence from every trainer
 // for barrier_timeout once training started (all trainers dead). Barriers are idempotent per
@@ -121,8 +122,9 @@ struct ParameterServerStats {
   // Of `prefetches`, the lookups a sync step's optimize did right after each table's update
   // (their PrefetchBatch came, with after_update, before the optimize started).
   int64_t fused_prefetches = 0;
-  // Sync: optimize blocks applied before their step's barrier, as soon as every trainer's
-  // gradient for the step was in (gradients sent early, ahead of the barrier).
+  // Sync: optimize blocks applied as soon as every trainer's gradient for the step was in,
+  // ahead of the step's optimize (gradients that arrived ahead of the barrier: early sends,
+  // chunked tensors).
   int64_t early_applies = 0;
   std::vector<int> trainers_dropped;  // async_drop_silent_trainers: silent trainers let go
   int64_t table_rows = 0;             // rows held by this pserver's table shards
@@ -217,11 +219,11 @@ class ParameterServer : public RequestHandler {
   absl::Status AtStepBoundary(const std::function<absl::Status(int64_t step)>& fn);
   void RunSyncOptimize();
   // Sync: whether gradient `h` of `meta`, just complete, is one to apply before the step's
-  // barrier (sent early, every trainer's copy in, the step's optimize not started, no
-  // checkpoint); counts it as running if so.
+  // barrier (it arrived ahead of the barrier, every trainer is active and has its copy in, the
+  // step's optimize has not started, no checkpoint runs); counts it as running if so.
   bool StartEarlyApply(const RequestMeta& meta, const VariableHeader& h)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EarlyApply(const std::string& grad, int64_t step);
+  void EarlyApply(const std::string& grad, int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
   void ServeGet(const std::string& name, const GetDone& done);
   void AsyncApply(int trainer, const std::string& grad, DoneCallback done);
   // Acts on what a barrier event asks (starts the optimize, counts a step, hands the waiters

@@ -256,7 +256,9 @@ TEST(ParameterServerTest, ClientGetsAndLookupsAfterTheUpdate) {
 // Dense gradients sent ahead of the barrier (early sends): a block is applied once every
 // trainer's copy of the step is in, before the barrier, after the step's learning-rate schedule;
 // the step's optimize applies it (and runs the schedule) no second time; a checkpoint between
-// the early apply and the barrier is refused; gradients that come with the barrier wait for it.
+// the early apply and the barrier is refused; gradients that come with the barrier (also the
+// entries of a client's SendBatch with the barrier) wait for it. A checkpoint waits for every
+// early apply running, so the counts are read after one.
 TEST(ParameterServerTest, EarlyGradientsApplyOnceEveryTrainersCopyIsIn) {
   // Two trainers; the learning rate halves every step: kLr at step 0, kLr / 2 at step 1.
   std::unique_ptr<Job> job = MakeJob(/*trainers=*/2, /*decay_steps=*/1);
@@ -295,21 +297,28 @@ TEST(ParameterServerTest, EarlyGradientsApplyOnceEveryTrainersCopyIsIn) {
                                  [](absl::Status s) { EXPECT_TRUE(s.ok()) << s; });
     }
   };
+  auto checkpoint = [&](const std::string& name) {
+    const std::string dir = ::testing::TempDir() + "/" + name;
+    EXPECT_TRUE(io::PosixFileSystem::Default()->CreateDirs(dir).ok());
+    return job->server->SaveCheckpoint(dir);
+  };
   const std::vector<float> w0 = weights();
   const std::vector<float> row0 = table_row();
 
-  // Step 0: trainer 0's copy alone applies nothing; trainer 1's makes the block applied (the mean,
-  // at kLr) before either barrier.
+  // Step 0: trainer 0's copy alone applies nothing (an apply started now would make the
+  // checkpoint refuse half a step); trainer 1's makes the block applied (the mean, at kLr) before
+  // either barrier.
   SendDense(*job, Meta(0, 0), 1.0f);
+  absl::Status none_yet = checkpoint("early_none_yet");
+  EXPECT_TRUE(none_yet.ok()) << none_yet;
+  EXPECT_EQ(job->server->stats().early_applies, 0);
   EXPECT_EQ(weights(), w0);
   SendDense(*job, Meta(0, 1), 3.0f);
   ASSERT_EQ(early_applies(1), 1);
   std::vector<float> w1 = weights();
   for (size_t i = 0; i < w0.size(); ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - kLr * 2.0f) << i;
   // Half a step applied: a checkpoint now is refused, naming why.
-  const std::string dir = ::testing::TempDir() + "/early_ckpt";
-  ASSERT_TRUE(io::PosixFileSystem::Default()->CreateDirs(dir).ok());
-  absl::Status half = job->server->SaveCheckpoint(dir);
+  absl::Status half = checkpoint("early_half");
   EXPECT_EQ(half.code(), absl::StatusCode::kFailedPrecondition) << half;
   EXPECT_NE(half.message().find("half a step"), std::string::npos) << half;
   // The barriers: the block is not applied again; the table takes its step at kLr too (the
@@ -321,17 +330,37 @@ TEST(ParameterServerTest, EarlyGradientsApplyOnceEveryTrainersCopyIsIn) {
   EXPECT_EQ(st.early_applies, 1);
   EXPECT_EQ(st.steps, 1);
   // Between steps a checkpoint is taken.
-  absl::Status between = job->server->SaveCheckpoint(dir);
+  absl::Status between = checkpoint("early_between");
   EXPECT_TRUE(between.ok()) << between;
 
   // Step 1: dense gradients that come with the barrier are applied by the step's optimize only,
   // at kLr / 2 (the schedule ran once more).
   const std::vector<float> row1 = table_row();
   finish_step(1, /*dense_sent=*/false, 2.0f);
+  ASSERT_TRUE(checkpoint("early_step1").ok());
   EXPECT_EQ(job->server->stats().early_applies, 1);
   const std::vector<float> w2 = weights();
   for (size_t i = 0; i < w0.size(); ++i) EXPECT_FLOAT_EQ(w2[i], w1[i] - kLr / 2 * 2.0f) << i;
   EXPECT_EQ(table_row(), (std::vector<float>{row1[0] - kLr / 2 * 1, row1[1] - kLr / 2 * 2}));
+
+  // Step 2 through a client whose SendBatch hands the pserver each entry alone (the in-process
+  // one): the entries of a batch with the barrier wait for it; the step is applied once, at kLr
+  // / 4.
+  InProcClient client(kEndpoint, job->server.get());
+  Variable grad;
+  Tensor* g = grad.GetMutable<Tensor>();
+  g->Resize(FLOAT32, job->scope.FindVar(fc)->Get<Tensor>().shape());
+  for (int64_t i = 0; i < g->numel(); ++i) g->data<float>()[i] = 4.0f;
+  StatusGroup sent(2);
+  for (int k = 0; k < 2; ++k) {
+    client.SendBatchAsync(Meta(2, k), {{job->dense_grads[0], &grad}}, /*send_barrier=*/true,
+                          nullptr, sent.Callback());
+  }
+  ASSERT_TRUE(sent.Wait().ok());
+  ASSERT_TRUE(checkpoint("early_step2").ok());
+  EXPECT_EQ(job->server->stats().early_applies, 1);
+  const std::vector<float> w3 = weights();
+  for (size_t i = 0; i < w0.size(); ++i) EXPECT_FLOAT_EQ(w3[i], w2[i] - kLr / 4 * 4.0f) << i;
 }
 
 }  // namespace

@@ -195,7 +195,8 @@ void PserverProcess::AddMetricsCollector() {
   Counter* applied = counter("tessera_pserver_grads_applied_total", "Gradients optimized.");
   Counter* early =
       counter("tessera_pserver_early_applies_total",
-              "Sync: gradient blocks applied before their step's barrier (sent early).");
+              "Sync: gradient blocks applied as soon as every trainer's copy was in, ahead of "
+              "the step's barrier (early sends, chunked tensors).");
   Gauge* rows = *metrics_.GetGauge("tessera_pserver_table_rows",
                                    "Rows held by this pserver's table shards.", labels);
   Counter* refused_ids = counter("tessera_pserver_table_refused_ids_total",

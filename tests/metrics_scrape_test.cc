@@ -65,7 +65,8 @@ TEST(MetricsScrapeTest, PserverAndTrainerCountersMove) {
       << ps_text;
   // This job has no distributed table: no lookup, none fused (parameter_server_test counts them).
   EXPECT_EQ(Sample(ps_text, "tessera_pserver_fused_prefetches_total"), 0) << ps_text;
-  // Nor does it send gradients ahead of the barrier (--send_early_kb): none applied early.
+  // Nor does any gradient arrive ahead of its step's barrier (no --send_early_kb, no tensor over
+  // the chunk size): the pserver applies none early.
   EXPECT_EQ(Sample(ps_text, "tessera_pserver_early_applies_total"), 0) << ps_text;
   double ps_before = Sample(ps_text, "tessera_pserver_grads_applied_total");
   double tr_before = Sample(tr_text, "tessera_trainer_steps_total");

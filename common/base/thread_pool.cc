@@ -10,12 +10,16 @@ ThreadPool::ThreadPool(int num_threads) {
   for (int i = 0; i < std::max(1, num_threads); ++i) threads_.emplace_back([this] { Worker(); });
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { Join(); }
+
+void ThreadPool::Join() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  for (auto& t : threads_) t.join();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
 }
 
 void ThreadPool::Schedule(std::function<void()> fn) {

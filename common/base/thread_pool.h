@@ -1,5 +1,6 @@
 // ThreadPool: a fixed set of worker threads running scheduled closures in FIFO order.
-// Thread-safe. The destructor runs every closure already scheduled, then joins the workers.
+// Thread-safe. Join (and the destructor) runs every closure already scheduled, then joins the
+// workers.
 #ifndef TESSERA_COMMON_BASE_THREAD_POOL_H_
 #define TESSERA_COMMON_BASE_THREAD_POOL_H_
 
@@ -22,6 +23,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   void Schedule(std::function<void()> fn);
+  // Runs every closure scheduled so far (and any they schedule) and joins the workers, while the
+  // pool is still whole (its closures may use it). Closures scheduled afterwards never run.
+  // Idempotent; not concurrently with itself.
+  void Join();
   // Runs fn(0..n-1) on the pool (and the calling thread) and returns when all are done. It
   // never waits for a pool thread to become free, so the pool's own closures may call it.
   void ParallelFor(int n, const std::function<void(int)>& fn);

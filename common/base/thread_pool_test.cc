@@ -41,5 +41,22 @@ TEST(ThreadPoolTest, ParallelForOnEveryPoolThreadAtOnceFinishes) {
   }
 }
 
+// Join runs every closure scheduled before it, and those they schedule, with the pool still
+// whole (a closure may use it); a second Join and the destructor do nothing more.
+TEST(ThreadPoolTest, JoinRunsWhatWasScheduledWithThePoolWhole) {
+  ThreadPool pool(2);
+  std::atomic<int> items{0}, later{0};
+  for (int i = 0; i < 8; ++i) {
+    pool.Schedule([&] {
+      pool.ParallelFor(4, [&](int) { ++items; });
+      pool.Schedule([&] { ++later; });
+    });
+  }
+  pool.Join();
+  EXPECT_EQ(items.load(), 32);
+  EXPECT_EQ(later.load(), 8);
+  pool.Join();
+}
+
 }  // namespace
 }  // namespace tessera

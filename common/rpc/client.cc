@@ -35,8 +35,10 @@ void PServerClient::SendBatchAsync(const RequestMeta& meta, std::vector<SendItem
     }
   };
   std::vector<DoneCallback> callbacks = JoinThen(static_cast<int>(shared->size()), then, done);
+  RequestMeta each = meta;  // as a SendBatch's entries are seen
+  each.barrier_follows = send_barrier;
   for (size_t i = 0; i < shared->size(); ++i) {
-    SendVariableAsync(meta, (*shared)[i].name, (*shared)[i].var, std::move(callbacks[i]));
+    SendVariableAsync(each, (*shared)[i].name, (*shared)[i].var, std::move(callbacks[i]));
   }
 }
 

@@ -25,8 +25,10 @@ struct RequestMeta {
   // On a send barrier (sync mode, streamed data): this trainer has no batch after this step.
   bool last_batch = false;
   // On a gradient (sync mode): the request that carries it ends with its trainer's send
-  // barrier, so the pserver leaves applying it to the step's optimize. A gradient sent ahead of
-  // the barrier (an early send) may be applied as soon as every trainer's copy is in.
+  // barrier, so the pserver leaves applying it to the step's optimize. A gradient that arrives
+  // ahead of the barrier (an early send, a dense tensor's chunk calls, the leading parts of a
+  // batch cut at the chunk size, a program with separate send_barrier ops) may be applied as
+  // soon as every trainer's copy is in. Set by the server from the batch, never on the wire.
   bool barrier_follows = false;
 };
 
