@@ -24,11 +24,14 @@ absl::StatusOr<Variable*> EvalReducer::Prepare(int trainer, const VariableHeader
       absl::SimpleAtoi(absl::string_view(h.name).substr(sizeof(kPrefix) - 1), &round) &&
       round >= 0;
   if (!numbered || h.type != DENSE_TENSOR || h.dtype != FLOAT64 || h.dims.size() != 1 ||
-      h.dims[0] < 1 || h.dims[0] > kMaxValues || h.chunk_bytes != h.total_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "evaluation partial '", h.name, "' must be one message of a float64 vector of 1 to ",
-        kMaxValues, " values named ", kPrefix, "<round>, got ", DataTypeName(h.dtype),
-        ShapeString(h.dims), " on pserver ", endpoint_));
+      h.dims[0] < 1 || h.dims[0] > kMaxValues || h.total_bytes != h.dims[0] * 8 ||
+      h.chunk_offset < 0 || h.chunk_bytes < 0 || h.chunk_offset > h.total_bytes ||
+      h.chunk_bytes > h.total_bytes - h.chunk_offset) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("evaluation partial '", h.name, "' must be a float64 vector of 1 to ",
+                     kMaxValues, " values named ", kPrefix, "<round> (its chunks within it), got ",
+                     DataTypeName(h.dtype), ShapeString(h.dims), " bytes [", h.chunk_offset, ", +",
+                     h.chunk_bytes, ") of ", h.total_bytes, " on pserver ", endpoint_));
   }
   absl::MutexLock lock(&mu_);
   Round& r = RoundOf(h.name);
@@ -38,13 +41,24 @@ absl::StatusOr<Variable*> EvalReducer::Prepare(int trainer, const VariableHeader
                                                    "' twice to pserver ", endpoint_));
   }
   // std::map nodes are stable: the buffer stays put while other trainers' partials arrive.
+  auto in_flight = r.received.find(trainer);
+  if (in_flight != r.received.end()) {  // a further chunk of the partial
+    if (in_flight->second.Get<Tensor>().shape() != h.dims) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trainer ", trainer, " sent chunks of evaluation partial '", h.name, "' of ",
+                       ShapeString(in_flight->second.Get<Tensor>().shape()), " and ",
+                       ShapeString(h.dims), " to pserver ", endpoint_));
+    }
+    return &in_flight->second;
+  }
   Tensor* t = r.received[trainer].GetMutable<Tensor>();
   t->Resize(FLOAT64, h.dims);
   return &r.received[trainer];
 }
 
-absl::Status EvalReducer::Add(int trainer, const std::string& name,
+absl::Status EvalReducer::Add(int trainer, const VariableHeader& h,
                               std::vector<std::function<void()>>* run_after) {
+  const std::string& name = h.name;
   absl::MutexLock lock(&mu_);
   auto it = rounds_.find(name);
   if (it == rounds_.end() || it->second.received.count(trainer) == 0) {
@@ -52,6 +66,10 @@ absl::Status EvalReducer::Add(int trainer, const std::string& name,
                                             trainer, " was not prepared"));
   }
   Round& r = it->second;
+  int64_t& bytes = r.bytes[trainer];
+  bytes += h.chunk_bytes;
+  if (bytes < h.total_bytes) return absl::OkStatus();  // more chunks to come
+  r.bytes.erase(trainer);
   const Tensor& got = r.received[trainer].Get<Tensor>();
   if (!r.sum.initialized()) {
     r.sum = Tensor(FLOAT64, got.shape());

@@ -2,11 +2,11 @@
 // that a job evaluates on every trainer's share of the test data and reports one result.
 //
 // Trainer k sends its partial of evaluation round r as the variable "@EVAL@.<r>" (a float64
-// vector, one message); a get of "@EVAL@.<r>" (one per round: trainer 0's) is answered with the
-// element-wise sum once every trainer of the job sent its partial of that round (at once if they
-// already have), and the round is then forgotten. A trainer that left the job (Leave) is not
-// waited for. A trainer that sends a round twice, or partials
-// of different lengths, is refused with InvalidArgument naming the round.
+// vector, in one message or in chunks, as the client's chunk size has it); a get of "@EVAL@.<r>"
+// (one per round: trainer 0's) is answered with the element-wise sum once every trainer of the job
+// sent its partial of that round (at once if they already have), and the round is then forgotten. A
+// trainer that left the job (Leave) is not waited for. A trainer that sends a round twice, or
+// partials of different lengths, is refused with InvalidArgument naming the round.
 //
 // Thread-safe. Methods that complete gets return them as closures for the caller to run after
 // releasing its own locks.
@@ -39,11 +39,13 @@ class EvalReducer {
   EvalReducer(int num_trainers, std::string endpoint)
       : num_trainers_(num_trainers), endpoint_(std::move(endpoint)) {}
 
-  // The buffer trainer `trainer`'s partial lands in. InvalidArgument naming the variable unless
-  // it is a float64 vector of 1..kMaxValues values in one message with a round number.
+  // The buffer trainer `trainer`'s partial (or a chunk of it) lands in. InvalidArgument naming
+  // the variable unless it is a float64 vector of 1..kMaxValues values with a round number, and
+  // a chunk lies within it and agrees with the partial's earlier chunks.
   absl::StatusOr<Variable*> Prepare(int trainer, const VariableHeader& h);
-  // The partial in Prepare's buffer is complete: adds it into its round's sum.
-  absl::Status Add(int trainer, const std::string& name,
+  // Message `h` of a partial is in Prepare's buffer: once the partial is complete (every chunk
+  // in), adds it into its round's sum.
+  absl::Status Add(int trainer, const VariableHeader& h,
                    std::vector<std::function<void()>>* run_after);
   // Answers `done` with the round's sum when every trainer's partial is in.
   void Get(const std::string& name, RequestHandler::GetDone done,
@@ -57,6 +59,7 @@ class EvalReducer {
  private:
   struct Round {
     std::map<int, Variable> received;  // per trainer, until added
+    std::map<int, int64_t> bytes;      // per trainer: bytes of its partial in so far
     std::vector<bool> added;           // per trainer
     Tensor sum;
     std::vector<RequestHandler::GetDone> waiting;

@@ -21,7 +21,7 @@ void Send(EvalReducer* r, int trainer, const std::string& name, std::vector<doub
   auto v = r->Prepare(trainer, Header(name, static_cast<int64_t>(values.size())));
   ASSERT_TRUE(v.ok()) << v.status();
   std::copy(values.begin(), values.end(), (*v)->GetMutable<Tensor>()->data<double>());
-  ASSERT_TRUE(r->Add(trainer, name, run).ok());
+  ASSERT_TRUE(r->Add(trainer, Header(name, static_cast<int64_t>(values.size())), run).ok());
 }
 
 void RunAll(std::vector<std::function<void()>>* run) {
@@ -73,9 +73,13 @@ TEST(EvalReducerTest, BadPartialsAreRefusedNamingThem) {
   EXPECT_EQ(r.Prepare(0, f32).status().code(), absl::StatusCode::kInvalidArgument);
   auto unnumbered = r.Prepare(0, Header("@EVAL@.x", 4));
   EXPECT_NE(unnumbered.status().message().find("'@EVAL@.x'"), std::string::npos);
-  VariableHeader chunked = Header("@EVAL@.1", 4);
-  chunked.chunk_bytes = 16;
-  EXPECT_FALSE(r.Prepare(0, chunked).ok());
+  VariableHeader outside = Header("@EVAL@.1", 4);
+  outside.chunk_offset = 24;
+  outside.chunk_bytes = 16;
+  EXPECT_FALSE(r.Prepare(0, outside).ok());
+  VariableHeader short_total = Header("@EVAL@.1", 4);
+  short_total.total_bytes = 16;
+  EXPECT_FALSE(r.Prepare(0, short_total).ok());
   EXPECT_FALSE(r.Prepare(0, Header("@EVAL@.1", EvalReducer::kMaxValues + 1)).ok());
 
   Send(&r, 0, "@EVAL@.1", {1, 2}, &run);
@@ -83,7 +87,7 @@ TEST(EvalReducerTest, BadPartialsAreRefusedNamingThem) {
   EXPECT_NE(twice.status().message().find("twice"), std::string::npos) << twice.status();
   auto v = r.Prepare(1, Header("@EVAL@.1", 3));
   ASSERT_TRUE(v.ok());
-  absl::Status other = r.Add(1, "@EVAL@.1", &run);
+  absl::Status other = r.Add(1, Header("@EVAL@.1", 3), &run);
   EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(other.message().find("3 values, another trainer 2"), std::string::npos) << other;
 }
@@ -123,6 +127,54 @@ TEST(EvalReducerTest, FailAllAnswersWaitingGetsWithTheReason) {
   ASSERT_EQ(run.size(), 1u);
   RunAll(&run);
   EXPECT_EQ(got.code(), absl::StatusCode::kAborted);
+}
+
+// A partial in chunks (a client's chunk size below its bytes): summed once its last chunk is
+// in, whatever their order; chunks that disagree on its length are refused.
+TEST(EvalReducerTest, APartialInChunksIsAddedOnceComplete) {
+  EvalReducer r(2, "ps0");
+  std::vector<std::function<void()>> run;
+  Send(&r, 0, "@EVAL@.2", {1, 2, 3, 4}, &run);
+  bool answered = false;
+  std::vector<double> sum;
+  r.Get(
+      "@EVAL@.2",
+      [&](absl::StatusOr<Variable> v) {
+        ASSERT_TRUE(v.ok()) << v.status();
+        const Tensor& t = v->Get<Tensor>();
+        sum.assign(t.data<double>(), t.data<double>() + t.numel());
+        answered = true;
+      },
+      &run);
+  RunAll(&run);
+  // Trainer 1's partial in two chunks of 16 bytes, the second first.
+  for (int64_t offset : {16, 0}) {
+    VariableHeader chunk = Header("@EVAL@.2", 4);
+    chunk.chunk_offset = offset;
+    chunk.chunk_bytes = 16;
+    auto v = r.Prepare(1, chunk);
+    ASSERT_TRUE(v.ok()) << v.status();
+    double* d = (*v)->GetMutable<Tensor>()->data<double>() + offset / 8;
+    d[0] = 10.0 * (offset / 8 + 1);
+    d[1] = 10.0 * (offset / 8 + 2);
+    ASSERT_TRUE(r.Add(1, chunk, &run).ok());
+    RunAll(&run);
+    EXPECT_EQ(answered, offset == 0) << offset;
+  }
+  EXPECT_EQ(sum, (std::vector<double>{11, 22, 33, 44}));
+
+  VariableHeader first = Header("@EVAL@.3", 4);
+  first.chunk_bytes = 16;
+  ASSERT_TRUE(r.Prepare(0, first).ok());
+  ASSERT_TRUE(r.Add(0, first, &run).ok());
+  VariableHeader longer = Header("@EVAL@.3", 6);
+  longer.chunk_offset = 16;
+  longer.chunk_bytes = 16;
+  auto bad = r.Prepare(0, longer);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("chunks of evaluation partial '@EVAL@.3'"),
+            std::string::npos)
+      << bad.status();
 }
 
 }  // namespace

@@ -133,7 +133,7 @@ void ParameterServer::HandleSend(const RequestMeta& meta, const VariableHeader& 
                                  DoneCallback done) {
   if (EvalReducer::IsEvalVariable(h.name)) {
     std::vector<std::function<void()>> answers;
-    absl::Status s = eval_->Add(meta.trainer_id, h.name, &answers);
+    absl::Status s = eval_->Add(meta.trainer_id, h, &answers);
     for (auto& a : answers) a();
     return done(s);
   }

@@ -414,6 +414,23 @@ TEST(PsClusterTest, EarlySendsEqualSingleMachine) {
   EXPECT_GT(early_applies, 0);
 }
 
+// With --chunk_bytes=256 every dense gradient over 256 bytes travels in chunk calls and the
+// rest in batches cut at 256 bytes, all ahead of the request that carries the step's barrier:
+// the pservers apply each such block as soon as both trainers' copies are in, without early
+// sends, and the job still trains to one machine's parameters.
+TEST(PsClusterTest, ChunkedGradientsApplyOnArrivalAndEqualSingleMachine) {
+  PsJob job;
+  job.flags = {"--chunk_bytes=256"};
+  std::string dir;
+  ExpectMultiHotJobEqualsSingleMachine(job, "chunked", nullptr, 1e-5, 0, 0, "criteo", &dir);
+  int64_t early_applies = 0;
+  for (int p = 0; p < 2; ++p) {
+    const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
+    early_applies += SumAfter(log, " early_applies=");
+  }
+  EXPECT_GT(early_applies, 0);
+}
+
 // Table-wise placement (--table_placement=table_wise): each of the multi-hot model's 28 tables
 // (26 slots, 2 multi-hot lists; one group each, all of width 4) lives whole on one pserver, 14
 // on each; the job is pipelined as row-wise placement is and trains to one machine's parameters.
