@@ -49,10 +49,12 @@ absl::StatusOr<Variable*> EvalReducer::Prepare(int trainer, const VariableHeader
                        ShapeString(in_flight->second.Get<Tensor>().shape()), " and ",
                        ShapeString(h.dims), " to pserver ", endpoint_));
     }
+    ++r.landing[trainer];
     return &in_flight->second;
   }
   Tensor* t = r.received[trainer].GetMutable<Tensor>();
   t->Resize(FLOAT64, h.dims);
+  ++r.landing[trainer];
   return &r.received[trainer];
 }
 
@@ -68,8 +70,11 @@ absl::Status EvalReducer::Add(int trainer, const VariableHeader& h,
   Round& r = it->second;
   int64_t& bytes = r.bytes[trainer];
   bytes += h.chunk_bytes;
-  if (bytes < h.total_bytes) return absl::OkStatus();  // more chunks to come
+  // More chunks to come, or one still landing in the buffer (a peer that repeats a chunk must
+  // not have the buffer freed under another).
+  if (--r.landing[trainer] > 0 || bytes < h.total_bytes) return absl::OkStatus();
   r.bytes.erase(trainer);
+  r.landing.erase(trainer);
   const Tensor& got = r.received[trainer].Get<Tensor>();
   if (!r.sum.initialized()) {
     r.sum = Tensor(FLOAT64, got.shape());

@@ -43,8 +43,8 @@ class EvalReducer {
   // the variable unless it is a float64 vector of 1..kMaxValues values with a round number, and
   // a chunk lies within it and agrees with the partial's earlier chunks.
   absl::StatusOr<Variable*> Prepare(int trainer, const VariableHeader& h);
-  // Message `h` of a partial is in Prepare's buffer: once the partial is complete (every chunk
-  // in), adds it into its round's sum.
+  // Message `h` of a partial is in Prepare's buffer: once the partial is complete (all its bytes
+  // in, and no message of it still landing), adds it into its round's sum.
   absl::Status Add(int trainer, const VariableHeader& h,
                    std::vector<std::function<void()>>* run_after);
   // Answers `done` with the round's sum when every trainer's partial is in.
@@ -60,6 +60,9 @@ class EvalReducer {
   struct Round {
     std::map<int, Variable> received;  // per trainer, until added
     std::map<int, int64_t> bytes;      // per trainer: bytes of its partial in so far
+    // Per trainer: its messages prepared and not yet added (their bytes may still be landing in
+    // `received`, which is kept until none is).
+    std::map<int, int> landing;
     std::vector<bool> added;           // per trainer
     Tensor sum;
     std::vector<RequestHandler::GetDone> waiting;

@@ -163,6 +163,22 @@ TEST(EvalReducerTest, APartialInChunksIsAddedOnceComplete) {
   }
   EXPECT_EQ(sum, (std::vector<double>{11, 22, 33, 44}));
 
+  // A chunk sent twice while another is still landing: the partial waits for that one (its
+  // buffer stays) and is added once it is in.
+  VariableHeader lo = Header("@EVAL@.4", 4), hi = Header("@EVAL@.4", 4);
+  lo.chunk_bytes = hi.chunk_bytes = 16;
+  hi.chunk_offset = 16;
+  auto lo1 = r.Prepare(0, lo);
+  auto hi1 = r.Prepare(0, hi);
+  ASSERT_TRUE(lo1.ok() && hi1.ok());
+  ASSERT_TRUE(r.Add(0, lo, &run).ok());
+  auto lo2 = r.Prepare(0, lo);
+  ASSERT_TRUE(lo2.ok());
+  EXPECT_EQ(*lo2, *hi1);
+  ASSERT_TRUE(r.Add(0, lo, &run).ok());  // 32 bytes counted, the high chunk still landing
+  ASSERT_TRUE(r.Add(0, hi, &run).ok());  // (refused as never prepared had it been added)
+  EXPECT_FALSE(r.Prepare(0, lo).ok());   // added: a further chunk is a second partial
+
   VariableHeader first = Header("@EVAL@.3", 4);
   first.chunk_bytes = 16;
   ASSERT_TRUE(r.Prepare(0, first).ok());
