@@ -34,6 +34,16 @@ namespace tessera {
 namespace {
 
 // mlp_regression or ctr data with 64 test examples.
+// The log of pserver `p` of a job run in `dir`.
+std::string PserverLog(const std::string& dir, int p) {
+  return ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
+}
+
+// `key`'s values (SumAfter) summed over the logs of a job's two pservers.
+int64_t SumOverPservers(const std::string& dir, const std::string& key) {
+  return SumAfter(PserverLog(dir, 0), key) + SumAfter(PserverLog(dir, 1), key);
+}
+
 examples::ExampleOptions Example(const std::string& name, int64_t examples, uint64_t seed) {
   examples::ExampleOptions eo;
   eo.name = name;
@@ -131,7 +141,7 @@ TEST(PsClusterTest, SyncCtrWithDistributedTablesOnTwoCpuPlacesEqualsOnePlace) {
   }
   const int64_t trainer_steps = 2 * 2 * (576 / 48);
   for (int p = 0; p < 2; ++p) {
-    const std::string log = ReadFileOrEmpty(absl::StrCat(dir[1], "/pserver.", p, ".log"));
+    const std::string log = PserverLog(dir[1], p);
     const size_t at = log.find(" requests=");
     ASSERT_NE(at, std::string::npos) << log;
     const int64_t requests = std::stoll(log.substr(at + 10));
@@ -383,7 +393,7 @@ TEST(PsClusterTest, SlicedParametersArePipelinedAndEqualSingleMachine) {
                                        &dir);
   int64_t blocks = 0;
   for (int p = 0; p < 2; ++p) {
-    const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
+    const std::string log = PserverLog(dir, p);
     EXPECT_GT(SumAfter(log, " fused_prefetches="), 0) << log;
     blocks += SumAfter(log, ": serving ");
   }
@@ -404,14 +414,12 @@ TEST(PsClusterTest, EarlySendsEqualSingleMachine) {
     const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/trainer.", t, ".log"));
     EXPECT_NE(log.find(" dense gradient blocks ("), std::string::npos) << log;
   }
-  // The pservers applied early blocks as soon as both trainers' copies were in.
-  int64_t early_applies = 0;
   for (int p = 0; p < 2; ++p) {
-    const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
+    const std::string log = PserverLog(dir, p);
     EXPECT_GT(SumAfter(log, " fused_prefetches="), 0) << log;
-    early_applies += SumAfter(log, " early_applies=");
   }
-  EXPECT_GT(early_applies, 0);
+  // The pservers applied early blocks as soon as both trainers' copies were in.
+  EXPECT_GT(SumOverPservers(dir, " early_applies="), 0);
 }
 
 // With --chunk_bytes=256 every dense gradient over 256 bytes travels in chunk calls and the
@@ -423,12 +431,7 @@ TEST(PsClusterTest, ChunkedGradientsApplyOnArrivalAndEqualSingleMachine) {
   job.flags = {"--chunk_bytes=256"};
   std::string dir;
   ExpectMultiHotJobEqualsSingleMachine(job, "chunked", nullptr, 1e-5, 0, 0, "criteo", &dir);
-  int64_t early_applies = 0;
-  for (int p = 0; p < 2; ++p) {
-    const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
-    early_applies += SumAfter(log, " early_applies=");
-  }
-  EXPECT_GT(early_applies, 0);
+  EXPECT_GT(SumOverPservers(dir, " early_applies="), 0);
 }
 
 // Table-wise placement (--table_placement=table_wise): each of the multi-hot model's 28 tables
@@ -440,7 +443,7 @@ TEST(PsClusterTest, TableWisePlacementEqualsSingleMachine) {
   std::string dir;
   ExpectMultiHotJobEqualsSingleMachine(job, "table_wise", nullptr, 1e-5, 0, 0, "criteo", &dir);
   for (int p = 0; p < 2; ++p) {
-    const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
+    const std::string log = PserverLog(dir, p);
     EXPECT_EQ(SumAfter(log, " parameter blocks and "), 14) << log;
     EXPECT_GT(SumAfter(log, " fused_prefetches="), 0) << log;
   }
@@ -465,7 +468,7 @@ TEST(PsClusterTest, CtrTableGroupsTrainAsTheTablesHeldApart) {
     const auto params = RunPsJob(job, dir);
     int groups = 0;
     for (int p = 0; p < 2; ++p) {
-      const std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
+      const std::string log = PserverLog(dir, p);
       groups += SumAfter(log, " table shards (");
     }
     return std::make_pair(params, groups);
@@ -529,7 +532,7 @@ TEST(PsClusterTest, StreamedStepsWithASlicedParameterEqualSingleMachine) {
                                        /*stream_epochs=*/2, "criteo", &dir);
   int64_t blocks = 0;
   for (int p = 0; p < 2; ++p) {
-    blocks += SumAfter(ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log")), ": serving ");
+    blocks += SumAfter(PserverLog(dir, p), ": serving ");
   }
   EXPECT_EQ(blocks, 5);  // the 4 dense parameters, one of them in 2 blocks
 }
@@ -619,7 +622,7 @@ TEST(PsClusterTest, CtrWithDistributedTablesLearns) {
   const int64_t trainer_steps = 2 * (12000 / 128 + 1);  // 94 steps each (96 examples left over)
   const int64_t eval_batches = 2 * ((1000 + 127) / 128);
   for (int p = 0; p < 2; ++p) {
-    std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
+    std::string log = PserverLog(dir, p);
     int64_t requests = SumAfter(log, " requests=");
     EXPECT_GE(requests, trainer_steps) << log;
     EXPECT_LE(requests, trainer_steps + 4 * 2 + eval_batches + (p == 0 ? 3 : 0)) << log;
@@ -869,7 +872,7 @@ TEST_P(KillTest, PserversFailWithinTheTimeoutAndNothingHangs) {
   // on the other pserver); with one trainer killed, some pserver names it.
   bool named = false;
   for (int p = 0; p < 2; ++p) {
-    std::string log = ReadFileOrEmpty(absl::StrCat(dir, "/pserver.", p, ".log"));
+    std::string log = PserverLog(dir, p);
     EXPECT_TRUE(log.find("presumed dead") != std::string::npos ||
                 log.find("did not arrive") != std::string::npos)
         << log;
