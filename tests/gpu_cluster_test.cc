@@ -53,33 +53,39 @@ TEST_F(GpuClusterTest, CollectiveWithNcclEqualsTheCpuJob) {
   ExpectDumpsClose(gpu, 1, want, kGpuRtol);
 }
 
-// `mode` (pserver or hybrid) with 1 pserver and 1 trainer on CTR with distributed tables, on the
-// GPU and on the CPU.
-void ExpectGpuJobEqualsCpuJob(const std::string& mode) {
-  const examples::ExampleOptions eo = Example("ctr");
+// `example` in `mode` (pserver or hybrid) with 1 pserver and 1 trainer, on the GPU and on the
+// CPU. CTR keeps its distributed tables on the pserver.
+void ExpectGpuJobEqualsCpuJob(const std::string& example, const std::string& mode) {
+  const examples::ExampleOptions eo = Example(example);
   PsJob job;
-  job.example = "ctr";
+  job.example = example;
   job.pservers = 1;
   job.trainers = 1;
   job.trainer_endpoints = mode == "hybrid";
   job.flags = ExampleFlags(eo, 128, 1);
   job.flags.push_back("--mode=" + mode);
-  std::vector<Params> cpu = RunPsJob(job, MakeTempDir("gpu_" + mode + "_cpu"));
+  std::vector<Params> cpu = RunPsJob(job, MakeTempDir("gpu_" + example + "_" + mode + "_cpu"));
   job.flags.push_back("--device=gpu");
-  const std::string dir = MakeTempDir("gpu_" + mode + "_gpu");
+  const std::string dir = MakeTempDir("gpu_" + example + "_" + mode + "_gpu");
   std::vector<Params> gpu = RunPsJob(job, dir);
   ASSERT_EQ(cpu.size(), 1u);
   ASSERT_EQ(gpu.size(), 1u);
-  ExpectParamsClose(gpu[0], cpu[0], kGpuRtol, mode);
+  ExpectParamsClose(gpu[0], cpu[0], kGpuRtol, example + " " + mode);
+  EXPECT_NE(ReadFileOrEmpty(dir + "/trainer.0.log").find("ops on gpu:0"), std::string::npos)
+      << ReadFileOrEmpty(dir + "/trainer.0.log");
   if (mode == "hybrid") {
     EXPECT_NE(ReadFileOrEmpty(dir + "/trainer.0.log").find("NCCL"), std::string::npos);
   }
 }
 
-TEST_F(GpuClusterTest, HybridWithNcclEqualsTheCpuJob) { ExpectGpuJobEqualsCpuJob("hybrid"); }
+TEST_F(GpuClusterTest, HybridWithNcclEqualsTheCpuJob) { ExpectGpuJobEqualsCpuJob("ctr", "hybrid"); }
 
-TEST_F(GpuClusterTest, PserverModeOnAGpuTrainerEqualsTheCpuJob) {
-  ExpectGpuJobEqualsCpuJob("pserver");
+TEST_F(GpuClusterTest, CtrOnAGpuTrainerWithACpuPserverEqualsTheCpuJob) {
+  ExpectGpuJobEqualsCpuJob("ctr", "pserver");
+}
+
+TEST_F(GpuClusterTest, MlpOnAGpuTrainerWithACpuPserverEqualsTheCpuJob) {
+  ExpectGpuJobEqualsCpuJob("mlp_regression", "pserver");
 }
 
 }  // namespace

@@ -16,6 +16,8 @@
 # pserver table (--fuse_tables, the default), to measure what the table groups bring.
 # "send_early_kb=K" (last in the name) sends the dense gradients backward completes first once
 # they reach K KiB, during backward (--send_early_kb; default 0, off).
+# "devices=D" passes tessera_launch --devices=D: the trainers run on those GPUs (--config=cuda
+# daemons; e.g. "1x1 sync devices=0" against "1x1 sync" on the same machine).
 # "hybrid" is --mode=hybrid: the tables on the pservers, the dense layers' gradients all-reduced
 # among the trainers (Gloo).
 # "2x2 uncoupled" is no cluster shape but the reference for 2x2: two independent 1x1 sync jobs
@@ -51,7 +53,8 @@ if ! [[ "$BATCH" =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 VOCAB=10000
-BIN=bazel-bin
+# CTR_E2E_BIN=DIR: the binaries in Bazel's output layout (default bazel-bin).
+BIN="${CTR_E2E_BIN:-bazel-bin}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-ctr-e2e.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
@@ -75,8 +78,10 @@ if [ -n "${CTR_E2E_BASELINE:-}" ]; then
     fi
   done
 fi
-PYTHONPATH=python /usr/bin/python3 examples/python/deepfm.py --out="$WORK/deepfm.pbtxt" \
-  --distributed_tables --dict_size="$VOCAB"
+if [[ " ${CONFIGS[*]}" == *" deepfm"* ]]; then
+  PYTHONPATH=python /usr/bin/python3 examples/python/deepfm.py --out="$WORK/deepfm.pbtxt" \
+    --distributed_tables --dict_size="$VOCAB"
+fi
 
 # run NAME ROUND: runs one configuration, appends "sps wall cpu req bytes" to $WORK/NAME.rows.
 run() {
@@ -109,6 +114,10 @@ run() {
     case "$rest" in *table_wise*) placement=table_wise ;; esac
     # (only when asked: a baseline build may not know the flag)
     case "$rest" in *fuse_tables=false*) apart=(--fuse_tables=false) ;; esac
+    case "$rest" in *devices=*)
+      local devices="${rest##*devices=}"
+      apart+=("--devices=${devices%% *}") ;;
+    esac
     case "$rest" in *send_early_kb=*)
       local kb="${rest##*send_early_kb=}"
       apart+=("--send_early_kb=${kb%% *}") ;;
