@@ -433,11 +433,10 @@ absl::Status TrainerProcess::SetUpTimedOps() {
         "Time blocked in the step's send / fetch barrier (with the send or recv that carries it).",
         RpcLatencyBuckets(), {{"trainer_id", std::to_string(config.trainer_id)}, {"kind", kind}});
   };
-  OpTimingOptions timing;
-  timing.tracer = step_tracer_.get();
-  TS_ASSIGN_OR_RETURN(timing.send_barrier_wait, barrier_wait("send"));
-  TS_ASSIGN_OR_RETURN(timing.fetch_barrier_wait, barrier_wait("fetch"));
-  TS_RETURN_IF_ERROR(RegisterTimedOps(registry_, timing, &timed_registry_));
+  timing_.tracer = step_tracer_.get();
+  TS_ASSIGN_OR_RETURN(timing_.send_barrier_wait, barrier_wait("send"));
+  TS_ASSIGN_OR_RETURN(timing_.fetch_barrier_wait, barrier_wait("fetch"));
+  TS_RETURN_IF_ERROR(RegisterTimedOps(registry_, timing_, &timed_registry_));
   if (step_tracer_ == nullptr) return absl::OkStatus();
   LocalTrainerOptions& lo = trainer_options_;
   lo.before_step = [st = step_tracer_.get(), inner = lo.before_step](int64_t step) {
@@ -459,15 +458,32 @@ absl::Status TrainerProcess::SetUpTimedOps() {
   return absl::OkStatus();
 }
 
-// --device=gpu: ops run through a placed registry (GPU kernels, CPU fallback).
+// --device=gpu: ops run through a placed registry (GPU kernels, CPU fallback). The placed
+// registries are built over the plain kernels and then timed whole, so that the trace's compute
+// spans hold the device kernels too and no CPU kernel is timed twice.
 absl::Status TrainerProcess::PlanDevices() {
   const ClusterConfig& config = config_;
-  TS_ASSIGN_OR_RETURN(devices_, PlanTrainerDevices(config.device, config.devices, timed_registry_,
-                                                   dist_, &trainer_options_));
-  if (devices_.on_gpu()) {
-    log_ << "trainer " << config.trainer_id << ": ops on " << devices_.places[0].DebugString()
-         << " (CPU kernels for the rest)" << std::endl;
+  TS_ASSIGN_OR_RETURN(devices_, PlanTrainerDevices(config.device, config.devices, registry_, dist_,
+                                                   &trainer_options_));
+  executor_registry_ = &timed_registry_;
+  if (!devices_.on_gpu()) return absl::OkStatus();
+  auto timed = [this](const OpRegistry& placed) -> absl::StatusOr<const OpRegistry*> {
+    timed_placed_.push_back(std::make_unique<OpRegistry>());
+    TS_RETURN_IF_ERROR(RegisterTimedOps(placed, timing_, timed_placed_.back().get()));
+    return timed_placed_.back().get();
+  };
+  if (devices_.registry != nullptr) {
+    TS_ASSIGN_OR_RETURN(executor_registry_, timed(*devices_.registry));
   }
+  std::vector<const OpRegistry*>& places = trainer_options_.place_registries;
+  if (places.size() != devices_.place_registries.size()) {
+    return absl::InternalError("the device plan's place registries disagree with the options'");
+  }
+  for (size_t i = 0; i < places.size(); ++i) {
+    TS_ASSIGN_OR_RETURN(places[i], timed(*devices_.place_registries[i]));
+  }
+  log_ << "trainer " << config.trainer_id << ": ops on " << devices_.places[0].DebugString()
+       << " (CPU kernels for the rest)" << std::endl;
   return absl::OkStatus();
 }
 
@@ -493,8 +509,7 @@ absl::Status TrainerProcess::Start() {
 absl::Status TrainerProcess::Connect() {
   if (!collective_mode_) TS_RETURN_IF_ERROR(ConnectPservers());
   // Create() runs the startup program, which pulls the initial parameters from the pservers.
-  TS_ASSIGN_OR_RETURN(trainer_, LocalTrainer::Create(devices_.executor_registry(&timed_registry_),
-                                                     dist_, trainer_options_));
+  TS_ASSIGN_OR_RETURN(trainer_, LocalTrainer::Create(executor_registry_, dist_, trainer_options_));
   if (resume_.has_value()) trainer_->ResumeAt(*resume_);
   return absl::OkStatus();
 }
@@ -557,11 +572,16 @@ absl::Status TrainerProcess::Wait() {
 // The epochs, the last checkpoint and the held-out evaluation (trainer 0).
 absl::Status TrainerProcess::Train() {
   const ClusterConfig& config = config_;
+  const PlacementCounters placed = GetPlacementCounters();
+  const int64_t first_step = trainer_->global_step();
   TS_RETURN_IF_ERROR(
       (streaming_ ? trainer_->Train(data_->streams()) : trainer_->Train(data_->train())).status());
   if (streaming_) data_->ReportStreamBadLines();
   if (devices_.on_gpu()) {
     log_ << "trainer " << config.trainer_id << ": " << PlaceMemoryReport(devices_.places[0])
+         << std::endl;
+    log_ << "trainer " << config.trainer_id << ": placement "
+         << PlacementPerStep(placed, GetPlacementCounters(), trainer_->global_step() - first_step)
          << std::endl;
   }
   if (checkpointing_ && trainer_->global_step() != checkpoints_->last_step()) {

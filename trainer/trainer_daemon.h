@@ -30,12 +30,12 @@
 #include "common/config/cluster_config.h"
 #include "common/config/daemon_flags.h"
 #include "common/device/placement.h"
+#include "common/framework/model_spec.h"
+#include "common/framework/op_registry.h"
 #include "common/io/file_system.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_server.h"
 #include "common/metrics/trace.h"
-#include "common/framework/model_spec.h"
-#include "common/framework/op_registry.h"
 #include "common/rpc/grpc/grpc_client.h"
 #include "common/rpc/rpc_metrics.h"
 #include "trainer/bundle_export.h"
@@ -45,6 +45,7 @@
 #include "trainer/device_setup.h"
 #include "trainer/heartbeat.h"
 #include "trainer/local_trainer.h"
+#include "trainer/op_timing.h"
 #include "trainer/rpc_ops.h"
 #include "trainer/training_data.h"
 
@@ -144,8 +145,12 @@ class TrainerProcess {
   Gauge* eval_accuracy_ = nullptr;
   int64_t eval_rounds_ = 0;         // evaluations run (the pservers' round numbers)
   int64_t last_eval_step_ = -1;     // global step of the last evaluation
-  OpRegistry timed_registry_;
+  OpTimingOptions timing_;          // the trace and barrier histograms the timed kernels report to
+  OpRegistry timed_registry_;       // registry_'s kernels, timed
   DevicePlan devices_;
+  // --device=gpu: the plan's placed registries, timed (they must not outlive devices_).
+  std::vector<std::unique_ptr<OpRegistry>> timed_placed_;
+  const OpRegistry* executor_registry_ = nullptr;  // timed_registry_ or timed_placed_[0]
   std::unique_ptr<Heartbeat> heartbeat_;
   std::unique_ptr<LocalTrainer> trainer_;
   bool start_called_ = false;

@@ -1,5 +1,6 @@
 #include "common/device/placement.h"
 
+#include <algorithm>
 #include <atomic>
 #include <set>
 #include <utility>
@@ -7,6 +8,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/base/status.h"
 
@@ -129,6 +131,19 @@ PlacementCounters GetPlacementCounters() {
   out.ops_on_device = c.ops_on_device.load();
   out.ops_on_host = c.ops_on_host.load();
   return out;
+}
+
+std::string PlacementPerStep(const PlacementCounters& before, const PlacementCounters& after,
+                             int64_t steps) {
+  const double n = static_cast<double>(std::max<int64_t>(steps, 1));
+  auto per = [n](int64_t a, int64_t b) { return absl::StrFormat("%.1f", (b - a) / n); };
+  auto kib = [n](int64_t a, int64_t b) { return absl::StrFormat("%.1f", (b - a) / n / 1024); };
+  return absl::StrCat("per step: ", per(before.ops_on_device, after.ops_on_device),
+                      " ops on device kernels, ", per(before.ops_on_host, after.ops_on_host),
+                      " on CPU kernels; ", per(before.copies_to_device, after.copies_to_device),
+                      " copies to the device (", kib(before.bytes_to_device, after.bytes_to_device),
+                      " KiB), ", per(before.copies_to_host, after.copies_to_host), " to the host (",
+                      kib(before.bytes_to_host, after.bytes_to_host), " KiB)");
 }
 
 absl::Status MoveToPlace(Variable* var, const Place& place) { return MoveVar(var, place, ""); }

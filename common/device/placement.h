@@ -72,6 +72,11 @@ struct PlacementCounters {
   int64_t ops_on_host = 0;  // CPU kernels run by a placed registry
 };
 PlacementCounters GetPlacementCounters();
+// What placement did between two readings, per step: "per step: 109 ops on device kernels, 52 on
+// CPU kernels; 80 copies to the device (30.5 KiB), 60 to the host (12.0 KiB)". Steps <= 0 count
+// as one.
+std::string PlacementPerStep(const PlacementCounters& before, const PlacementCounters& after,
+                             int64_t steps);
 
 // Moves the dense tensor or SelectedRows value held by `var` to `place`, copying its contents
 // (no-op when already there or uninitialized). On a device failure (out of memory, a failed

@@ -188,6 +188,7 @@ TEST_F(PlacementTest, MigratesLazilyAndMatchesTheCpuRun) {
   ASSERT_TRUE(placed.ok());
   Executor exec(placed->get());
   Scope scope;
+  const PlacementCounters start = GetPlacementCounters();
   for (int step = 0; step < 2; ++step) {
     ReleaseVarsToHost(&scope, {"x"});  // the host overwrites the feed
     Feed(&scope);
@@ -204,6 +205,10 @@ TEST_F(PlacementTest, MigratesLazilyAndMatchesTheCpuRun) {
     EXPECT_EQ(after.ops_on_device - before.ops_on_device, 2);
     EXPECT_EQ(after.ops_on_host - before.ops_on_host, 3);
   }
+  // The trainer's log line: the same counts per step (2 steps), bytes in KiB.
+  EXPECT_EQ(PlacementPerStep(start, GetPlacementCounters(), 2),
+            "per step: 2.0 ops on device kernels, 3.0 on CPU kernels; 2.0 copies to the device "
+            "(0.1 KiB), 2.0 to the host (0.1 KiB)");
   EXPECT_TRUE(scope.FindVar("x")->Get<Tensor>().place().is_gpu());
   EXPECT_TRUE(scope.FindVar("a")->Get<Tensor>().place().is_cpu());
   EXPECT_TRUE(scope.FindVar("loss")->Get<Tensor>().place().is_cpu());
