@@ -84,30 +84,31 @@ absl::Status PrepareGrad(const OpContext& ctx, const Tensor& param, GradView<T>*
       return absl::OkStatus();
     }
   }
-  // Messages are built here, off the dense path that runs on every step.
-  const std::string gdesc = absl::StrCat("Grad '", ctx.InputName("Grad"), "'");
-  const std::string pdesc =
-      absl::StrCat("Param '", ctx.InputName("Param"), "' ", param.DebugString());
+  // Messages are built only for an error: the sparse path runs on every step too.
+  auto gdesc = [&ctx] { return absl::StrCat("Grad '", ctx.InputName("Grad"), "'"); };
+  auto pdesc = [&ctx, &param] {
+    return absl::StrCat("Param '", ctx.InputName("Param"), "' ", param.DebugString());
+  };
   if (const Tensor* g = gv->GetIf<Tensor>()) {
-    return ctx.Error(absl::StrCat(gdesc, " ", g->DebugString(), " does not match ", pdesc));
+    return ctx.Error(absl::StrCat(gdesc(), " ", g->DebugString(), " does not match ", pdesc()));
   }
   const SelectedRows& sr = gv->Get<SelectedRows>();
   absl::Status valid = ValidateSelectedRows(sr);
-  if (!valid.ok()) return ctx.Error(absl::StrCat(gdesc, ": ", valid.message()));
+  if (!valid.ok()) return ctx.Error(absl::StrCat(gdesc(), ": ", valid.message()));
   if (param.rank() < 1) {
-    return ctx.Error(absl::StrCat(gdesc, " is sparse but ", pdesc, " has no rows"));
+    return ctx.Error(absl::StrCat(gdesc(), " is sparse but ", pdesc(), " has no rows"));
   }
   const int64_t height = param.dim(0);
   const int64_t width = height == 0 ? 0 : param.numel() / height;
   if (sr.value.initialized() &&
       (sr.value.dtype() != param.dtype() || (!sr.rows.empty() && RowWidth(sr) != width))) {
-    return ctx.Error(absl::StrCat(gdesc, " has sparse rows of ", sr.value.DebugString(),
-                                  " that do not fit ", pdesc));
+    return ctx.Error(absl::StrCat(gdesc(), " has sparse rows of ", sr.value.DebugString(),
+                                  " that do not fit ", pdesc()));
   }
   for (size_t i = 0; i < sr.rows.size(); ++i) {
     if (sr.rows[i] < 0 || sr.rows[i] >= height) {
-      return ctx.Error(absl::StrCat(gdesc, " has row ", sr.rows[i], " (entry ", i, ") outside [0, ",
-                                    height, ") of ", pdesc));
+      return ctx.Error(absl::StrCat(gdesc(), " has row ", sr.rows[i], " (entry ", i,
+                                    ") outside [0, ", height, ") of ", pdesc()));
     }
   }
   view->sparse = true;

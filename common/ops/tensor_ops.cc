@@ -1,6 +1,7 @@
 #include "common/ops/tensor_ops.h"
 
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,16 +58,16 @@ void CopyRows(char* dst, size_t dst_stride, const char* src, size_t src_stride, 
 
 // Copies the pieces `parts` (same dtype, equal dims except `axis`) into `out`, already sized to
 // their concatenation along `axis`.
-void ConcatInto(const std::vector<Tensor>& parts, int64_t axis, Tensor* out) {
+void ConcatInto(const std::vector<const Tensor*>& parts, int64_t axis, Tensor* out) {
   const size_t es = SizeOf(out->dtype());
   const int64_t outer = OuterElements(out->shape(), axis);
   const int64_t inner = InnerElements(out->shape(), axis);
   const size_t out_row = static_cast<size_t>(out->dim(axis) * inner) * es;
   char* dst = static_cast<char*>(out->raw_data());
   size_t offset = 0;
-  for (const Tensor& p : parts) {
-    const size_t row = static_cast<size_t>(p.dim(axis) * inner) * es;
-    const char* src = static_cast<const char*>(p.raw_data());
+  for (const Tensor* p : parts) {
+    const size_t row = static_cast<size_t>(p->dim(axis) * inner) * es;
+    const char* src = static_cast<const char*>(p->raw_data());
     if (row > 0) CopyRows(dst + offset, out_row, src, row, row, outer);
     offset += row;
   }
@@ -94,7 +95,9 @@ void SplitInto(const Tensor& in, int64_t axis, const std::vector<int64_t>& sizes
 // Checks that the tensors of slot X agree with X[0] except along `axis` (normalized first).
 // `parts` receives handles to the inputs: holding them makes an output that aliases an input
 // reallocate on Resize instead of overwriting the data being read.
-absl::Status GatherConcatInputs(const OpContext& ctx, int64_t* axis, std::vector<Tensor>* parts) {
+// The inputs X of concat / concat_grad, checked to match except along `axis` (normalized). Read
+// through pointers: a step's concat of a few dozen embeddings copies no tensor handle.
+absl::StatusOr<std::vector<const Tensor*>> ConcatInputs(const OpContext& ctx, int64_t* axis) {
   TS_ASSIGN_OR_RETURN(std::vector<const Tensor*> xs, ctx.Inputs("X"));
   if (xs.empty()) return ctx.Error("needs at least one input X");
   TS_RETURN_IF_ERROR(NormalizeAxis(ctx, "X", *xs[0], axis));
@@ -108,21 +111,26 @@ absl::Status GatherConcatInputs(const OpContext& ctx, int64_t* axis, std::vector
                                     xs[0]->DebugString(), "; inputs must match except ",
                                     "along axis ", *axis));
     }
-    parts->push_back(x);
   }
-  return absl::OkStatus();
+  return xs;
 }
 
 // concat: Out = X[0], X[1], ... joined along attr axis (default 0; negative from the back).
 absl::Status Concat(OpContext& ctx) {
   int64_t axis = ctx.IntAttr("axis", 0);
-  std::vector<Tensor> parts;
-  TS_RETURN_IF_ERROR(GatherConcatInputs(ctx, &axis, &parts));
-  Shape shape = parts[0].shape();
-  shape[axis] = 0;
-  for (const Tensor& p : parts) shape[axis] += p.dim(axis);
+  TS_ASSIGN_OR_RETURN(std::vector<const Tensor*> parts, ConcatInputs(ctx, &axis));
   TS_ASSIGN_OR_RETURN(Tensor * out, ctx.Output("Out"));
-  out->Resize(parts[0].dtype(), shape);
+  // An input that is also the output (in place) is read through a handle that keeps its data.
+  std::optional<Tensor> held;
+  for (const Tensor*& p : parts) {
+    if (p != out) continue;
+    if (!held.has_value()) held = *out;
+    p = &*held;
+  }
+  Shape shape = parts[0]->shape();
+  shape[axis] = 0;
+  for (const Tensor* p : parts) shape[axis] += p->dim(axis);
+  out->Resize(parts[0]->dtype(), shape);
   ConcatInto(parts, axis, out);
   return absl::OkStatus();
 }
@@ -132,30 +140,34 @@ absl::Status ConcatGrad(OpContext& ctx) {
   const std::string dout_slot = GradVarName("Out");
   const std::string dx_slot = GradVarName("X");
   int64_t axis = ctx.IntAttr("axis", 0);
-  std::vector<Tensor> parts;
-  TS_RETURN_IF_ERROR(GatherConcatInputs(ctx, &axis, &parts));
+  TS_ASSIGN_OR_RETURN(std::vector<const Tensor*> xs, ConcatInputs(ctx, &axis));
+  // Everything read from X before any output is resized (an output may alias an input).
+  std::vector<int64_t> sizes(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) sizes[i] = xs[i]->dim(axis);
+  const DataType dtype = xs[0]->dtype();
+  Shape want = xs[0]->shape();
+  want[axis] = 0;
+  for (int64_t n : sizes) want[axis] += n;
   TS_ASSIGN_OR_RETURN(const Tensor* dout_ptr, ctx.Input(dout_slot));
   Tensor dout = *dout_ptr;  // a handle: keeps the data if a gradient output aliases it
-  int64_t total = 0;
-  for (const Tensor& p : parts) total += p.dim(axis);
-  Shape want = parts[0].shape();
-  want[axis] = total;
-  if (dout.shape() != want || dout.dtype() != parts[0].dtype()) {
+  if (dout.shape() != want || dout.dtype() != dtype) {
     return ctx.Error(absl::StrCat(dout_slot, " '", ctx.InputName(dout_slot), "' is ",
                                   dout.DebugString(), " but the concatenated inputs form ",
-                                  DataTypeName(parts[0].dtype()), ShapeString(want)));
+                                  DataTypeName(dtype), ShapeString(want)));
   }
   const int n_out = static_cast<int>(OpOutputs(ctx.op(), dx_slot).size());
-  std::vector<int64_t> sizes;
-  std::vector<Tensor*> outs(parts.size(), nullptr);
-  for (size_t i = 0; i < parts.size(); ++i) {
-    sizes.push_back(parts[i].dim(axis));
+  std::vector<Tensor*> outs(xs.size(), nullptr);
+  for (size_t i = 0; i < xs.size(); ++i) {
     if (static_cast<int>(i) < n_out && IsBound(ctx.OutputName(dx_slot, i))) {
       TS_ASSIGN_OR_RETURN(outs[i], ctx.Output(dx_slot, i));
     }
   }
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (outs[i] != nullptr) outs[i]->Resize(dout.dtype(), parts[i].shape());
+  // X[i]'s shape: Out@GRAD's with X[i]'s size along the axis (the inputs match elsewhere).
+  Shape part = want;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (outs[i] == nullptr) continue;
+    part[axis] = sizes[i];
+    outs[i]->Resize(dtype, part);
   }
   SplitInto(dout, axis, sizes, outs);
   return absl::OkStatus();

@@ -59,6 +59,15 @@ TEST_F(TensorOpsTest, ConcatIntoOneOfItsInputs) {
   EXPECT_EQ(Values(Get("a")), (std::vector<double>{0, 1, 5, 6, 7}));
 }
 
+// The output is an input given twice: both reads see the input as it was.
+TEST_F(TensorOpsTest, ConcatIntoAnInputGivenTwice) {
+  Feed("a", Iota({2}, 3));
+  Feed("b", Iota({1}, 9));
+  ASSERT_TRUE(
+      exec_.RunOp(MakeOp("concat", {{"X", {"a", "b", "a"}}}, {{"Out", {"a"}}}), &scope_).ok());
+  EXPECT_EQ(Values(Get("a")), (std::vector<double>{3, 4, 9, 3, 4}));
+}
+
 TEST_F(TensorOpsTest, ConcatMismatchNamesInput) {
   Feed("a", Iota({2, 2}));
   Feed("b", Iota({3, 1}));
@@ -108,6 +117,24 @@ TEST_F(TensorOpsTest, ConcatGradSplitsOutputGradient) {
   ASSERT_TRUE(exec_.RunOp(grads[0], &scope_).ok());
   EXPECT_EQ(scope_.FindVar("a@GRAD"), nullptr);
   EXPECT_EQ(Values(Get("b@GRAD")), (std::vector<double>{101, 102, 104, 105}));
+}
+
+// A gradient output that is one of the inputs (memory reuse): every slice still takes the shape
+// its input had.
+TEST_F(TensorOpsTest, ConcatGradIntoItsInputs) {
+  Feed("a", Iota({2, 1}));
+  Feed("b", Iota({2, 2}));
+  Feed("o@GRAD", Iota({2, 3}, 100));
+  OpDesc fwd = MakeOp("concat", {{"X", {"a", "b"}}}, {{"Out", {"o"}}});
+  SetAttr(&fwd, "axis", 1);
+  std::vector<OpDesc> grads = registry_->Find("concat")->grad_maker(fwd);
+  ASSERT_EQ(grads.size(), 1u);
+  SetOpOutputs(&grads[0], "X@GRAD", {"b", "a"});
+  ASSERT_TRUE(exec_.RunOp(grads[0], &scope_).ok());
+  EXPECT_EQ(Get("b").shape(), (Shape{2, 1}));
+  EXPECT_EQ(Values(Get("b")), (std::vector<double>{100, 103}));
+  EXPECT_EQ(Get("a").shape(), (Shape{2, 2}));
+  EXPECT_EQ(Values(Get("a")), (std::vector<double>{101, 102, 104, 105}));
 }
 
 TEST_F(TensorOpsTest, SplitBySectionsAndNum) {
