@@ -4,23 +4,29 @@
 // trainer sent must have been applied exactly once (pserver counters equal trainer counters, as
 // in ps_cluster_test's AppliesEveryPushExactlyOnce).
 //
-// The run's length comes from --epochs (there is no step limit), chosen so that the trainers
-// finish in ~60 s on an idle 2-core machine; they are not killed at a time bound because a
-// killed trainer cannot report what it sent, which the exactly-once check needs. A run that
-// does not finish within kMaxRun fails, and every process is killed by pid.
+// The run's length comes from --epochs (there is no step limit); the trainers are not killed at
+// a time bound because a killed trainer cannot report what it sent, which the exactly-once check
+// needs. So a short calibration job of the same shape first measures an epoch on this machine,
+// and the soak takes as many epochs as last about kRunSeconds (at least kMinEpochs): a machine
+// many times faster than the one the test was written on still soaks for about as long. A run
+// that does not finish within kMaxRun fails, and every process is killed by pid.
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_util.h"
@@ -30,8 +36,11 @@ namespace {
 
 constexpr int kPservers = 2;
 constexpr int kTrainers = 4;
-// 2048 examples in batches of 64 per epoch: ~1.2 s per epoch on an idle 2-core machine.
-constexpr int kEpochs = 48;
+// 2048 examples in batches of 64 per epoch: 0.15-1.2 s per epoch on idle 2-core machines.
+constexpr int kCalibrationEpochs = 4;
+constexpr double kRunSeconds = 45;
+constexpr int kMinEpochs = 48;
+constexpr int kMaxEpochs = 2000;
 constexpr absl::Duration kMaxRun = absl::Seconds(240);
 
 struct Sample {
@@ -51,8 +60,9 @@ std::string Series(const std::vector<Sample>& samples) {
   return out;
 }
 
-TEST(SoakTest, AsyncPserverMemoryStaysFlatAndEveryGradientIsAppliedOnce) {
-  const std::string dir = MakeTempDir("soak");
+// Starts the job (the pservers, then the trainers) with `epochs`, logs in `dir`.
+void StartJob(const std::string& dir, int epochs, ProcessGroup* group, std::vector<pid_t>* pservers,
+              std::vector<pid_t>* trainers) {
   auto eps = FreeEndpoints(kPservers);
   ASSERT_TRUE(eps.ok()) << eps.status();
   const std::vector<std::string> common = {absl::StrCat("--pservers=", absl::StrJoin(*eps, ",")),
@@ -63,7 +73,7 @@ TEST(SoakTest, AsyncPserverMemoryStaysFlatAndEveryGradientIsAppliedOnce) {
                                            "--num_examples=2048",
                                            "--num_test_examples=64",
                                            "--batch_size=64",
-                                           absl::StrCat("--epochs=", kEpochs),
+                                           absl::StrCat("--epochs=", epochs),
                                            "--seed=11",
                                            "--vocab_per_slot=500",
                                            "--min_block_size=400",
@@ -71,25 +81,64 @@ TEST(SoakTest, AsyncPserverMemoryStaysFlatAndEveryGradientIsAppliedOnce) {
                                            "--noasync_read_own_writes",
                                            "--barrier_timeout_s=60",
                                            "--rpc_deadline_s=60"};
-  ProcessGroup group;
-  std::vector<pid_t> pservers, trainers;
   for (int p = 0; p < kPservers; ++p) {
     std::vector<std::string> args = {RunfilePath("pserver/tessera_pserver"),
                                      "--current_endpoint=" + (*eps)[p]};
     args.insert(args.end(), common.begin(), common.end());
-    auto pid = group.Start(args, absl::StrCat(dir, "/pserver.", p, ".log"));
+    auto pid = group->Start(args, absl::StrCat(dir, "/pserver.", p, ".log"));
     ASSERT_TRUE(pid.ok()) << pid.status();
-    pservers.push_back(*pid);
+    pservers->push_back(*pid);
   }
-  const absl::Time start = absl::Now();
   for (int k = 0; k < kTrainers; ++k) {
     std::vector<std::string> args = {RunfilePath("trainer/tessera_trainer"),
                                      absl::StrCat("--trainer_id=", k)};
     args.insert(args.end(), common.begin(), common.end());
-    auto pid = group.Start(args, absl::StrCat(dir, "/trainer.", k, ".log"));
+    auto pid = group->Start(args, absl::StrCat(dir, "/trainer.", k, ".log"));
     ASSERT_TRUE(pid.ok()) << pid.status();
-    trainers.push_back(*pid);
+    trainers->push_back(*pid);
   }
+}
+
+// The seconds of trainer 0's last epoch in `log` ("epoch N ... seconds S"); -1 when none.
+double LastEpochSeconds(const std::string& log) {
+  double seconds = -1;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    const size_t at = line.find(" seconds ");
+    if (!absl::StartsWith(line, "epoch ") || at == absl::string_view::npos) continue;
+    absl::string_view rest = line.substr(at + 9);
+    if (!absl::SimpleAtod(rest.substr(0, rest.find(' ')), &seconds)) seconds = -1;
+  }
+  return seconds;
+}
+
+TEST(SoakTest, AsyncPserverMemoryStaysFlatAndEveryGradientIsAppliedOnce) {
+  // Calibration: the same job for a few epochs, to size the soak to this machine.
+  int epochs = kMinEpochs;
+  {
+    const std::string dir = MakeTempDir("soak_calibration");
+    ProcessGroup group;
+    std::vector<pid_t> pservers, trainers;
+    StartJob(dir, kCalibrationEpochs, &group, &pservers, &trainers);
+    if (HasFatalFailure()) return;
+    for (pid_t pid : trainers) {
+      auto status = group.Wait(pid, kMaxRun);
+      ASSERT_TRUE(status.ok() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+          << "calibration trainer failed:\n"
+          << ReadFileOrEmpty(dir + "/trainer.0.log");
+    }
+    for (pid_t pid : pservers) ASSERT_TRUE(group.Wait(pid, absl::Seconds(60)).ok());
+    const double epoch_seconds = LastEpochSeconds(ReadFileOrEmpty(dir + "/trainer.0.log"));
+    ASSERT_GT(epoch_seconds, 0) << ReadFileOrEmpty(dir + "/trainer.0.log");
+    epochs = std::clamp(static_cast<int>(std::ceil(kRunSeconds / epoch_seconds)), kMinEpochs,
+                        kMaxEpochs);
+    std::printf("soak: %.3f s per epoch here: %d epochs\n", epoch_seconds, epochs);
+  }
+  const std::string dir = MakeTempDir("soak");
+  ProcessGroup group;
+  std::vector<pid_t> pservers, trainers;
+  StartJob(dir, epochs, &group, &pservers, &trainers);
+  if (HasFatalFailure()) return;
+  const absl::Time start = absl::Now();
 
   // Sample once a second while any trainer runs (bounded by kMaxRun).
   std::vector<Sample> samples;

@@ -92,9 +92,6 @@ void SplitInto(const Tensor& in, int64_t axis, const std::vector<int64_t>& sizes
   }
 }
 
-// Checks that the tensors of slot X agree with X[0] except along `axis` (normalized first).
-// `parts` receives handles to the inputs: holding them makes an output that aliases an input
-// reallocate on Resize instead of overwriting the data being read.
 // The inputs X of concat / concat_grad, checked to match except along `axis` (normalized). Read
 // through pointers: a step's concat of a few dozen embeddings copies no tensor handle.
 absl::StatusOr<std::vector<const Tensor*>> ConcatInputs(const OpContext& ctx, int64_t* axis) {
