@@ -114,14 +114,14 @@ run() {
     case "$rest" in *table_wise*) placement=table_wise ;; esac
     # (only when asked: a baseline build may not know the flag)
     case "$rest" in *fuse_tables=false*) apart=(--fuse_tables=false) ;; esac
-    case "$rest" in *devices=*)
-      local devices="${rest##*devices=}"
-      apart+=("--devices=${devices%% *}") ;;
-    esac
-    case "$rest" in *send_early_kb=*)
-      local kb="${rest##*send_early_kb=}"
-      apart+=("--send_early_kb=${kb%% *}") ;;
-    esac
+    # "NAME=V" tokens passed on as --NAME=V.
+    local token value
+    for token in devices send_early_kb; do
+      case "$rest" in *"$token="*)
+        value="${rest##*"$token="}"
+        apart+=("--$token=${value%% *}") ;;
+      esac
+    done
     local examples="$N" batch="$BATCH"
     if [[ "$rest" == uncoupled ]]; then
       # One of the two jobs; run() starts it twice, in $log.0 and $log.1.

@@ -71,9 +71,8 @@ run() {
     [ -n "$p" ] && dirs="$dirs:$(dirname "$p")"
   done
   export LD_LIBRARY_PATH="$b/lib$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  for t in "$b"/bin/* "$b"/tree/*/*/* "$b"/tree/*/*; do
-    [ -f "$t" ] && [ -x "$t" ] && ldd "$t" 2>/dev/null | grep "not found" | sed "s|^|$(basename "$t"): |" |
-      tee -a "$all"
+  for t in "$b"/bin/* "${TREE[@]/#/$b/tree/}"; do
+    ldd "$t" | grep "not found" | sed "s|^|$(basename "$t"): |" | tee -a "$all"
   done
   # gpu_cluster_test's daemons: $TEST_SRCDIR/tessera/<package>/<binary>.
   mkdir -p "$b/srcdir"
