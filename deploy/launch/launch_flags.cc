@@ -81,6 +81,7 @@ bool LauncherFlag(const std::string& name) {
                                        "pserver_bin",
                                        "trainer_bin",
                                        "trace",
+                                       "bind_cpus",
                                        "trainer_id",
                                        "current_endpoint"};
   for (const char* n : kNames) {
@@ -122,6 +123,9 @@ Launcher flags (also fields of the --config text proto, see proto/launch.proto):
   --pserver_exit_grace_s=S    pservers' time to exit after the trainers finished (default 30)
   --pserver_bin=P --trainer_bin=T   daemon binaries (default: next to tessera_launch)
   --trace=FILE                trainer 0 writes a Chrome-trace JSON timeline of its steps here
+  --bind_cpus=auto|none       auto (default): with as many pservers as trainers on this host,
+                              two or more of each, trainer k and pserver k share the k-th equal
+                              part of the launcher's CPUs; none: the OS places every process
 Every other flag (or everything after --) goes to every daemon, e.g. --example=mlp_regression
 --epochs=3; tessera_pserver --help lists them. Ctrl-C stops every process.
 )";
@@ -156,6 +160,7 @@ absl::Status ApplyLaunchConfig(const LaunchConfig& c, LaunchOptions* o) {
   if (c.has_rank()) o->rank = c.rank();
   if (c.has_mode()) o->mode = c.mode();
   if (c.has_devices()) o->devices = c.devices();
+  if (c.has_bind_cpus()) o->bind_cpus = c.bind_cpus();
   if (c.has_restart_failed()) o->restart_failed = c.restart_failed();
   if (c.has_stop_grace_s()) {
     if (!(c.stop_grace_s() >= 0)) return absl::InvalidArgumentError("stop_grace_s must be >= 0");
@@ -252,6 +257,8 @@ absl::Status ParseLaunchArgs(const std::vector<std::string>& args, LaunchOptions
       o->trainer_bin = v;
     } else if (name == "trace") {
       o->trace = v;
+    } else if (name == "bind_cpus") {
+      o->bind_cpus = v;
     } else if (PerProcessFlag(name)) {
       s = BadFlag(name, v, "the launcher sets it for each process; use --role/--rank to pick one");
     } else {

@@ -41,6 +41,19 @@ TEST(LaunchFlagsTest, TraceIsForTrainerZeroOnly) {
   EXPECT_EQ(o.extra_args, (std::vector<std::string>{"--example=ctr"}));
 }
 
+TEST(LaunchFlagsTest, BindCpusFromFlagOrConfig) {
+  LaunchOptions o;
+  EXPECT_EQ(o.bind_cpus, "auto");
+  ASSERT_TRUE(ParseLaunchArgs({"--bind_cpus=none", "--example=ctr"}, &o).ok());
+  EXPECT_EQ(o.bind_cpus, "none");
+  EXPECT_EQ(o.extra_args, (std::vector<std::string>{"--example=ctr"}));
+  std::string path = Tmp("bind.pbtxt");
+  std::ofstream(path) << "bind_cpus: \"none\"\n";
+  LaunchOptions c;
+  ASSERT_TRUE(ParseLaunchArgs({"--config=" + path}, &c).ok());
+  EXPECT_EQ(c.bind_cpus, "none");
+}
+
 TEST(LaunchFlagsTest, MultiHostFlags) {
   LaunchOptions o;
   ASSERT_TRUE(ParseLaunchArgs({"--pservers=h1:6170, h2:6170", "--role=TRAINER", "--rank=1",

@@ -5,6 +5,7 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -212,7 +213,39 @@ bool IsLocalHost(const std::string& host) {
   return found;
 }
 
+void BindCpus(const std::vector<int>& allowed, std::vector<ProcessSpec>* specs) {
+  std::vector<ProcessSpec*> pservers, trainers;
+  for (ProcessSpec& spec : *specs) (spec.trainer ? trainers : pservers).push_back(&spec);
+  const size_t pairs = trainers.size();
+  if (pairs < 2 || pservers.size() != pairs || allowed.empty()) return;
+  for (size_t j = 0; j < pairs; ++j) {
+    std::vector<int> part;
+    if (allowed.size() >= pairs) {
+      part.assign(allowed.begin() + j * allowed.size() / pairs,
+                  allowed.begin() + (j + 1) * allowed.size() / pairs);
+    } else {
+      part.push_back(allowed[j % allowed.size()]);
+    }
+    trainers[j]->cpus = part;
+    pservers[j]->cpus = part;
+  }
+}
+
+std::vector<int> AllowedCpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
 absl::StatusOr<std::vector<ProcessSpec>> PlanLaunch(const LaunchOptions& o) {
+  if (o.bind_cpus != "auto" && o.bind_cpus != "none") {
+    return Bad(absl::StrCat("--bind_cpus='", o.bind_cpus, "' must be auto or none"));
+  }
   if (o.mode != "pserver" && o.mode != "collective" && o.mode != "hybrid") {
     return Bad(absl::StrCat("--mode='", o.mode, "' must be pserver, collective or hybrid"));
   }
@@ -329,6 +362,7 @@ absl::StatusOr<std::vector<ProcessSpec>> PlanLaunch(const LaunchOptions& o) {
     p.env = (*devices)[j];
     specs.push_back(std::move(p));
   }
+  if (o.bind_cpus == "auto") BindCpus(AllowedCpus(), &specs);
   return specs;
 }
 
@@ -376,6 +410,11 @@ absl::Status Launcher::Spawn(Child* child, bool restart) {
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
   static const char kExecFailed[] = "tessera_launch: cannot exec the daemon binary\n";
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int c : spec.cpus) CPU_SET(c, &cpus);
+  static const char kBindFailed[] =
+      "tessera_launch: cannot bind the daemon to its CPUs (--bind_cpus); it runs unbound\n";
 
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
@@ -396,6 +435,9 @@ absl::Status Launcher::Spawn(Child* child, bool restart) {
     int out = stream ? pipe_fds[1] : log_fd;
     ::dup2(out, STDOUT_FILENO);
     ::dup2(out, STDERR_FILENO);
+    if (!spec.cpus.empty() && ::sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
+      (void)!::write(STDERR_FILENO, kBindFailed, sizeof(kBindFailed) - 1);
+    }
     ::execve(argv[0], argv.data(), envp.data());
     (void)!::write(STDERR_FILENO, kExecFailed, sizeof(kExecFailed) - 1);
     _exit(127);
@@ -460,6 +502,18 @@ void Launcher::JoinStreamers() {
 }
 
 namespace {
+
+// "0-3,6": CPU numbers (ascending) with runs as ranges.
+std::string CpuList(const std::vector<int>& cpus) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    parts.push_back(j == i ? absl::StrCat(cpus[i]) : absl::StrCat(cpus[i], "-", cpus[j]));
+    i = j + 1;
+  }
+  return absl::StrJoin(parts, ",");
+}
 
 // The value of a --checkpoint_dir=D among the daemons' flags ("" if none).
 std::string CheckpointDirOf(const std::vector<std::string>& args) {
@@ -658,6 +712,15 @@ absl::StatusOr<int> Launcher::Run() {
   }
   Say(absl::StrCat("starting ", pservers, " pservers", pservers > 0 ? where : "", " and ", trainers,
                    " trainers on this host: ", absl::StrJoin(names, " "), "; logs in ", log_dir_));
+  std::vector<std::string> bound;
+  for (const auto& c : children_) {
+    if (!c.spec.cpus.empty()) {
+      bound.push_back(absl::StrCat(c.spec.name, " on CPU ", CpuList(c.spec.cpus)));
+    }
+  }
+  if (!bound.empty()) {
+    Say(absl::StrCat(absl::StrJoin(bound, ", "), " (--bind_cpus=none leaves it to the OS)"));
+  }
   for (auto& c : children_) {
     absl::Status s = Spawn(&c, /*restart=*/false);
     if (!s.ok()) {

@@ -64,6 +64,10 @@ struct LaunchOptions {
   std::string trainer_bin;
   std::vector<std::string> extra_args;  // passed to every daemon (e.g. --example=ctr)
   std::string trace;  // trainer 0's --trace (Chrome-trace JSON path); no other daemon gets it
+  // "auto": when this host starts as many pservers as trainers, two or more of each, trainer k
+  // and pserver k are bound to the k-th of that many equal shares of the CPUs the launcher may
+  // use (BindCpus); "none": the OS places every process.
+  std::string bind_cpus = "auto";
   absl::Duration stop_grace = absl::Seconds(5);
   absl::Duration pserver_exit_grace = absl::Seconds(30);
 };
@@ -75,7 +79,20 @@ struct ProcessSpec {
   int index = 0;                                         // pserver index or trainer id
   std::vector<std::string> argv;                         // argv[0] is the binary
   std::vector<std::pair<std::string, std::string>> env;  // set on top of the launcher's own
+  std::vector<int> cpus;  // the CPUs it runs on (sched_setaffinity); empty: not bound
 };
+
+// --bind_cpus=auto: when `specs` hold as many pservers as trainers, two or more of each, the
+// j-th trainer and the j-th pserver (in start order) share the j-th of that many equal parts of
+// `allowed` (CPU numbers, ascending; with fewer CPUs than pairs, pair j gets CPU j mod their
+// count); otherwise nothing is bound. Why pairs: a sync step alternates between the trainers'
+// compute and the pservers' update, so a part holding one of each is busy in both phases, while
+// the OS scheduler, which moves a woken process next to the one that woke it, keeps pulling the
+// processes that exchange a step onto the same cores (tests/bench/RESULTS.md).
+void BindCpus(const std::vector<int>& allowed, std::vector<ProcessSpec>* specs);
+
+// The CPUs this process may run on (its affinity mask), ascending.
+std::vector<int> AllowedCpus();
 
 // The processes this launcher starts, in start order (pservers first), with their flags and
 // environment. A local job picks free ports here. InvalidArgument names the bad option.

@@ -26,6 +26,7 @@ namespace tessera {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string NewDir(const std::string& name) {
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -424,8 +425,117 @@ TEST(PlanLaunchTest, Devices) {
   EXPECT_THAT(env("cpu:0")[0], HasSubstr("cpu:N"));
 }
 
+// The CPUs of a Cpus_allowed_list ("0-3,6").
+std::vector<int> ParseCpuList(const std::string& list) {
+  std::vector<int> cpus;
+  std::stringstream in(list);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    int a = 0, b = 0;
+    const size_t dash = part.find('-');
+    if (dash == std::string::npos) {
+      EXPECT_TRUE(absl::SimpleAtoi(part, &a)) << list;
+      b = a;
+    } else {
+      EXPECT_TRUE(absl::SimpleAtoi(part.substr(0, dash), &a)) << list;
+      EXPECT_TRUE(absl::SimpleAtoi(part.substr(dash + 1), &b)) << list;
+    }
+    for (int c = a; c <= b; ++c) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// The CPUs a stand-in daemon's log says it may run on (its "cpus: ..." line).
+std::vector<int> LoggedCpus(const std::string& log) {
+  std::smatch m;
+  const std::string text = Read(log);
+  if (!std::regex_search(text, m, std::regex("cpus: ([0-9,-]+)"))) {
+    ADD_FAILURE() << "no cpus line in " << log << ": " << text;
+    return {};
+  }
+  return ParseCpuList(m[1]);
+}
+
+// The daemons as the launcher binds them: each pair of trainer k and pserver k on its share of
+// the launcher's CPUs (what the kernel reports to the running daemon), or (none) on all of them.
+TEST_F(LauncherTest, BindsTrainerAndPserverPairsToTheirShareOfTheCpus) {
+  const char kCpus[] =
+      "echo \"cpus: $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)\"\n";
+  o_.pserver_bin = Script(dir_, "pserver", absl::StrCat(kCpus, kPserver));
+  o_.trainer_bin = Script(dir_, "trainer", absl::StrCat(kCpus, kTrainer));
+  o_.pservers = 2;
+  o_.trainers = 2;
+  const std::vector<int> all = AllowedCpus();
+  ASSERT_FALSE(all.empty());
+  std::vector<std::vector<int>> parts(2);
+  if (all.size() >= 2) {
+    parts[0].assign(all.begin(), all.begin() + all.size() / 2);
+    parts[1].assign(all.begin() + all.size() / 2, all.end());
+  } else {
+    parts = {all, all};
+  }
+  ASSERT_EQ(Run(), 0) << out_;
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(LoggedCpus(absl::StrCat(o_.log_dir, "/trainer.", k, ".log")), parts[k]) << k;
+    EXPECT_EQ(LoggedCpus(absl::StrCat(o_.log_dir, "/pserver.", k, ".log")), parts[k]) << k;
+  }
+  EXPECT_THAT(out_, HasSubstr("trainer.1 on CPU "));
+  EXPECT_THAT(out_, HasSubstr("--bind_cpus=none leaves it to the OS"));
+
+  o_.bind_cpus = "none";
+  ASSERT_EQ(Run(), 0) << out_;
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(LoggedCpus(absl::StrCat(o_.log_dir, "/trainer.", k, ".log")), all) << k;
+    EXPECT_EQ(LoggedCpus(absl::StrCat(o_.log_dir, "/pserver.", k, ".log")), all) << k;
+  }
+  EXPECT_THAT(out_, Not(HasSubstr(" on CPU ")));
+}
+
+// Specs of `pservers` pservers then `trainers` trainers, as PlanLaunch orders them.
+std::vector<ProcessSpec> Specs(int pservers, int trainers) {
+  std::vector<ProcessSpec> specs;
+  for (int i = 0; i < pservers; ++i) specs.push_back({absl::StrCat("pserver.", i), false, i});
+  for (int k = 0; k < trainers; ++k) specs.push_back({absl::StrCat("trainer.", k), true, k});
+  return specs;
+}
+
+TEST(BindCpusTest, PairsShareEqualPartsOfTheCpus) {
+  auto cpus_of = [](const std::vector<ProcessSpec>& specs) {
+    std::vector<std::vector<int>> out;
+    for (const ProcessSpec& s : specs) out.push_back(s.cpus);
+    return out;
+  };
+  using V = std::vector<std::vector<int>>;
+  std::vector<ProcessSpec> specs = Specs(2, 2);
+  BindCpus({0, 1}, &specs);  // pservers first, then trainers
+  EXPECT_EQ(cpus_of(specs), (V{{0}, {1}, {0}, {1}}));
+  specs = Specs(2, 2);
+  BindCpus({0, 1, 2, 3, 4, 5, 6, 7}, &specs);
+  EXPECT_EQ(cpus_of(specs), (V{{0, 1, 2, 3}, {4, 5, 6, 7}, {0, 1, 2, 3}, {4, 5, 6, 7}}));
+  specs = Specs(2, 2);
+  BindCpus({2, 5, 6}, &specs);  // an uneven mask: the parts differ by at most one CPU
+  EXPECT_EQ(cpus_of(specs), (V{{2}, {5, 6}, {2}, {5, 6}}));
+  specs = Specs(3, 3);
+  BindCpus({0, 1}, &specs);  // more pairs than CPUs: round robin
+  EXPECT_EQ(cpus_of(specs), (V{{0}, {1}, {0}, {0}, {1}, {0}}));
+  // Not pairs: nothing bound.
+  for (auto [ps, tr] : {std::pair{1, 1}, {1, 2}, {2, 1}, {0, 2}, {2, 0}}) {
+    specs = Specs(ps, tr);
+    BindCpus({0, 1, 2, 3}, &specs);
+    for (const ProcessSpec& s : specs) EXPECT_TRUE(s.cpus.empty()) << ps << "x" << tr << s.name;
+  }
+  specs = Specs(2, 2);
+  BindCpus({}, &specs);
+  for (const ProcessSpec& s : specs) EXPECT_TRUE(s.cpus.empty()) << s.name;
+}
+
 TEST(PlanLaunchTest, BadOptions) {
   LaunchOptions o;
+  o.bind_cpus = "yes";
+  absl::StatusOr<std::vector<ProcessSpec>> bad = PlanLaunch(o);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--bind_cpus='yes'"));
+  o.bind_cpus = "auto";
   o.role = "worker";
   EXPECT_FALSE(PlanLaunch(o).ok());
   o.role = "";

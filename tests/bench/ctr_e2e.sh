@@ -16,6 +16,8 @@
 # pserver table (--fuse_tables, the default), to measure what the table groups bring.
 # "send_early_kb=K" (last in the name) sends the dense gradients backward completes first once
 # they reach K KiB, during backward (--send_early_kb; default 0, off).
+# "bind_cpus=none" passes tessera_launch --bind_cpus=none: the OS places the daemons (by default
+# the launcher binds trainer k and pserver k of a 2x2 job to their own share of the CPUs).
 # "devices=D" passes tessera_launch --devices=D: the trainers run on those GPUs (--config=cuda
 # daemons; e.g. "1x1 sync devices=0" against "1x1 sync" on the same machine).
 # "hybrid" is --mode=hybrid: the tables on the pservers, the dense layers' gradients all-reduced
@@ -116,7 +118,7 @@ run() {
     case "$rest" in *fuse_tables=false*) apart=(--fuse_tables=false) ;; esac
     # "NAME=V" tokens passed on as --NAME=V.
     local token value
-    for token in devices send_early_kb; do
+    for token in devices send_early_kb bind_cpus; do
       case "$rest" in *"$token="*)
         value="${rest##*"$token="}"
         apart+=("--$token=${value%% *}") ;;

@@ -14,6 +14,11 @@
 // transports alternate repeat by repeat so that load on the machine falls on both; medians of
 // --repeats. --clients runs that many client threads at once, each with its own channel (as
 // trainers do), which is how a pserver sees a step of several trainers.
+//
+// gRPC's completion-queue API instead of its callback API, unary calls only: --cq_server serves
+// them from one thread polling a completion queue; --cq_client makes each call on a completion
+// queue that the calling thread polls, or (--cq_poller) that a poller thread polls, which
+// signals the caller as a callback would.
 // Results and command lines: tests/bench/RESULTS.md.
 #include <signal.h>
 #include <unistd.h>
@@ -48,6 +53,14 @@ ABSL_FLAG(double, seconds, 2.0, "Duration of one timed run.");
 ABSL_FLAG(int, repeats, 3, "Timed runs per size and transport (the median is reported).");
 ABSL_FLAG(int, clients, 1, "Client threads, each with its own channel, running at once.");
 ABSL_FLAG(bool, serve, false, "Internal: run as the server child (its port on stdout).");
+ABSL_FLAG(bool, cq_server, false,
+          "Serve on gRPC's completion-queue API, one polling thread, instead of the callback API "
+          "(unary only: the stream rows are left out).");
+ABSL_FLAG(bool, cq_client, false,
+          "Make the unary calls on a completion queue the calling thread polls, instead of the "
+          "callback API.");
+ABSL_FLAG(bool, cq_poller, false,
+          "With --cq_client: a poller thread polls the completion queue and signals the caller.");
 
 namespace tessera {
 namespace {
@@ -143,22 +156,82 @@ class ExchangeService : public grpc::CallbackGenericService {
   Replies replies_;
 };
 
+// --cq_server: one unary call on the completion-queue API: requested, its request read, answered
+// with the prebuilt reply, deleted. Its own tag (one operation is outstanding at a time); one
+// thread polls the queue.
+class CqCall {
+ public:
+  CqCall(grpc::AsyncGenericService* service, grpc::ServerCompletionQueue* cq, Replies* replies)
+      : service_(service), cq_(cq), replies_(replies), stream_(&ctx_) {
+    service_->RequestCall(&ctx_, &stream_, cq_, cq_, this);
+  }
+  // The completion of its one outstanding operation; false: the call is done (delete it).
+  bool Proceed(bool ok) {
+    if (!ok || state_ == State::kAnswering) return false;
+    if (state_ == State::kRequested) {
+      new CqCall(service_, cq_, replies_);  // the next call
+      state_ = State::kReading;
+      stream_.Read(&request_, this);
+    } else {
+      reply_ = replies_->Get(ReplyBytesOf(request_));
+      state_ = State::kAnswering;
+      stream_.WriteAndFinish(reply_, grpc::WriteOptions(), grpc::Status::OK, this);
+    }
+    return true;
+  }
+
+ private:
+  enum class State { kRequested, kReading, kAnswering };
+  grpc::AsyncGenericService* service_;
+  grpc::ServerCompletionQueue* cq_;
+  Replies* replies_;
+  grpc::GenericServerContext ctx_;
+  grpc::GenericServerAsyncReaderWriter stream_;
+  grpc::ByteBuffer request_, reply_;
+  State state_ = State::kRequested;
+};
+
 int Serve() {
-  ExchangeService service;
+  const bool cq_api = absl::GetFlag(FLAGS_cq_server);
+  ExchangeService callback_service;
+  grpc::AsyncGenericService cq_service;
+  Replies replies;
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterCallbackGenericService(&service);
+  std::unique_ptr<grpc::ServerCompletionQueue> cq;
+  if (cq_api) {
+    builder.RegisterAsyncGenericService(&cq_service);
+    cq = builder.AddCompletionQueue();
+  } else {
+    builder.RegisterCallbackGenericService(&callback_service);
+  }
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) Die("the server child cannot listen on 127.0.0.1");
+  std::thread poller;
+  if (cq_api) {
+    new CqCall(&cq_service, cq.get(), &replies);  // each call that comes requests the next
+    poller = std::thread([&] {
+      void* tag;
+      bool ok;
+      while (cq->Next(&tag, &ok)) {
+        auto* call = static_cast<CqCall*>(tag);
+        if (!call->Proceed(ok)) delete call;
+      }
+    });
+  }
   std::printf("%d\n", port);
   std::fflush(stdout);
   char c;
   while (read(0, &c, 1) > 0) {
   }  // until the parent closes our stdin
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (cq_api) {
+    cq->Shutdown();
+    poller.join();
+  }
   return 0;
 }
 
@@ -196,9 +269,58 @@ std::shared_ptr<grpc::Channel> NewChannel(int port) {
                                    grpc::InsecureChannelCredentials(), args);
 }
 
+// Unary calls on a completion queue (--cq_client), one after another, until `until`: polled by
+// this thread, or (`poller`) by a poller thread that signals it; returns the round trips.
+int64_t RunUnaryOnQueue(grpc::GenericStub* stub, const grpc::ByteBuffer& request,
+                        Clock::time_point until, bool poller) {
+  grpc::CompletionQueue cq;
+  Signal signal;
+  std::thread polling;
+  if (poller) {
+    polling = std::thread([&] {
+      void* tag;
+      bool ok;
+      while (cq.Next(&tag, &ok)) static_cast<Signal*>(tag)->Notify(ok);
+    });
+  }
+  int64_t rounds = 0;
+  while (Clock::now() < until) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    grpc::ByteBuffer reply;
+    grpc::Status status;
+    auto call = stub->PrepareUnaryCall(&ctx, kUnary, request, &cq);
+    call->StartCall();
+    call->Finish(&reply, &status, &signal);
+    bool ok = false;
+    if (poller) {
+      ok = signal.Wait();
+    } else {
+      void* tag;
+      if (!cq.Next(&tag, &ok)) ok = false;
+    }
+    if (!ok || !status.ok())
+      Die("unary call on a completion queue failed: " + status.error_message());
+    ++rounds;
+  }
+  cq.Shutdown();
+  if (poller) {
+    polling.join();
+  } else {
+    void* tag;
+    bool ok;
+    while (cq.Next(&tag, &ok)) {
+    }
+  }
+  return rounds;
+}
+
 // Unary calls, one after another, until `until`; returns the round trips.
 int64_t RunUnary(grpc::GenericStub* stub, const grpc::ByteBuffer& request,
                  Clock::time_point until) {
+  if (absl::GetFlag(FLAGS_cq_client)) {
+    return RunUnaryOnQueue(stub, request, until, absl::GetFlag(FLAGS_cq_poller));
+  }
   Signal signal;
   int64_t rounds = 0;
   while (Clock::now() < until) {
@@ -313,7 +435,10 @@ int Main() {
                      ") and --seconds in (0, 100] (got ", seconds, ")"));
   }
   // The server first: no gRPC state may exist in this process when it forks.
-  bench::Child server = bench::StartChild("rpc_stream", {"--serve"});
+  bench::Child server =
+      bench::StartChild("rpc_stream", absl::GetFlag(FLAGS_cq_server)
+                                          ? std::vector<std::string>{"--serve", "--cq_server"}
+                                          : std::vector<std::string>{"--serve"});
   int port = 0;
   if (!absl::SimpleAtoi(server.line, &port) || port <= 0) {
     Die("bad port line from the server child: " + server.line);
@@ -334,10 +459,11 @@ int Main() {
     const grpc::ByteBuffer request = Message(req, rep);
     // Warm-up: connections up, buffers and the server's reply built.
     Measure(false, stubs, request, server.pid, 0.2);
-    Measure(true, stubs, request, server.pid, 0.2);
+    const int transports = absl::GetFlag(FLAGS_cq_server) ? 1 : 2;
+    if (transports == 2) Measure(true, stubs, request, server.pid, 0.2);
     std::vector<double> rps[2], cl[2], sv[2], both[2];
     for (int r = 0; r < repeats; ++r) {
-      for (int t = 0; t < 2; ++t) {
+      for (int t = 0; t < transports; ++t) {
         const Result res = Measure(t == 1, stubs, request, server.pid, seconds);
         rps[t].push_back(res.rounds_per_second);
         cl[t].push_back(res.client_us);
@@ -346,7 +472,7 @@ int Main() {
       }
     }
     const double unary_both = Median(both[0]);
-    for (int t = 0; t < 2; ++t) {
+    for (int t = 0; t < transports; ++t) {
       std::printf("| %u | %u | %s | %.0f | %.1f | %.1f | %.1f | %.2f |\n", req, rep,
                   t == 0 ? "unary" : "stream", Median(rps[t]), Median(cl[t]), Median(sv[t]),
                   Median(both[t]), Median(both[t]) / unary_both);
