@@ -269,6 +269,14 @@ std::shared_ptr<grpc::Channel> NewChannel(int port) {
                                    grpc::InsecureChannelCredentials(), args);
 }
 
+// A unary call's client side: its context (with the call's deadline), reply and status.
+struct UnaryCall {
+  UnaryCall() { ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline); }
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer reply;
+  grpc::Status status;
+};
+
 // Unary calls on a completion queue (--cq_client), one after another, until `until`: polled by
 // this thread, or (`poller`) by a poller thread that signals it; returns the round trips.
 int64_t RunUnaryOnQueue(grpc::GenericStub* stub, const grpc::ByteBuffer& request,
@@ -285,13 +293,10 @@ int64_t RunUnaryOnQueue(grpc::GenericStub* stub, const grpc::ByteBuffer& request
   }
   int64_t rounds = 0;
   while (Clock::now() < until) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
-    grpc::ByteBuffer reply;
-    grpc::Status status;
-    auto call = stub->PrepareUnaryCall(&ctx, kUnary, request, &cq);
+    UnaryCall u;
+    auto call = stub->PrepareUnaryCall(&u.ctx, kUnary, request, &cq);
     call->StartCall();
-    call->Finish(&reply, &status, &signal);
+    call->Finish(&u.reply, &u.status, &signal);
     bool ok = false;
     if (poller) {
       ok = signal.Wait();
@@ -299,8 +304,9 @@ int64_t RunUnaryOnQueue(grpc::GenericStub* stub, const grpc::ByteBuffer& request
       void* tag;
       if (!cq.Next(&tag, &ok)) ok = false;
     }
-    if (!ok || !status.ok())
-      Die("unary call on a completion queue failed: " + status.error_message());
+    if (!ok || !u.status.ok()) {
+      Die("unary call on a completion queue failed: " + u.status.error_message());
+    }
     ++rounds;
   }
   cq.Shutdown();
@@ -324,16 +330,13 @@ int64_t RunUnary(grpc::GenericStub* stub, const grpc::ByteBuffer& request,
   Signal signal;
   int64_t rounds = 0;
   while (Clock::now() < until) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
-    grpc::ByteBuffer reply;
-    grpc::Status status;
-    stub->UnaryCall(&ctx, kUnary, grpc::StubOptions(), &request, &reply, [&](grpc::Status s) {
-      status = std::move(s);
+    UnaryCall u;
+    stub->UnaryCall(&u.ctx, kUnary, grpc::StubOptions(), &request, &u.reply, [&](grpc::Status s) {
+      u.status = std::move(s);
       signal.Notify(true);
     });
     signal.Wait();
-    if (!status.ok()) Die("unary call failed: " + status.error_message());
+    if (!u.status.ok()) Die("unary call failed: " + u.status.error_message());
     ++rounds;
   }
   return rounds;
