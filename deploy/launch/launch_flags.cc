@@ -126,6 +126,8 @@ Launcher flags (also fields of the --config text proto, see proto/launch.proto):
   --bind_cpus=auto|none       auto (default): with as many pservers as trainers on this host,
                               two or more of each, trainer k and pserver k share the k-th equal
                               part of the launcher's CPUs; none: the OS places every process
+  --[no]sched_batch            run the daemons under SCHED_BATCH (default true): a woken daemon
+                              thread waits for the running one's slice instead of preempting it
 Every other flag (or everything after --) goes to every daemon, e.g. --example=mlp_regression
 --epochs=3; tessera_pserver --help lists them. Ctrl-C stops every process.
 )";
@@ -161,6 +163,7 @@ absl::Status ApplyLaunchConfig(const LaunchConfig& c, LaunchOptions* o) {
   if (c.has_mode()) o->mode = c.mode();
   if (c.has_devices()) o->devices = c.devices();
   if (c.has_bind_cpus()) o->bind_cpus = c.bind_cpus();
+  if (c.has_sched_batch()) o->sched_batch = c.sched_batch();
   if (c.has_restart_failed()) o->restart_failed = c.restart_failed();
   if (c.has_stop_grace_s()) {
     if (!(c.stop_grace_s() >= 0)) return absl::InvalidArgumentError("stop_grace_s must be >= 0");
@@ -202,6 +205,10 @@ absl::Status ParseLaunchArgs(const std::vector<std::string>& args, LaunchOptions
     }
     if (a == "--plot" || a == "--noplot") {
       o->plot = a == "--plot";
+      continue;
+    }
+    if (a == "--sched_batch" || a == "--nosched_batch") {
+      o->sched_batch = a == "--sched_batch";
       continue;
     }
     if (!absl::StartsWith(a, "--") || a.find('=') == std::string::npos) {
@@ -259,6 +266,8 @@ absl::Status ParseLaunchArgs(const std::vector<std::string>& args, LaunchOptions
       o->trace = v;
     } else if (name == "bind_cpus") {
       o->bind_cpus = v;
+    } else if (name == "sched_batch") {
+      if (!absl::SimpleAtob(v, &o->sched_batch)) s = BadFlag(name, v, "not a boolean");
     } else if (PerProcessFlag(name)) {
       s = BadFlag(name, v, "the launcher sets it for each process; use --role/--rank to pick one");
     } else {

@@ -54,6 +54,25 @@ TEST(LaunchFlagsTest, BindCpusFromFlagOrConfig) {
   EXPECT_EQ(c.bind_cpus, "none");
 }
 
+TEST(LaunchFlagsTest, SchedBatchFromFlagOrConfig) {
+  LaunchOptions o;
+  EXPECT_TRUE(o.sched_batch);
+  ASSERT_TRUE(ParseLaunchArgs({"--nosched_batch"}, &o).ok());
+  EXPECT_FALSE(o.sched_batch);
+  ASSERT_TRUE(ParseLaunchArgs({"--sched_batch"}, &o).ok());
+  EXPECT_TRUE(o.sched_batch);
+  ASSERT_TRUE(ParseLaunchArgs({"--sched_batch=false"}, &o).ok());
+  EXPECT_FALSE(o.sched_batch);
+  EXPECT_TRUE(o.extra_args.empty());
+  absl::Status bad = ParseLaunchArgs({"--sched_batch=maybe"}, &o);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("--sched_batch='maybe'"));
+  std::string path = Tmp("batch.pbtxt");
+  std::ofstream(path) << "sched_batch: false\n";
+  LaunchOptions c;
+  ASSERT_TRUE(ParseLaunchArgs({"--config=" + path}, &c).ok());
+  EXPECT_FALSE(c.sched_batch);
+}
+
 TEST(LaunchFlagsTest, MultiHostFlags) {
   LaunchOptions o;
   ASSERT_TRUE(ParseLaunchArgs({"--pservers=h1:6170, h2:6170", "--role=TRAINER", "--rank=1",

@@ -363,6 +363,7 @@ absl::StatusOr<std::vector<ProcessSpec>> PlanLaunch(const LaunchOptions& o) {
     specs.push_back(std::move(p));
   }
   if (o.bind_cpus == "auto") BindCpus(AllowedCpus(), &specs);
+  for (ProcessSpec& spec : specs) spec.sched_batch = o.sched_batch;
   return specs;
 }
 
@@ -415,6 +416,10 @@ absl::Status Launcher::Spawn(Child* child, bool restart) {
   for (int c : spec.cpus) CPU_SET(c, &cpus);
   static const char kBindFailed[] =
       "tessera_launch: cannot bind the daemon to its CPUs (--bind_cpus); it runs unbound\n";
+  static const char kBatchFailed[] =
+      "tessera_launch: cannot run the daemon under SCHED_BATCH (--sched_batch); it runs under the "
+      "default policy\n";
+  sched_param batch_param{};
 
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
@@ -437,6 +442,9 @@ absl::Status Launcher::Spawn(Child* child, bool restart) {
     ::dup2(out, STDERR_FILENO);
     if (!spec.cpus.empty() && ::sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
       (void)!::write(STDERR_FILENO, kBindFailed, sizeof(kBindFailed) - 1);
+    }
+    if (spec.sched_batch && ::sched_setscheduler(0, SCHED_BATCH, &batch_param) != 0) {
+      (void)!::write(STDERR_FILENO, kBatchFailed, sizeof(kBatchFailed) - 1);
     }
     ::execve(argv[0], argv.data(), envp.data());
     (void)!::write(STDERR_FILENO, kExecFailed, sizeof(kExecFailed) - 1);

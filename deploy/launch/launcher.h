@@ -68,6 +68,10 @@ struct LaunchOptions {
   // and pserver k are bound to the k-th of that many equal shares of the CPUs the launcher may
   // use (BindCpus); "none": the OS places every process.
   std::string bind_cpus = "auto";
+  // Daemons run under SCHED_BATCH: a woken daemon thread does not preempt the running one, so a
+  // step's chain of wake-ups on shared cores costs fewer context switches; false: the default
+  // policy.
+  bool sched_batch = true;
   absl::Duration stop_grace = absl::Seconds(5);
   absl::Duration pserver_exit_grace = absl::Seconds(30);
 };
@@ -80,6 +84,7 @@ struct ProcessSpec {
   std::vector<std::string> argv;                         // argv[0] is the binary
   std::vector<std::pair<std::string, std::string>> env;  // set on top of the launcher's own
   std::vector<int> cpus;  // the CPUs it runs on (sched_setaffinity); empty: not bound
+  bool sched_batch = false;  // runs under SCHED_BATCH
 };
 
 // --bind_cpus=auto: when `specs` hold as many pservers as trainers, two or more of each, the

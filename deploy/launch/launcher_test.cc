@@ -2,6 +2,7 @@
 // and exit as each test needs. The real daemons run in tests/launch_cluster_test.cc.
 #include "deploy/launch/launcher.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -489,6 +490,24 @@ TEST_F(LauncherTest, BindsTrainerAndPserverPairsToTheirShareOfTheCpus) {
     EXPECT_EQ(LoggedCpus(absl::StrCat(o_.log_dir, "/pserver.", k, ".log")), all) << k;
   }
   EXPECT_THAT(out_, Not(HasSubstr(" on CPU ")));
+}
+
+// Every daemon runs under SCHED_BATCH (policy 3 in /proc/PID/stat, field 41) unless
+// --nosched_batch (then under the launcher's own policy); it does not depend on the cluster's
+// shape.
+TEST_F(LauncherTest, DaemonsRunUnderSchedBatch) {
+  const char kPolicy[] = "echo \"policy: $(awk '{print $41}' /proc/self/stat)\"\n";
+  o_.pserver_bin = Script(dir_, "pserver", absl::StrCat(kPolicy, kPserver));
+  o_.trainer_bin = Script(dir_, "trainer", absl::StrCat(kPolicy, kTrainer));
+  for (bool batch : {true, false}) {
+    o_.sched_batch = batch;
+    ASSERT_EQ(Run(), 0) << out_;
+    const std::string want =
+        absl::StrCat("policy: ", batch ? SCHED_BATCH : ::sched_getscheduler(0), "\n");
+    for (const char* log : {"pserver.0.log", "trainer.0.log", "trainer.1.log"}) {
+      EXPECT_THAT(Read(absl::StrCat(o_.log_dir, "/", log)), HasSubstr(want)) << log << batch;
+    }
+  }
 }
 
 // Specs of `pservers` pservers then `trainers` trainers, as PlanLaunch orders them.

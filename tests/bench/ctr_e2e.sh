@@ -18,6 +18,8 @@
 # they reach K KiB, during backward (--send_early_kb; default 0, off).
 # "bind_cpus=none" passes tessera_launch --bind_cpus=none: the OS places the daemons (by default
 # the launcher binds trainer k and pserver k of a 2x2 job to their own share of the CPUs).
+# "sched_batch=false" passes tessera_launch --sched_batch=false: the daemons run under the default
+# scheduling policy instead of SCHED_BATCH.
 # "devices=D" passes tessera_launch --devices=D: the trainers run on those GPUs (--config=cuda
 # daemons; e.g. "1x1 sync devices=0" against "1x1 sync" on the same machine).
 # "hybrid" is --mode=hybrid: the tables on the pservers, the dense layers' gradients all-reduced
@@ -118,7 +120,7 @@ run() {
     case "$rest" in *fuse_tables=false*) apart=(--fuse_tables=false) ;; esac
     # "NAME=V" tokens passed on as --NAME=V.
     local token value
-    for token in devices send_early_kb bind_cpus; do
+    for token in devices send_early_kb bind_cpus sched_batch; do
       case "$rest" in *"$token="*)
         value="${rest##*"$token="}"
         apart+=("--$token=${value%% *}") ;;
