@@ -69,8 +69,8 @@ struct LaunchOptions {
   // use (BindCpus); "none": the OS places every process.
   std::string bind_cpus = "auto";
   // Daemons run under SCHED_BATCH: a woken daemon thread does not preempt the running one, so a
-  // step's chain of wake-ups on shared cores costs fewer context switches; false: the default
-  // policy.
+  // step's chain of wake-ups on shared cores costs fewer context switches; false: they keep the
+  // launcher's own policy (normally the default one).
   bool sched_batch = true;
   absl::Duration stop_grace = absl::Seconds(5);
   absl::Duration pserver_exit_grace = absl::Seconds(30);
