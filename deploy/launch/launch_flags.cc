@@ -126,7 +126,7 @@ Launcher flags (also fields of the --config text proto, see proto/launch.proto):
   --bind_cpus=auto|none       auto (default): with as many pservers as trainers on this host,
                               two or more of each, trainer k and pserver k share the k-th equal
                               part of the launcher's CPUs; none: the OS places every process
-  --[no]sched_batch            run the daemons under SCHED_BATCH (default true): a woken daemon
+  --[no]sched_batch           run the daemons under SCHED_BATCH (default true): a woken daemon
                               thread waits for the running one's slice instead of preempting it
 Every other flag (or everything after --) goes to every daemon, e.g. --example=mlp_regression
 --epochs=3; tessera_pserver --help lists them. Ctrl-C stops every process.

@@ -363,7 +363,6 @@ absl::StatusOr<std::vector<ProcessSpec>> PlanLaunch(const LaunchOptions& o) {
     specs.push_back(std::move(p));
   }
   if (o.bind_cpus == "auto") BindCpus(AllowedCpus(), &specs);
-  for (ProcessSpec& spec : specs) spec.sched_batch = o.sched_batch;
   return specs;
 }
 
@@ -443,7 +442,7 @@ absl::Status Launcher::Spawn(Child* child, bool restart) {
     if (!spec.cpus.empty() && ::sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
       (void)!::write(STDERR_FILENO, kBindFailed, sizeof(kBindFailed) - 1);
     }
-    if (spec.sched_batch && ::sched_setscheduler(0, SCHED_BATCH, &batch_param) != 0) {
+    if (options_.sched_batch && ::sched_setscheduler(0, SCHED_BATCH, &batch_param) != 0) {
       (void)!::write(STDERR_FILENO, kBatchFailed, sizeof(kBatchFailed) - 1);
     }
     ::execve(argv[0], argv.data(), envp.data());

@@ -84,7 +84,6 @@ struct ProcessSpec {
   std::vector<std::string> argv;                         // argv[0] is the binary
   std::vector<std::pair<std::string, std::string>> env;  // set on top of the launcher's own
   std::vector<int> cpus;  // the CPUs it runs on (sched_setaffinity); empty: not bound
-  bool sched_batch = false;  // runs under SCHED_BATCH
 };
 
 // --bind_cpus=auto: when `specs` hold as many pservers as trainers, two or more of each, the
