@@ -223,9 +223,26 @@ void ParameterServer::HandlePrefetch(const RequestMeta& meta, const std::string&
   done(applier_->Lookup(table, ids));
 }
 
+bool ParameterServer::Traced(int64_t step) const {
+  return options_.tracer != nullptr && step >= options_.trace_first_step &&
+         step - options_.trace_first_step < options_.trace_steps;
+}
+
+template <typename Done>
+Done ParameterServer::TraceUntil(const char* name, const RequestMeta& meta, Done done) const {
+  if (!Traced(meta.step)) return done;
+  return [tracer = options_.tracer, name, step = meta.step, trainer = meta.trainer_id,
+          start = Tracer::NowMicros(), inner = std::move(done)](auto result) {
+    tracer->AddSpan(name, start, Tracer::NowMicros() - start,
+                    {{"step", step}, {"trainer", trainer}});
+    inner(std::move(result));
+  };
+}
+
 void ParameterServer::HandlePrefetchBatch(const RequestMeta& meta,
                                           std::vector<PrefetchQuery> queries, bool after_update,
                                           PrefetchBatchDone done) {
+  done = TraceUntil("prefetch", meta, std::move(done));
   auto batch = std::make_shared<FusedLookup>();
   batch->queries = std::move(queries);
   batch->rows.resize(batch->queries.size());
@@ -434,6 +451,8 @@ void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, D
           inner(std::move(s));
         };
       }
+      done = TraceUntil(kind == SEND_BARRIER ? "send_barrier" : "fetch_barrier", meta,
+                        std::move(done));
       if (kind == SEND_BARRIER && meta.last_batch) barrier_.MarkLastBatch(meta.step);
       SyncBarrier::Actions actions = barrier_.Arrive(
           meta.trainer_id, meta.step,
@@ -533,6 +552,10 @@ void ParameterServer::RunSyncOptimize() {
     absl::MutexLock lock(&mu_);
     step = barrier_.step();
   }
+  // The trace's phases: start, tables applied (their lookups answered from then), answered.
+  const bool traced = Traced(step);
+  const int64_t start_us = traced ? Tracer::NowMicros() : 0;
+  int64_t tables_us = -1, answered_us = -1;
   // The next batches' lookups that came before this optimize: each table's right after its
   // update, while its rows are at hand, on the same threads.
   std::vector<std::shared_ptr<FusedLookup>> fused;
@@ -566,11 +589,23 @@ void ParameterServer::RunSyncOptimize() {
       [&] {
         // Every table is applied: the rows are the step's, answered while the dense blocks run
         // (their gets and the send barrier wait for the whole update).
+        if (traced) tables_us = Tracer::NowMicros();
         for (const auto& f : fused) {
           complete(*f);
           if (!f->answered.exchange(true)) f->done(std::move(f->rows));
         }
+        if (traced) answered_us = Tracer::NowMicros();
       });
+  if (traced) {
+    const int64_t end_us = Tracer::NowMicros();
+    const TraceArgs args = {{"step", step}};
+    options_.tracer->AddSpan("optimize", start_us, end_us - start_us, args);
+    if (answered_us >= 0) {
+      options_.tracer->AddSpan("tables", start_us, tables_us - start_us, args);
+      options_.tracer->AddSpan("answer", tables_us, answered_us - tables_us, args);
+      options_.tracer->AddSpan("blocks", answered_us, end_us - answered_us, args);
+    }
+  }
   for (const auto& f : fused) {
     if (!f->looked_up) complete(*f);
   }
@@ -587,6 +622,10 @@ void ParameterServer::RunSyncOptimize() {
   }
   for (SyncBarrier::Reply& r : replies) r.done(r.status);
   for (auto& g : gets) ServeGet(g.name, g.done);
+  if (traced && options_.on_traced &&
+      step == options_.trace_first_step + options_.trace_steps - 1) {
+    options_.on_traced();
+  }
 }
 
 void ParameterServer::Fail(absl::Status reason) {

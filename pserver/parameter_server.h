@@ -45,6 +45,7 @@
 #include "common/base/thread_pool.h"
 #include "common/framework/executor.h"
 #include "common/io/file_system.h"
+#include "common/metrics/trace.h"
 #include "common/rpc/server.h"
 #include "pserver/applier.h"
 #include "pserver/eval_reducer.h"
@@ -105,6 +106,18 @@ struct ParameterServerOptions {
   // its arrival to its release (or failure). Runs on any thread, possibly under the server's
   // lock: it must be quick and must not call the server.
   std::function<void(BarrierKind kind, absl::Duration wait)> on_barrier_wait;
+  // The --trace timeline (optional; must outlive the server): sync steps trace_first_step ..
+  // trace_first_step + trace_steps - 1 as spans. Per request of a trainer (args step, trainer):
+  // each send and fetch barrier from its arrival to its release ("send_barrier",
+  // "fetch_barrier"), each PrefetchBatch from its arrival to its answer ("prefetch"). Per step
+  // (arg step): the optimize ("optimize") and in it the tables with the next batches' lookups
+  // ("tables"), answering those lookups ("answer") and the dense blocks ("blocks"). Its
+  // timestamps line up with the trainers' traces (trace.h). on_traced runs (on the optimize's
+  // thread, without the server's lock) once the last traced step's optimize ended.
+  Tracer* tracer = nullptr;
+  int64_t trace_first_step = 0;
+  int64_t trace_steps = 0;
+  std::function<void()> on_traced;
 };
 
 struct TableExportOptions {
@@ -218,6 +231,11 @@ class ParameterServer : public RequestHandler {
   // consistent state at a step boundary, for checkpoints and exports).
   absl::Status AtStepBoundary(const std::function<absl::Status(int64_t step)>& fn);
   void RunSyncOptimize();
+  // Whether sync step `step` is on the trace (options_.tracer).
+  bool Traced(int64_t step) const;
+  // `done`, recording span `name` of `meta`'s step and trainer from now until it runs.
+  template <typename Done>
+  Done TraceUntil(const char* name, const RequestMeta& meta, Done done) const;
   // Sync: whether gradient `h` of `meta`, just complete, is one to apply before the step's
   // barrier (it arrived ahead of the barrier, every trainer is active and has its copy in, the
   // step's optimize has not started, no checkpoint runs); counts it as running if so.

@@ -148,6 +148,19 @@ absl::Status PserverProcess::Init() {
   po.checkpoint_dir = config.checkpoint_dir;
   po.export_dir = config.export_dir;
   po.fs = fs_;
+  if (!config.trace.empty()) {
+    // Pserver k is process 1000 + k of the timeline (trainers are their ids).
+    tracer_ = std::make_unique<Tracer>(TracerOptions{
+        1000 + po.pserver_index,
+        absl::StrCat("pserver ", po.pserver_index, " (", config.current_endpoint, ")")});
+    // An empty trace now: a bad --trace path fails at start, not after training.
+    TS_RETURN_IF_ERROR(tracer_->WriteFile(config.trace));
+    po.tracer = tracer_.get();
+    po.trace_first_step = config.trace_first_step;
+    po.trace_steps = config.trace_steps;
+    // Also as soon as the last traced step is applied: a pserver killed later keeps it.
+    po.on_traced = [this] { WriteTrace(); };
+  }
   TS_ASSIGN_OR_RETURN(ps_, ParameterServer::Create(program, &scope_, registry_.get(), po));
   if (!config.init_from.empty()) {  // restore before serving anything
     TS_ASSIGN_OR_RETURN(std::string ckpt,
@@ -285,6 +298,15 @@ void PserverProcess::Stop() {
   }
 }
 
+void PserverProcess::WriteTrace() {
+  if (tracer_ == nullptr) return;
+  absl::Status s = tracer_->WriteFile(config_.trace);
+  log_ << "pserver " << config_.current_endpoint << ": "
+       << (s.ok() ? absl::StrCat("trace of ", tracer_->size(), " spans written to ", config_.trace)
+                  : absl::StrCat("trace not written: ", s.message()))
+       << std::endl;
+}
+
 absl::Status PserverProcess::Wait() {
   const ClusterConfig& config = config_;
   absl::Status result = ps_->Wait();
@@ -294,6 +316,7 @@ absl::Status PserverProcess::Wait() {
     absl::SleepFor(kFailureLinger);
   }
   Stop();
+  WriteTrace();
   if (result.ok() && !config.table_export_dir.empty()) {
     auto rows = ps_->ExportTables(config.table_export_dir, TableExportOptions());
     if (!rows.ok()) return rows.status();

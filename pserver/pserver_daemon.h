@@ -35,6 +35,7 @@
 #include "common/io/file_system.h"
 #include "common/metrics/metrics.h"
 #include "common/metrics/metrics_server.h"
+#include "common/metrics/trace.h"
 #include "common/rpc/grpc/grpc_server.h"
 #include "common/rpc/rpc_metrics.h"
 #include "pserver/parameter_server.h"
@@ -67,6 +68,8 @@ class PserverProcess {
   void AddMetricsCollector();
   void StartStatsLine();
   void Stop();
+  // Writes the --trace timeline (if any), logging where or why not.
+  void WriteTrace();
 
   const ClusterConfig& config_;
   std::ostream& log_;
@@ -80,6 +83,7 @@ class PserverProcess {
   int blocks_ = 0;        // parameter blocks served
   int table_shards_ = 0;  // distributed table shards held
   int table_groups_ = 0;  // of them, groups held as one table (--fuse_tables)
+  std::unique_ptr<Tracer> tracer_;  // --trace
   std::unique_ptr<ParameterServer> ps_;
   std::unique_ptr<GrpcServer> server_;
   std::unique_ptr<MetricsServer> metrics_server_;

@@ -1,10 +1,11 @@
 // A real pserver + trainer job with --trace: the trainer's Chrome-trace JSON is valid (parsed
 // by protobuf's JSON parser), holds one "step" span per traced step and, nested in each, the
 // phases compute, prefetch, send and recv (the sync barriers ride on send and recv, and no
-// separate barrier phase appears; on one place the step's recv rides on its send). A job whose
-// pserver dies
-// still leaves the steps it recorded, the failed one marked incomplete; a bad --trace path fails
-// at start naming the path.
+// separate barrier phase appears; on one place the step's recv rides on its send). The
+// pservers' traces of the same steps: each step's optimize with its phases, inside trainer 0's
+// barrier wait, inside the trainer's send (one clock). A job whose pserver dies still leaves the
+// steps it recorded, the failed one marked incomplete; a bad --trace path fails a trainer or a
+// pserver at start naming the path.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -28,7 +29,10 @@ struct Span {
   std::string name;
   double ts = -1, dur = -1, pid = -1;
   int64_t step = -1;
+  int64_t trainer = -1;  // the pservers' per-request spans
   bool incomplete = false;
+
+  double end() const { return ts + dur; }
 };
 
 // The "X" events of the trace at `path`; fails the test when it is not valid trace JSON.
@@ -52,6 +56,9 @@ std::vector<Span> ReadTrace(const std::string& path) {
     span.pid = f.at("pid").number_value();
     const auto& args = f.at("args").struct_value().fields();
     if (args.count("step")) span.step = static_cast<int64_t>(args.at("step").number_value());
+    if (args.count("trainer")) {
+      span.trainer = static_cast<int64_t>(args.at("trainer").number_value());
+    }
     span.incomplete = args.count("incomplete") && args.at("incomplete").number_value() == 1;
     out.push_back(span);
   }
@@ -87,6 +94,52 @@ void StartTracedJobPastStep20(ProcessGroup* group, const std::string& dir,
   }
 }
 
+// A sync pserver's trace of steps 3..7 (process `pid`) against trainer 0's, `trainer` (per
+// step, the first span of each name): per step, one optimize holding its tables, answer and
+// blocks phases in that order, and one send and one fetch barrier of trainer 0, the optimize
+// inside the send barrier's wait and the send barrier inside the trainer's send (one clock);
+// trainer 0's lookup batches (one per step) as prefetch spans.
+void ExpectPserverTimeline(const std::vector<Span>& spans, int pid,
+                           std::map<int64_t, std::map<std::string, Span>>& trainer) {
+  std::map<int64_t, std::map<std::string, std::vector<Span>>> by_step;
+  int prefetches = 0;
+  for (const Span& s : spans) {
+    if (s.name == "prefetch") prefetches += s.trainer == 0 ? 1 : 0;
+    EXPECT_EQ(s.pid, pid) << s.name;
+    EXPECT_GT(s.ts, 0) << s.name;
+    EXPECT_GE(s.dur, 0) << s.name;
+    EXPECT_GE(s.step, 3) << s.name;
+    EXPECT_LE(s.step, 7) << s.name;
+    by_step[s.step][s.name].push_back(s);
+  }
+  for (int64_t step = 3; step <= 7; ++step) {
+    SCOPED_TRACE(absl::StrCat("step ", step));
+    auto& got = by_step[step];
+    for (const char* name :
+         {"optimize", "tables", "answer", "blocks", "send_barrier", "fetch_barrier"}) {
+      ASSERT_EQ(got[name].size(), 1u) << name;
+    }
+    const Span& optimize = got["optimize"][0];
+    const Span& tables = got["tables"][0];
+    const Span& answer = got["answer"][0];
+    const Span& blocks = got["blocks"][0];
+    EXPECT_EQ(tables.ts, optimize.ts);
+    EXPECT_EQ(answer.ts, tables.end());
+    EXPECT_EQ(blocks.ts, answer.end());
+    EXPECT_EQ(blocks.end(), optimize.end());
+    const Span& send_barrier = got["send_barrier"][0];
+    EXPECT_EQ(send_barrier.trainer, 0);
+    EXPECT_EQ(got["fetch_barrier"][0].trainer, 0);
+    EXPECT_LE(send_barrier.ts, optimize.ts);
+    EXPECT_GE(send_barrier.end(), optimize.end());
+    const Span& send = trainer[step]["send"];
+    EXPECT_LE(send.ts, send_barrier.ts);
+    EXPECT_GE(send.end(), send_barrier.end());
+  }
+  // (Which step a look-ahead batch counts as depends on when it arrived: not checked.)
+  EXPECT_GE(prefetches, 4);
+}
+
 // A traced 1-trainer CTR job with `extra` flags for every process, whose trainer looks up the
 // next batch during a step's recv exactly when `prefetch_ahead`.
 void ExpectNestedStepTimeline(const std::vector<std::string>& extra, bool prefetch_ahead) {
@@ -104,7 +157,9 @@ void ExpectNestedStepTimeline(const std::vector<std::string>& extra, bool prefet
   std::vector<pid_t> ps;
   for (int i = 0; i < 2; ++i) {
     std::vector<std::string> argv = {RunfilePath("pserver/tessera_pserver"),
-                                     "--current_endpoint=" + (*eps)[i]};
+                                     "--current_endpoint=" + (*eps)[i],
+                                     absl::StrCat("--trace=", dir, "/pserver.", i, ".json"),
+                                     "--trace_first_step=3", "--trace_steps=5"};
     argv.insert(argv.end(), common.begin(), common.end());
     auto pid = group.Start(argv, absl::StrCat(dir, "/pserver.", i, ".log"));
     ASSERT_TRUE(pid.ok());
@@ -185,6 +240,10 @@ void ExpectNestedStepTimeline(const std::vector<std::string>& extra, bool prefet
     } else {
       EXPECT_LE(prefetch.ts + prefetch.dur, first[step]["compute"].ts) << "step " << step;
     }
+  }
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(absl::StrCat("pserver ", i));
+    ExpectPserverTimeline(ReadTrace(absl::StrCat(dir, "/pserver.", i, ".json")), 1000 + i, first);
   }
 }
 
@@ -277,6 +336,16 @@ TEST(TraceClusterTest, UnwritableTracePathFailsAtStart) {
   ASSERT_TRUE(status.ok());
   EXPECT_FALSE(ExitedWith(*status, 0));
   std::string log = ReadFileOrEmpty(dir + "/trainer.log");
+  EXPECT_NE(log.find("trace file " + bad), std::string::npos) << log;
+  auto pserver = group.Start(
+      {RunfilePath("pserver/tessera_pserver"), "--current_endpoint=" + (*eps)[0],
+       "--pservers=" + (*eps)[0], "--trainers=1", "--example=mlp_regression", "--trace=" + bad},
+      dir + "/pserver.log");
+  ASSERT_TRUE(pserver.ok());
+  status = group.Wait(*pserver, absl::Seconds(30));
+  ASSERT_TRUE(status.ok());
+  EXPECT_FALSE(ExitedWith(*status, 0));
+  log = ReadFileOrEmpty(dir + "/pserver.log");
   EXPECT_NE(log.find("trace file " + bad), std::string::npos) << log;
 }
 

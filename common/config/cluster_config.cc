@@ -474,11 +474,13 @@ const std::vector<Setting>& Table() {
        Real(&ClusterConfig::stats_interval_s, "stats_interval_s", 0.0)},
       {{"trace",
         {"TESSERA_TRACE"},
-        "trainer: write a Chrome-trace JSON timeline here at exit (\"\" = none)"},
+        "trainer, pserver: write a Chrome-trace JSON timeline here at exit (\"\" = none): a "
+        "trainer's steps and their phases; a sync pserver's barriers, prefetches and optimizes "
+        "per step (process 1000 + its index), on the same clock"},
        Str(&ClusterConfig::trace)},
-      {{"trace_steps", {"TESSERA_TRACE_STEPS"}, "trainer: steps the trace records"},
+      {{"trace_steps", {"TESSERA_TRACE_STEPS"}, "trainer, pserver: steps the trace records"},
        Int(&ClusterConfig::trace_steps, "trace_steps", 1)},
-      {{"trace_first_step", {"TESSERA_TRACE_FIRST_STEP"}, "trainer: first traced step"},
+      {{"trace_first_step", {"TESSERA_TRACE_FIRST_STEP"}, "trainer, pserver: first traced step"},
        Int(&ClusterConfig::trace_first_step, "trace_first_step", 0)},
       // Checkpoints: where trainer 0 writes them, every how many steps (0 = at the end only),
       // how many complete ones to keep; a checkpoint (or checkpoint dir) both daemons restore.

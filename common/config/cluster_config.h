@@ -119,9 +119,9 @@ struct ClusterConfig {
   double stats_interval_s = 10;  // pserver: log a stats line every N seconds; 0 = off
   // Errors in full besides their one-line cause: a failed op with every input and output.
   bool verbose = false;
-  std::string trace;             // trainer: write a Chrome-trace JSON timeline here at exit
-  int64_t trace_steps = 200;     // trainer: steps the trace records (bounds its memory), >= 1
-  int64_t trace_first_step = 0;  // trainer: the first traced step (skip a warm-up)
+  std::string trace;             // trainer, pserver: write a Chrome-trace JSON timeline here
+  int64_t trace_steps = 200;     // trainer, pserver: steps the trace records (bounds its memory)
+  int64_t trace_first_step = 0;  // trainer, pserver: the first traced step (skip a warm-up)
   // Checkpoints (README "Checkpoints"): trainer 0 commits <checkpoint_dir>/ckpt-<step> every
   // checkpoint_every steps (0 = only at the end) and keeps the newest checkpoint_keep; both
   // daemons restore from init_from (a ckpt-* directory, or a checkpoint_dir: its newest).

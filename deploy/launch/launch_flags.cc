@@ -122,7 +122,9 @@ Launcher flags (also fields of the --config text proto, see proto/launch.proto):
   --stop_grace_s=S            SIGTERM to SIGKILL when stopping (default 5)
   --pserver_exit_grace_s=S    pservers' time to exit after the trainers finished (default 30)
   --pserver_bin=P --trainer_bin=T   daemon binaries (default: next to tessera_launch)
-  --trace=FILE                trainer 0 writes a Chrome-trace JSON timeline of its steps here
+  --trace=FILE                trainer 0 writes a Chrome-trace JSON timeline of its steps here,
+                              and pserver k its barriers, prefetches and optimizes next to
+                              it (t.json: t.pserver0.json, ...), on the same clock
   --bind_cpus=auto|none       auto (default): with as many pservers as trainers on this host,
                               two or more of each, trainer k and pserver k share the k-th equal
                               part of the launcher's CPUs; none: the OS places every process

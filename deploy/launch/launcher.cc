@@ -346,6 +346,7 @@ absl::StatusOr<std::vector<ProcessSpec>> PlanLaunch(const LaunchOptions& o) {
     p.name = absl::StrCat("pserver.", i);
     p.index = i;
     p.argv = {o.pserver_bin, "--role=pserver", "--current_endpoint=" + ps_eps[i]};
+    if (!o.trace.empty()) p.argv.push_back("--trace=" + PserverTracePath(o.trace, i));
     p.argv.insert(p.argv.end(), common.begin(), common.end());
     specs.push_back(std::move(p));
   }
@@ -364,6 +365,14 @@ absl::StatusOr<std::vector<ProcessSpec>> PlanLaunch(const LaunchOptions& o) {
   }
   if (o.bind_cpus == "auto") BindCpus(AllowedCpus(), &specs);
   return specs;
+}
+
+std::string PserverTracePath(const std::string& trace, int index) {
+  const std::string suffix = absl::StrCat(".pserver", index, ".json");
+  if (absl::EndsWith(trace, ".json")) {
+    return trace.substr(0, trace.size() - 5) + suffix;
+  }
+  return trace + suffix;
 }
 
 Launcher::~Launcher() { JoinStreamers(); }

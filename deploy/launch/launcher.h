@@ -63,7 +63,9 @@ struct LaunchOptions {
   std::string pserver_bin;
   std::string trainer_bin;
   std::vector<std::string> extra_args;  // passed to every daemon (e.g. --example=ctr)
-  std::string trace;  // trainer 0's --trace (Chrome-trace JSON path); no other daemon gets it
+  // Trainer 0's --trace (Chrome-trace JSON path); each pserver k started here gets
+  // PserverTracePath(trace, k). No other trainer traces.
+  std::string trace;
   // "auto": when this host starts as many pservers as trainers, two or more of each, trainer k
   // and pserver k are bound to the k-th of that many equal shares of the CPUs the launcher may
   // use (BindCpus); "none": the OS places every process.
@@ -94,6 +96,10 @@ struct ProcessSpec {
 // the OS scheduler, which moves a woken process next to the one that woke it, keeps pulling the
 // processes that exchange a step onto the same cores (tests/bench/RESULTS.md).
 void BindCpus(const std::vector<int>& allowed, std::vector<ProcessSpec>* specs);
+
+// Where pserver `index` of a launch with --trace=`trace` writes its timeline: `trace` with
+// ".pserver<index>" before its ".json" ending (appended, with ".json", when it has none).
+std::string PserverTracePath(const std::string& trace, int index);
 
 // The CPUs this process may run on (its affinity mask), ascending.
 std::vector<int> AllowedCpus();

@@ -302,17 +302,31 @@ TEST(PlanLaunchTest, LocalJob) {
   EXPECT_EQ(Flag((*plan)[4], "current_endpoint"), "<none>");
 }
 
-TEST(PlanLaunchTest, TraceGoesToTrainerZeroOnly) {
+TEST(PlanLaunchTest, TraceGoesToTrainerZeroAndEveryPserverBesideIt) {
   LaunchOptions o;
-  o.pservers = 1;
+  o.pservers = 2;
   o.trainers = 2;
   o.trace = "/tmp/t.json";
   auto plan = PlanLaunch(o);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  ASSERT_EQ(Names(*plan), (std::vector<std::string>{"pserver.0", "trainer.0", "trainer.1"}));
-  EXPECT_EQ(Flag((*plan)[1], "trace"), "/tmp/t.json");
-  EXPECT_EQ(Flag((*plan)[0], "trace"), "<none>");
-  EXPECT_EQ(Flag((*plan)[2], "trace"), "<none>");
+  ASSERT_EQ(Names(*plan),
+            (std::vector<std::string>{"pserver.0", "pserver.1", "trainer.0", "trainer.1"}));
+  EXPECT_EQ(Flag((*plan)[2], "trace"), "/tmp/t.json");
+  EXPECT_EQ(Flag((*plan)[0], "trace"), "/tmp/t.pserver0.json");
+  EXPECT_EQ(Flag((*plan)[1], "trace"), "/tmp/t.pserver1.json");
+  EXPECT_EQ(Flag((*plan)[3], "trace"), "<none>");
+  o.trace = "";
+  plan = PlanLaunch(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const ProcessSpec& p : *plan) EXPECT_EQ(Flag(p, "trace"), "<none>") << p.name;
+}
+
+TEST(PserverTracePathTest, InsertsThePserverBeforeAJsonEnding) {
+  EXPECT_EQ(PserverTracePath("/tmp/t.json", 0), "/tmp/t.pserver0.json");
+  EXPECT_EQ(PserverTracePath("/tmp/t.json", 12), "/tmp/t.pserver12.json");
+  EXPECT_EQ(PserverTracePath("/tmp/trace", 1), "/tmp/trace.pserver1.json");
+  EXPECT_EQ(PserverTracePath("t.json.gz", 0), "t.json.gz.pserver0.json");
+  EXPECT_EQ(PserverTracePath(".json", 3), ".pserver3.json");
 }
 
 TEST(PlanLaunchTest, MultiHostShareByRoleRankAndHost) {
