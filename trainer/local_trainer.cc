@@ -387,6 +387,11 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
       t->ride_ = t->options_.lookup_riders != nullptr && t->options_.num_replicas > 1 &&
                  t->folded_recv_ == t->tail_begin_ && t->head_end_ == 1;
       if (t->ride_) SetAttr(b->mutable_ops(0), "ride_on_send", true);
+      t->defer_ = !t->ride_ && t->options_.deferred_lookups != nullptr;
+      if (t->defer_) {
+        for (int i = 0; i < t->head_end_; ++i) SetAttr(b->mutable_ops(i), "complete_later", true);
+        t->deferred_wait_.pending = t->options_.deferred_lookups;
+      }
       for (int i = t->tail_begin_; i < b->ops_size(); ++i) {
         if (b->ops(i).type() == "recv") SetAttr(b->mutable_ops(i), "after_update", true);
       }
@@ -506,6 +511,7 @@ absl::Status LocalTrainer::RunPipelined(int64_t next_size, const FeedFn& next_fe
   if (in_flight_ != nullptr) {
     in_flight_->lookups_done.WaitForNotification();
     in_flight_->received_done.WaitForNotification();
+    if (defer_) options_.deferred_lookups->Wait().IgnoreError();
   }
   auto flight = std::make_shared<InFlight>();
   in_flight_ = flight;
@@ -550,6 +556,10 @@ absl::Status LocalTrainer::RunPipelined(int64_t next_size, const FeedFn& next_fe
   TS_RETURN_IF_ERROR(s);
   flight->received_done.WaitForNotification();
   flight->lookups_done.WaitForNotification();
+  if (defer_) {  // the rows, stored by the last reply's thread
+    absl::Status stored = options_.deferred_lookups->Wait();
+    if (flight->lookups.ok()) flight->lookups = stored;
+  }
   in_flight_ = nullptr;
   TS_RETURN_IF_ERROR(flight->received);
   TS_RETURN_IF_ERROR(flight->lookups);

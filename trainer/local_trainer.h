@@ -38,6 +38,7 @@
 #include "trainer/evaluation.h"
 #include "trainer/feeder.h"
 #include "trainer/lookup_riders.h"
+#include "trainer/pending_requests.h"
 #include "trainer/places.h"
 
 namespace tessera {
@@ -118,6 +119,12 @@ struct LocalTrainerOptions {
   // request per pserver and step). Must be the RpcContext::lookup_riders of the registry's RPC
   // ops. nullptr: the lookups go in their own requests.
   LookupRiders* lookup_riders = nullptr;
+  // Pipelined prefetch_ahead whose lookups do not ride on the send: the RpcContext::
+  // deferred_lookups of the registry's RPC ops. The lookups' op then returns once its requests
+  // are out (attr complete_later) and the thread of the last reply stores the rows; the step
+  // waits for them here before it ends, so no look-ahead thread wakes only to copy them and
+  // then wake the step. nullptr: the look-ahead thread waits for the rows.
+  PendingRequests* deferred_lookups = nullptr;
 };
 
 struct EpochStats {
@@ -267,6 +274,8 @@ class LocalTrainer {
   // Options::lookup_riders set: the next batch's lookups ride on the step's send (attr
   // ride_on_send on the lookup op).
   bool ride_ = false;
+  // Pipelined, not riding, Options::deferred_lookups set: attr complete_later on the lookups.
+  bool defer_ = false;
   ProgramDesc pipelined_program_;
   PreparedBlock pipelined_block_;
   struct InFlight {
@@ -274,8 +283,15 @@ class LocalTrainer {
     absl::Notification lookups_done, received_done;
   };
   std::shared_ptr<InFlight> in_flight_;
-  // The next batch's lookups (and, pipelined, the receives). Last: joined before the rest goes.
+  // The next batch's lookups (and, pipelined, the receives). Joined before the rest goes.
   std::unique_ptr<ThreadPool> ahead_;
+  // defer_: lookups in flight store into staging_; waited for before anything goes.
+  struct DeferredWait {
+    PendingRequests* pending = nullptr;
+    ~DeferredWait() {
+      if (pending != nullptr) pending->Wait().IgnoreError();
+    }
+  } deferred_wait_;
 };
 
 }  // namespace tessera

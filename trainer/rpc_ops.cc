@@ -18,28 +18,6 @@ PServerClient* ClientPool::Get(const std::string& endpoint) {
   return c.get();
 }
 
-DoneCallback PendingRequests::Add() {
-  {
-    absl::MutexLock lock(&state_->mu);
-    ++state_->pending;
-  }
-  return [state = state_](absl::Status s) {
-    absl::MutexLock lock(&state->mu);
-    if (state->error.ok() && !s.ok()) {
-      state->error = absl::Status(s.code(), absl::StrCat("early send: ", s.message()));
-    }
-    --state->pending;
-  };
-}
-
-absl::Status PendingRequests::Wait() {
-  State& st = *state_;
-  absl::MutexLock lock(&st.mu);
-  st.mu.Await(absl::Condition(
-      +[](State* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) { return s->pending == 0; }, &st));
-  return std::exchange(st.error, absl::OkStatus());
-}
-
 namespace {
 
 absl::Status CheckParallel(const OpContext& ctx, const std::vector<std::string>& vars,
@@ -115,15 +93,77 @@ struct IdShards {
   }
 };
 
+// A distributed table of a prefetch op: its entries' Ids, shards and rows.
+struct PrefetchTable {
+  std::string name;
+  int64_t dim = 0;
+  int owner = -1;                // >= 0: epmap[owner] holds the whole table (one shard)
+  std::vector<std::string> ids;  // the Ids variables of its entries, in order
+  int group = -1;                // its IdShards
+  std::vector<Tensor> rows;      // per shard
+
+  int Shards(int n) const { return owner < 0 ? n : 1; }
+  int PserverOf(int k) const { return owner < 0 ? k : owner; }
+};
+
+// What a prefetch op needs from its requests' start to the rows' arrival in its outputs (on the
+// heap: with attr complete_later the replies' thread stores them after the op returned).
+struct PrefetchState {
+  std::vector<std::string> eps;
+  std::vector<PrefetchTable> per;  // distinct tables
+  std::vector<int> table_of, input_of;
+  std::vector<const Tensor*> ids_of;
+  std::vector<Tensor*> outs;
+  std::vector<IdShards> groups;
+
+  // Checks the rows of every shard and gathers them into the outputs in input order.
+  absl::Status Store() const {
+    const int n = static_cast<int>(eps.size());
+    for (const PrefetchTable& p : per) {
+      const IdShards& g = groups[p.group];
+      for (int k = 0; k < p.Shards(n); ++k) {
+        if (g.shard_ids[k].empty()) continue;
+        const Tensor& r = p.rows[k];
+        if (r.dtype() != FLOAT32 || r.rank() != 2 || r.dim(1) != p.dim ||
+            r.dim(0) != static_cast<int64_t>(g.shard_ids[k].size())) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("pserver ", eps[p.PserverOf(k)], " returned ", r.DebugString(), " for ",
+                           g.shard_ids[k].size(), " ids of table ", p.name, " (dim ", p.dim, ")"));
+        }
+      }
+    }
+    for (size_t e = 0; e < outs.size(); ++e) {
+      const PrefetchTable& p = per[table_of[e]];
+      const std::vector<std::pair<int, int64_t>>& where = groups[p.group].where[input_of[e]];
+      const int64_t dim = p.dim;
+      Tensor* out = outs[e];
+      const int64_t count = ids_of[e]->numel();
+      out->Resize(FLOAT32, {count, dim});
+      out->set_lod(ids_of[e]->lod());  // a multi-hot slot's sequences, as lookup_table keeps them
+      float* o = out->data<float>();
+      for (int64_t i = 0; i < count; ++i) {
+        const auto& [k, index] = where[static_cast<size_t>(i)];
+        std::memcpy(o + i * dim, p.rows[k].data<float>() + index * dim, sizeof(float) * dim);
+      }
+    }
+    return absl::OkStatus();
+  }
+};
+
 // prefetch: Ids[i] (int64, any values) -> Out[i] [N_i, dims[i]], the rows of distributed table
 // tables[i] (single-table form: attrs table, dim). Per table (entries naming the same table
 // share its lookups), duplicate ids are fetched once and split by shard (attr shard_method;
 // shard k is served by epmap[k]), or, where attr owners[i] >= 0 (table-wise placement), all
 // sent to epmap[owners[i]], which holds the whole table; tables fed by the same Ids (a slot's
 // deep and wide tables) share that work. Each pserver gets one request for all tables, all
-// pservers in flight together; rows are gathered back in input order.
+// pservers in flight together; rows are gathered back in input order. With attr
+// complete_later (pipelined look-ahead, not riding on the send) the op returns once its
+// requests are out, and the thread of the last reply stores the rows (RpcContext::
+// deferred_lookups: the step waits for them there), so no thread wakes only to copy them.
 absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
-  auto eps = ctx.StringsAttr("epmap");
+  auto st = std::make_shared<PrefetchState>();
+  st->eps = ctx.StringsAttr("epmap");
+  const std::vector<std::string>& eps = st->eps;
   std::vector<std::string> tables = ctx.StringsAttr("tables");
   std::vector<int64_t> dims = ctx.IntsAttr("dims");
   std::vector<int64_t> owners = ctx.IntsAttr("owners");
@@ -147,20 +187,14 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   }
   if (eps.empty()) return ctx.Error("needs epmap");
   const int n = static_cast<int>(eps.size());
-  struct PerTable {
-    std::string name;
-    int64_t dim = 0;
-    int owner = -1;                // >= 0: epmap[owner] holds the whole table (one shard)
-    std::vector<std::string> ids;  // the Ids variables of its entries, in order
-    int group = -1;                // its IdShards
-    std::vector<Tensor> rows;      // per shard
-
-    int Shards(int n) const { return owner < 0 ? n : 1; }
-    int PserverOf(int k) const { return owner < 0 ? k : owner; }
-  };
-  std::vector<PerTable> per;  // distinct tables
-  std::vector<int> table_of(num_entries), input_of(num_entries);
-  std::vector<const Tensor*> ids_of(num_entries);
+  std::vector<PrefetchTable>& per = st->per;
+  std::vector<int>& table_of = st->table_of;
+  std::vector<int>& input_of = st->input_of;
+  std::vector<const Tensor*>& ids_of = st->ids_of;
+  table_of.resize(num_entries);
+  input_of.resize(num_entries);
+  ids_of.resize(num_entries);
+  st->outs.resize(num_entries);
   for (int e = 0; e < num_entries; ++e) {
     if (dims[e] < 1) return ctx.Error(absl::StrCat("table ", tables[e], " has dim ", dims[e]));
     if (owners[e] < -1 || owners[e] >= n) {
@@ -182,11 +216,12 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
     per[t].ids.push_back(ids_names[e]);
     TS_ASSIGN_OR_RETURN(ids_of[e], ctx.Input("Ids", e));
     TS_RETURN_IF_ERROR(ctx.CheckDType("Ids", *ids_of[e], INT64));
+    TS_ASSIGN_OR_RETURN(st->outs[e], ctx.Output("Out", e));
   }
   // One IdShards per distinct list of Ids variables and shard count.
-  std::vector<IdShards> groups;
+  std::vector<IdShards>& groups = st->groups;
   std::vector<std::pair<const std::vector<std::string>*, int>> group_keys;
-  for (PerTable& p : per) {
+  for (PrefetchTable& p : per) {
     size_t g = 0;
     while (g < group_keys.size() &&
            (*group_keys[g].first != p.ids || group_keys[g].second != p.Shards(n))) {
@@ -206,7 +241,7 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   // One request per pserver: the shards it serves (several shards may share an endpoint).
   std::vector<std::string> endpoints = Distinct(eps);
   std::vector<std::vector<PrefetchItem>> batches(endpoints.size());
-  for (PerTable& p : per) {
+  for (PrefetchTable& p : per) {
     const IdShards& g = groups[p.group];
     for (int k = 0; k < p.Shards(n); ++k) {
       if (g.shard_ids[k].empty()) continue;
@@ -232,11 +267,41 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
     }
     for (auto& round : rounds) requests.push_back({e, std::move(round)});
   }
-  StatusGroup group(static_cast<int>(requests.size()));
   RequestMeta meta = rpc->Meta();
   const bool after_update = ctx.BoolAttr("after_update", false);
+  const bool ride = after_update && ctx.BoolAttr("ride_on_send", false);
+  if (ctx.BoolAttr("complete_later", false) && !ride && !requests.empty()) {
+    // The last reply's thread stores the rows; the first error wins.
+    struct Join {
+      absl::Mutex mu;
+      int left ABSL_GUARDED_BY(mu) = 0;
+      absl::Status first ABSL_GUARDED_BY(mu);
+    };
+    auto join = std::make_shared<Join>();
+    {
+      absl::MutexLock lock(&join->mu);
+      join->left = static_cast<int>(requests.size());
+    }
+    DoneCallback stored = rpc->deferred_lookups.Add();
+    for (auto& [e, items] : requests) {
+      rpc->clients->Get(endpoints[e])
+          ->PrefetchBatchAsync(meta, std::move(items), after_update,
+                               [st, join, stored](absl::Status s) {
+                                 absl::Status result;
+                                 {
+                                   absl::MutexLock lock(&join->mu);
+                                   if (join->first.ok()) join->first = s;
+                                   if (--join->left > 0) return;
+                                   result = join->first;
+                                 }
+                                 stored(result.ok() ? st->Store() : result);
+                               });
+    }
+    return absl::OkStatus();
+  }
+  StatusGroup group(static_cast<int>(requests.size()));
   bool rode = false;
-  if (after_update && ctx.BoolAttr("ride_on_send", false)) {
+  if (ride) {
     // The step's send carries them where it expects them and each pserver gets one request;
     // otherwise it must not wait for them.
     std::vector<bool> seen(endpoints.size());
@@ -257,34 +322,7 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
     }
   }
   TS_RETURN_IF_ERROR(group.Wait());
-  for (const PerTable& p : per) {
-    const IdShards& g = groups[p.group];
-    for (int k = 0; k < p.Shards(n); ++k) {
-      if (g.shard_ids[k].empty()) continue;
-      const Tensor& r = p.rows[k];
-      if (r.dtype() != FLOAT32 || r.rank() != 2 || r.dim(1) != p.dim ||
-          r.dim(0) != static_cast<int64_t>(g.shard_ids[k].size())) {
-        return ctx.Error(absl::StrCat("pserver ", eps[p.PserverOf(k)], " returned ",
-                                      r.DebugString(), " for ", g.shard_ids[k].size(),
-                                      " ids of table ", p.name, " (dim ", p.dim, ")"));
-      }
-    }
-  }
-  for (int e = 0; e < num_entries; ++e) {
-    const PerTable& p = per[table_of[e]];
-    const std::vector<std::pair<int, int64_t>>& where = groups[p.group].where[input_of[e]];
-    const int64_t dim = p.dim;
-    TS_ASSIGN_OR_RETURN(Tensor * out, ctx.Output("Out", e));
-    const int64_t count = ids_of[e]->numel();
-    out->Resize(FLOAT32, {count, dim});
-    out->set_lod(ids_of[e]->lod());  // a multi-hot slot's sequences, as lookup_table keeps them
-    float* o = out->data<float>();
-    for (int64_t i = 0; i < count; ++i) {
-      const auto& [k, index] = where[static_cast<size_t>(i)];
-      std::memcpy(o + i * dim, p.rows[k].data<float>() + index * dim, sizeof(float) * dim);
-    }
-  }
-  return absl::OkStatus();
+  return st->Store();
 }
 
 // One pserver's request of a send or recv: the indices of its variables, and whether it carries

@@ -37,6 +37,7 @@
 #include "common/rpc/client.h"
 #include "trainer/evaluation.h"
 #include "trainer/lookup_riders.h"
+#include "trainer/pending_requests.h"
 
 namespace tessera {
 
@@ -56,24 +57,6 @@ class ClientPool {
 // Shared by the RPC op kernels of one trainer. `step` is the trainer's current step; the
 // training loop advances it after each step.
 class AsyncCommunicator;
-
-// Requests in flight that a later op must wait for (the step's early sends). Thread-safe; a
-// callback from Add may run after the object is gone.
-class PendingRequests {
- public:
-  // One more in flight; the returned callback takes its result.
-  DoneCallback Add();
-  // Waits until none is in flight; returns the first error since the last Wait (and forgets it).
-  absl::Status Wait();
-
- private:
-  struct State {
-    absl::Mutex mu;
-    int pending ABSL_GUARDED_BY(mu) = 0;
-    absl::Status error ABSL_GUARDED_BY(mu);
-  };
-  std::shared_ptr<State> state_ = std::make_shared<State>();
-};
 
 struct RpcContext {
   std::string job_id;
@@ -97,7 +80,11 @@ struct RpcContext {
   // (LocalTrainerOptions::lookup_riders).
   LookupRiders lookup_riders;
   // Sync: the step's early sends (attr early), which its barrier-carrying send waits for.
-  PendingRequests early_sends;
+  PendingRequests early_sends{"early send"};
+  // Pipelined steps: the next batch's lookups of a prefetch op with attr complete_later, whose
+  // rows are stored into its outputs by the thread that receives the last reply; the step
+  // waits for them here before it ends.
+  PendingRequests deferred_lookups{"lookups"};
 
   RequestMeta Meta() const {
     return RequestMeta{job_id, trainer_id, step.load(), last_batch.load()};

@@ -20,7 +20,7 @@ namespace {
 // The step's send waits for its early sends (PendingRequests::Wait) and fails with their first
 // error; the next step starts clean.
 TEST(PendingRequestsTest, WaitReturnsOnceAllFinishedWithTheFirstErrorThenForgetsIt) {
-  PendingRequests pending;
+  PendingRequests pending("early send");
   EXPECT_TRUE(pending.Wait().ok());  // nothing in flight
   DoneCallback a = pending.Add();
   DoneCallback b = pending.Add();
@@ -40,7 +40,7 @@ TEST(PendingRequestsTest, WaitReturnsOnceAllFinishedWithTheFirstErrorThenForgets
 TEST(PendingRequestsTest, ACallbackMayOutliveIt) {
   DoneCallback late;
   {
-    PendingRequests pending;
+    PendingRequests pending("early send");
     late = pending.Add();
   }
   late(absl::OkStatus());  // no use after free (ASan/valgrind would tell)
