@@ -18,6 +18,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 PS="${1:-1}"
 TR="${2:-1}"
+if ! [[ "$PS$TR" =~ ^[0-9]+$ ]]; then
+  echo "usage: tests/bench/step_timeline.sh [PSERVERS TRAINERS [flags...]] (got '$PS' '$TR')" >&2
+  exit 2
+fi
 shift $(($# >= 2 ? 2 : $#))
 BIN=bazel-bin
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/tessera-step-timeline.XXXXXX")"
@@ -27,7 +31,7 @@ trap 'rm -rf "$WORK"' EXIT
   --epochs=1 --log_every_steps=0 --log_dir="$WORK/logs" --noplot --trace="$WORK/t.json" \
   --trace_first_step=300 --trace_steps=1000 "$@" >"$WORK/launch.out" 2>&1 ||
   { echo "the job failed:" >&2; tail -5 "$WORK/launch.out" >&2; exit 1; }
-grep -hoE "samples/s [0-9]+" "$WORK"/logs/trainer.0.log | sed 's/^/trainer 0: /'
+grep -hoE "samples/s [0-9]+" "$WORK"/logs/trainer.0.log | sed 's/^/trainer 0 (its own examples): /'
 python3 - "$WORK/t.json" "$WORK/t.pserver0.json" <<'PY'
 import collections, json, statistics, sys
 spans = []
