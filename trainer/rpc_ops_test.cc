@@ -1,5 +1,6 @@
 #include "trainer/rpc_ops.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -136,6 +137,102 @@ TEST_F(EarlySendTest, AFailedEarlySendFailsTheStepsSendWhichSendsNothing) {
   EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable) << result;
   EXPECT_NE(result.message().find("early send: pserver ps0"), absl::string_view::npos) << result;
   EXPECT_EQ(client_->Calls(), std::vector<std::string>{"early:g1,"});
+}
+
+// Holds each PrefetchBatch until Answer, which fills every item's rows (row of id x: x, 10x)
+// or fails them.
+class HeldLookupsClient : public AnsweringPServerClient {
+ public:
+  HeldLookupsClient() : AnsweringPServerClient(absl::UnimplementedError("fake pserver"), "ps0") {}
+  void PrefetchBatchAsync(const RequestMeta&, std::vector<PrefetchItem> items, bool,
+                          DoneCallback done) override {
+    absl::MutexLock lock(&mu_);
+    held_.push_back({std::move(items), std::move(done)});
+  }
+  int Held() {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(held_.size());
+  }
+  // `width` floats per row (a wrong one: a malformed reply).
+  void Answer(absl::Status s, int64_t width = 2) {
+    std::vector<std::pair<std::vector<PrefetchItem>, DoneCallback>> out;
+    {
+      absl::MutexLock lock(&mu_);
+      out.swap(held_);
+    }
+    for (auto& [items, done] : out) {
+      for (PrefetchItem& item : items) {
+        const int64_t n = static_cast<int64_t>(item.ids->size());
+        item.out->Resize(FLOAT32, {n, width});
+        for (int64_t i = 0; i < n * width; ++i) {
+          const float id = static_cast<float>((*item.ids)[i / width]);
+          item.out->data<float>()[i] = i % width == 0 ? id : 10 * id;
+        }
+      }
+      done(s);
+    }
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::pair<std::vector<PrefetchItem>, DoneCallback>> held_ ABSL_GUARDED_BY(mu_);
+};
+
+// A pipelined step's look-ahead lookups (attr complete_later): the op returns once its request is
+// out, and the reply's thread stores the rows (RpcContext::deferred_lookups).
+class DeferredLookupsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    rpc_.clients = &pool_;
+    ASSERT_TRUE(RegisterRpcOps(&registry_, &rpc_).ok());
+    OpDesc op = MakeOp("prefetch", {{"Ids", {"ids"}}}, {{"Out", {"rows"}}});
+    SetAttr(&op, "epmap", std::vector<std::string>{"ps0"});
+    SetAttr(&op, "tables", std::vector<std::string>{"emb"});
+    SetAttr(&op, "dims", std::vector<int64_t>{2});
+    SetAttr(&op, "after_update", true);
+    SetAttr(&op, "complete_later", true);
+    *program_.add_blocks()->add_ops() = op;
+    Tensor* ids = scope_.Var("ids")->GetMutable<Tensor>();
+    ids->Resize(INT64, {4, 1});
+    const int64_t values[] = {5, 7, 5, 9};
+    std::copy(values, values + 4, ids->data<int64_t>());
+  }
+
+  HeldLookupsClient* client_ = new HeldLookupsClient;  // owned by pool_
+  ClientPool pool_{[this](const std::string&) { return std::unique_ptr<PServerClient>(client_); }};
+  RpcContext rpc_;
+  OpRegistry registry_;
+  ProgramDesc program_;
+  Scope scope_;
+};
+
+TEST_F(DeferredLookupsTest, TheOpReturnsAtOnceAndTheRowsArriveByTheReply) {
+  ASSERT_TRUE(Executor(&registry_).Run(program_, 0, &scope_).ok());
+  EXPECT_EQ(client_->Held(), 1);  // returned with its request still unanswered
+  std::thread reply([&] { client_->Answer(absl::OkStatus()); });
+  absl::Status stored = rpc_.deferred_lookups.Wait();
+  reply.join();
+  ASSERT_TRUE(stored.ok()) << stored;
+  const Tensor& rows = scope_.FindVar("rows")->Get<Tensor>();
+  ASSERT_EQ(rows.shape(), (Shape{4, 2}));
+  EXPECT_EQ(std::vector<float>(rows.data<float>(), rows.data<float>() + 8),
+            (std::vector<float>{5, 50, 7, 70, 5, 50, 9, 90}));  // duplicates fetched once
+}
+
+TEST_F(DeferredLookupsTest, AFailedOrMalformedReplyIsTheWaitsError) {
+  ASSERT_TRUE(Executor(&registry_).Run(program_, 0, &scope_).ok());
+  client_->Answer(absl::UnavailableError("pserver ps0 PrefetchBatch: connection refused"));
+  absl::Status failed = rpc_.deferred_lookups.Wait();
+  EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
+  EXPECT_NE(failed.message().find("lookups: pserver ps0"), absl::string_view::npos) << failed;
+  EXPECT_TRUE(rpc_.deferred_lookups.Wait().ok());  // reported once
+
+  ASSERT_TRUE(Executor(&registry_).Run(program_, 0, &scope_).ok());
+  client_->Answer(absl::OkStatus(), /*width=*/3);  // the table has dim 2
+  absl::Status malformed = rpc_.deferred_lookups.Wait();
+  EXPECT_EQ(malformed.code(), absl::StatusCode::kInvalidArgument) << malformed;
+  EXPECT_NE(malformed.message().find("pserver ps0 returned"), absl::string_view::npos) << malformed;
+  EXPECT_NE(malformed.message().find("table emb (dim 2)"), absl::string_view::npos) << malformed;
 }
 
 }  // namespace
