@@ -56,6 +56,11 @@ sleep "$(awk -v a="$T0" -v b="$T1" 'BEGIN { print b - a }')"
 snapshot | sort >"$WORK/s1"
 wait "$LAUNCH" || { echo "the job failed:" >&2; tail -5 "$WORK/launch.out" >&2; exit 1; }
 LAUNCH=""
+if [ -z "$(join "$WORK/s0" "$WORK/s1")" ]; then
+  echo "thread_cpu.sh: no daemon thread ran at both second $T0 and second $T1 (the job ends" \
+    "before second $T1, or had not started its daemons at second $T0): pick another window" >&2
+  exit 1
+fi
 echo "CPU seconds between second $T0 and second $T1 ($PS pserver(s), $TR trainer(s)):"
 join "$WORK/s0" "$WORK/s1" | awk -v tick="$TICK" -v span="$(awk -v a="$T0" -v b="$T1" 'BEGIN { print b - a }')" '
   { split($1, k, ":"); key = k[1] " " k[2]; cpu[key] += ($3 - $2) / tick; all += ($3 - $2) / tick }
