@@ -265,6 +265,41 @@ TEST(TraceClusterTest, NoPrefetchAheadWithTableAdmission) {
   ExpectNestedStepTimeline({"--table_admission_threshold=2"}, /*prefetch_ahead=*/false);
 }
 
+// Async: no barriers and no step-wide optimize on the pserver; its trace holds the trainer's
+// lookup batches only.
+TEST(TraceClusterTest, AnAsyncPserverTracesItsLookupsOnly) {
+  std::string dir = MakeTempDir("trace_async");
+  auto eps = FreeEndpoints(1);
+  ASSERT_TRUE(eps.ok());
+  std::vector<std::string> common = {
+      "--pservers=" + (*eps)[0], "--trainers=1",         "--example=ctr",  "--num_examples=1024",
+      "--num_test_examples=64",  "--batch_size=64",      "--epochs=1",     "--vocab_per_slot=500",
+      "--sync_mode=false",       "--trace_first_step=3", "--trace_steps=5"};
+  ProcessGroup group;
+  std::vector<std::string> ps_argv = {RunfilePath("pserver/tessera_pserver"),
+                                      "--current_endpoint=" + (*eps)[0],
+                                      "--trace=" + dir + "/pserver.json"};
+  ps_argv.insert(ps_argv.end(), common.begin(), common.end());
+  auto ps = group.Start(ps_argv, dir + "/pserver.log");
+  ASSERT_TRUE(ps.ok());
+  std::vector<std::string> tr_argv = {RunfilePath("trainer/tessera_trainer"), "--trainer_id=0"};
+  tr_argv.insert(tr_argv.end(), common.begin(), common.end());
+  auto trainer = group.Start(tr_argv, dir + "/trainer.log");
+  ASSERT_TRUE(trainer.ok());
+  auto status = group.Wait(*trainer, absl::Seconds(90));
+  ASSERT_TRUE(status.ok()) << ReadFileOrEmpty(dir + "/trainer.log");
+  ASSERT_TRUE(ExitedWith(*status, 0)) << ReadFileOrEmpty(dir + "/trainer.log");
+  ASSERT_TRUE(group.Wait(*ps, absl::Seconds(30)).ok());
+  std::set<int64_t> steps;
+  for (const Span& s : ReadTrace(dir + "/pserver.json")) {
+    EXPECT_EQ(s.name, "prefetch");
+    EXPECT_EQ(s.pid, 1000);
+    EXPECT_EQ(s.trainer, 0);
+    steps.insert(s.step);
+  }
+  EXPECT_EQ(steps, (std::set<int64_t>{3, 4, 5, 6, 7})) << ReadFileOrEmpty(dir + "/pserver.log");
+}
+
 TEST(TraceClusterTest, FailedRunKeepsTheStepsItRecorded) {
   std::string dir = MakeTempDir("trace_fail");
   auto eps = FreeEndpoints(1);
