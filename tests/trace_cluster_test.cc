@@ -67,6 +67,18 @@ std::vector<Span> ReadTrace(const std::string& path) {
 
 bool ExitedWith(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
 
+// Starts trainer 0 with `argv` (logging to dir/trainer.log), waits (at most 90 s) for it to exit
+// 0, then (at most 30 s each) for `pservers`.
+void RunTrainerToSuccess(ProcessGroup* group, const std::string& dir,
+                         const std::vector<std::string>& argv, const std::vector<pid_t>& pservers) {
+  auto trainer = group->Start(argv, dir + "/trainer.log");
+  ASSERT_TRUE(trainer.ok());
+  auto status = group->Wait(*trainer, absl::Seconds(90));
+  ASSERT_TRUE(status.ok()) << ReadFileOrEmpty(dir + "/trainer.log");
+  ASSERT_TRUE(ExitedWith(*status, 0)) << ReadFileOrEmpty(dir + "/trainer.log");
+  for (pid_t p : pservers) EXPECT_TRUE(group->Wait(p, absl::Seconds(30)).ok());
+}
+
 // Starts a pserver at `endpoint` and trainer 0 (tracing to `trace` with --trace_steps=
 // `trace_steps`), both with `common` flags, in `group`; waits (at most 60 s) until the trainer
 // logged step 20. Their pids go to *pserver and *trainer.
@@ -174,12 +186,8 @@ void ExpectNestedStepTimeline(const std::vector<std::string>& extra, bool prefet
   std::vector<std::string> tr = {RunfilePath("trainer/tessera_trainer"), "--trainer_id=0",
                                  "--trace=" + trace, "--trace_first_step=3", "--trace_steps=5"};
   tr.insert(tr.end(), common.begin(), common.end());
-  auto trainer = group.Start(tr, dir + "/trainer.log");
-  ASSERT_TRUE(trainer.ok());
-  auto status = group.Wait(*trainer, absl::Seconds(90));
-  ASSERT_TRUE(status.ok()) << ReadFileOrEmpty(dir + "/trainer.log");
-  ASSERT_TRUE(ExitedWith(*status, 0)) << ReadFileOrEmpty(dir + "/trainer.log");
-  for (pid_t p : ps) EXPECT_TRUE(group.Wait(p, absl::Seconds(30)).ok());
+  RunTrainerToSuccess(&group, dir, tr, ps);
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_NE(ReadFileOrEmpty(dir + "/trainer.log").find("spans written to " + trace),
             std::string::npos);
 
@@ -284,12 +292,8 @@ TEST(TraceClusterTest, AnAsyncPserverTracesItsLookupsOnly) {
   ASSERT_TRUE(ps.ok());
   std::vector<std::string> tr_argv = {RunfilePath("trainer/tessera_trainer"), "--trainer_id=0"};
   tr_argv.insert(tr_argv.end(), common.begin(), common.end());
-  auto trainer = group.Start(tr_argv, dir + "/trainer.log");
-  ASSERT_TRUE(trainer.ok());
-  auto status = group.Wait(*trainer, absl::Seconds(90));
-  ASSERT_TRUE(status.ok()) << ReadFileOrEmpty(dir + "/trainer.log");
-  ASSERT_TRUE(ExitedWith(*status, 0)) << ReadFileOrEmpty(dir + "/trainer.log");
-  ASSERT_TRUE(group.Wait(*ps, absl::Seconds(30)).ok());
+  RunTrainerToSuccess(&group, dir, tr_argv, {*ps});
+  if (HasFatalFailure()) return;
   std::set<int64_t> steps;
   for (const Span& s : ReadTrace(dir + "/pserver.json")) {
     EXPECT_EQ(s.name, "prefetch");

@@ -89,13 +89,31 @@ class HoldingClient : public AnsweringPServerClient {
   std::vector<DoneCallback> held ABSL_GUARDED_BY(mu);
 };
 
-// A step's program with an early send of g1 (as LocalTrainer's send_early_bytes makes it) and
-// the step's send of g2 with the barrier, run on another thread.
-class EarlySendTest : public ::testing::Test {
+// The RPC ops with one fake pserver, "ps0", of type Client (owned by the client pool), and a
+// program and a scope to run them in.
+template <typename Client>
+class OneFakePserverTest : public ::testing::Test {
  protected:
   void SetUp() override {
     rpc_.clients = &pool_;
     ASSERT_TRUE(RegisterRpcOps(&registry_, &rpc_).ok());
+  }
+
+  Client* client_ = new Client;
+  ClientPool pool_{[this](const std::string&) { return std::unique_ptr<PServerClient>(client_); }};
+  RpcContext rpc_;
+  OpRegistry registry_;
+  ProgramDesc program_;
+  Scope scope_;
+};
+
+// A step's program with an early send of g1 (as LocalTrainer's send_early_bytes makes it) and
+// the step's send of g2 with the barrier, run on another thread.
+class EarlySendTest : public OneFakePserverTest<HoldingClient> {
+ protected:
+  void SetUp() override {
+    OneFakePserverTest::SetUp();
+    if (HasFatalFailure()) return;
     BlockDesc* block = program_.add_blocks();
     OpDesc early = MakeOp("send", {{"X", {"g1"}}}, {});
     SetAttr(&early, "epmap", std::vector<std::string>{"ps0"});
@@ -107,13 +125,6 @@ class EarlySendTest : public ::testing::Test {
     *block->add_ops() = step;
     for (const char* g : {"g1", "g2"}) scope_.Var(g)->GetMutable<Tensor>()->Resize(FLOAT32, {2});
   }
-
-  HoldingClient* client_ = new HoldingClient;  // owned by pool_
-  ClientPool pool_{[this](const std::string&) { return std::unique_ptr<PServerClient>(client_); }};
-  RpcContext rpc_;
-  OpRegistry registry_;
-  ProgramDesc program_;
-  Scope scope_;
 };
 
 TEST_F(EarlySendTest, TheStepsBarrierGoesOutOnlyOnceTheEarlySendWasReceived) {
@@ -180,11 +191,11 @@ class HeldLookupsClient : public AnsweringPServerClient {
 
 // A pipelined step's look-ahead lookups (attr complete_later): the op returns once its request is
 // out, and the reply's thread stores the rows (RpcContext::deferred_lookups).
-class DeferredLookupsTest : public ::testing::Test {
+class DeferredLookupsTest : public OneFakePserverTest<HeldLookupsClient> {
  protected:
   void SetUp() override {
-    rpc_.clients = &pool_;
-    ASSERT_TRUE(RegisterRpcOps(&registry_, &rpc_).ok());
+    OneFakePserverTest::SetUp();
+    if (HasFatalFailure()) return;
     OpDesc op = MakeOp("prefetch", {{"Ids", {"ids"}}}, {{"Out", {"rows"}}});
     SetAttr(&op, "epmap", std::vector<std::string>{"ps0"});
     SetAttr(&op, "tables", std::vector<std::string>{"emb"});
@@ -197,13 +208,6 @@ class DeferredLookupsTest : public ::testing::Test {
     const int64_t values[] = {5, 7, 5, 9};
     std::copy(values, values + 4, ids->data<int64_t>());
   }
-
-  HeldLookupsClient* client_ = new HeldLookupsClient;  // owned by pool_
-  ClientPool pool_{[this](const std::string&) { return std::unique_ptr<PServerClient>(client_); }};
-  RpcContext rpc_;
-  OpRegistry registry_;
-  ProgramDesc program_;
-  Scope scope_;
 };
 
 TEST_F(DeferredLookupsTest, TheOpReturnsAtOnceAndTheRowsArriveByTheReply) {
