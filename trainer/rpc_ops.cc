@@ -272,30 +272,13 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   const bool ride = after_update && ctx.BoolAttr("ride_on_send", false);
   if (ctx.BoolAttr("complete_later", false) && !ride && !requests.empty()) {
     // The last reply's thread stores the rows; the first error wins.
-    struct Join {
-      absl::Mutex mu;
-      int left ABSL_GUARDED_BY(mu) = 0;
-      absl::Status first ABSL_GUARDED_BY(mu);
-    };
-    auto join = std::make_shared<Join>();
-    {
-      absl::MutexLock lock(&join->mu);
-      join->left = static_cast<int>(requests.size());
-    }
     DoneCallback stored = rpc->deferred_lookups.Add();
-    for (auto& [e, items] : requests) {
+    std::vector<DoneCallback> replies = JoinThen(
+        static_cast<int>(requests.size()), [st, stored] { stored(st->Store()); }, stored);
+    for (size_t r = 0; r < requests.size(); ++r) {
+      auto& [e, items] = requests[r];
       rpc->clients->Get(endpoints[e])
-          ->PrefetchBatchAsync(meta, std::move(items), after_update,
-                               [st, join, stored](absl::Status s) {
-                                 absl::Status result;
-                                 {
-                                   absl::MutexLock lock(&join->mu);
-                                   if (join->first.ok()) join->first = s;
-                                   if (--join->left > 0) return;
-                                   result = join->first;
-                                 }
-                                 stored(result.ok() ? st->Store() : result);
-                               });
+          ->PrefetchBatchAsync(meta, std::move(items), after_update, std::move(replies[r]));
     }
     return absl::OkStatus();
   }
