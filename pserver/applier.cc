@@ -162,6 +162,12 @@ absl::Status Applier::InitTables() {
     o.evict_after_steps = options_.table_evict_after_steps;
     o.max_rows = options_.table_max_rows;
     o.num_shards = TableShards(options_.table_shards);
+    // Its share of the declared vocabulary (attr rows, of the whole table), as a sizing hint.
+    for (int m = i; m < end; ++m) {
+      const int64_t rows = GetIntAttr(ops[m], "rows", 0);
+      const int64_t shards = std::max(1, t.num_shards);
+      if (rows > 0) o.expected_rows = std::max(o.expected_rows, (rows + shards - 1) / shards);
+    }
     auto table = SparseTable::Create(o);
     if (!table.ok()) {
       return absl::InvalidArgumentError(
@@ -245,19 +251,26 @@ absl::Status Applier::ApplyStep(
   std::vector<std::vector<const SelectedRows*>> grads(tables_.size());
   for (size_t ti = 0; ti < tables_.size(); ++ti) grads[ti] = table_grads(tables_[ti].grad);
   std::vector<absl::Status> table_results(tables_.size());
-  pool_->ParallelFor(static_cast<int>(tables_.size()), [&](int i) {
-    // Every table takes an optimizer step each sync step (Adam's t), touched rows or not.
-    table_results[i] = ApplyTable(tables_[i], grads[i], step + 1);
-    if (after_table) after_table(tables_[i].name);
-  });
+  // As many threads as the pool has, the caller's included (a gRPC thread that completed the
+  // barrier runs the optimize itself): more would share the cores and straggle.
+  const int helpers = pool_->size() - 1;
+  pool_->ParallelFor(
+      static_cast<int>(tables_.size()),
+      [&](int i) {
+        // Every table takes an optimizer step each sync step (Adam's t), touched rows or not.
+        table_results[i] = ApplyTable(tables_[i], grads[i], step + 1);
+        if (after_table) after_table(tables_[i].name);
+      },
+      helpers);
   if (tables_done && lr_status.ok() &&
       std::all_of(table_results.begin(), table_results.end(),
                   [](const absl::Status& r) { return r.ok(); })) {
     tables_done();
   }
   std::vector<absl::Status> results(blocks_.size());
-  pool_->ParallelFor(static_cast<int>(blocks_.size()),
-                     [&](int i) { results[i] = ApplyBlockOnce(blocks_[i], step); });
+  pool_->ParallelFor(
+      static_cast<int>(blocks_.size()),
+      [&](int i) { results[i] = ApplyBlockOnce(blocks_[i], step); }, helpers);
   if (!lr_status.ok()) {
     return absl::InternalError(absl::StrCat("pserver ", options_.endpoint,
                                             " learning-rate schedule: ", lr_status.message()));

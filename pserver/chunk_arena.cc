@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <system_error>
 
 namespace tessera {
@@ -26,7 +27,21 @@ size_t Window(size_t bytes) { return std::min(kMaxWindow, bytes / 4); }
 
 ChunkArena::ChunkArena(ChunkArenaOptions options)
     : chunk_bytes_((std::max<size_t>(options.chunk_bytes, 1) + 63) & ~size_t{63}),
-      prefault_(options.prefault) {}
+      prefault_(options.prefault) {
+  if (options.first_bytes == 0) return;
+  absl::MutexLock lock(&mu_);
+  if (!NewRegion()) return;  // no memory now: Allocate() tries again, and says so
+  const Region& r = regions_.back();
+  const size_t bytes = std::min(options.first_bytes, r.bytes);
+  // Nothing is handed out yet, so writing the pages is as safe as populating them; populating
+  // is one call for all (Linux >= 5.14), writing one fault per page.
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(r.base, bytes, MADV_POPULATE_WRITE) == 0) return;
+#endif
+  std::memset(r.base, 0, bytes);
+}
+
+size_t ChunkArena::FirstRegionBytes() { return kHugePage; }
 
 ChunkArena::~ChunkArena() {
   {

@@ -18,6 +18,12 @@
 // 4 MiB); the thread is started only when a table outgrows its first region, runs at the lowest
 // CPU priority, and does nothing where the kernel lacks MADV_POPULATE_WRITE (Linux < 5.14).
 //
+// Expected rows (options.first_bytes). A table that knows how many rows it will hold (its
+// declared vocabulary) has that much of its first region mapped and faulted in when the arena
+// is made, in one call (at most the region: 2 MiB), so that its first rows do not fault page
+// by page while training: on this project's VM the first steps of a CTR job ran 10-15% slower
+// for that.
+//
 // Thread-safe: Allocate() may be called concurrently.
 #ifndef TESSERA_PSERVER_CHUNK_ARENA_H_
 #define TESSERA_PSERVER_CHUNK_ARENA_H_
@@ -36,6 +42,9 @@ struct ChunkArenaOptions {
   size_t chunk_bytes = 64 << 10;
   // Fault memory in ahead of use on a background thread (see above).
   bool prefault = true;
+  // Bytes of the first region to map and fault in at construction (see "Expected rows");
+  // 0: the first region is mapped at the first Allocate() and faulted as it is written.
+  size_t first_bytes = 0;
 };
 
 class ChunkArena {
@@ -50,6 +59,8 @@ class ChunkArena {
 
   // Bytes mapped so far (regions, including a region mapped ahead of use).
   size_t MappedBytes() const;
+  // The size of the first region: the most options.first_bytes faults in.
+  static size_t FirstRegionBytes();
 
  private:
   struct Region {

@@ -144,6 +144,30 @@ TEST(ChunkArenaTest, MemoryAheadOfTheChunksIsFaultedInOnlyWithPrefault) {
   }
 }
 
+TEST(ChunkArenaTest, FirstBytesAreMappedAndResidentBeforeAnyChunk) {
+  constexpr size_t kChunk = 64 << 10;
+  ChunkArena lazy(ChunkArenaOptions{kChunk, /*prefault=*/true});
+  EXPECT_EQ(lazy.MappedBytes(), 0u);  // mapped at the first Allocate()
+
+  ChunkArenaOptions o{kChunk, /*prefault=*/true};
+  o.first_bytes = 5 * kChunk;
+  ChunkArena arena(o);
+  EXPECT_EQ(arena.MappedBytes(), ChunkArena::FirstRegionBytes());
+  char* first = arena.Allocate();  // the first region's start: the faulted bytes
+  ASSERT_NE(first, nullptr);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  EXPECT_EQ(ResidentPages(first, o.first_bytes), o.first_bytes / page);
+  // Handed out zero, as every chunk, and still one region.
+  for (int i = 1; i < 5; ++i) ASSERT_NE(arena.Allocate(), nullptr);
+  EXPECT_TRUE(std::all_of(first, first + o.first_bytes, [](char b) { return b == 0; }));
+  EXPECT_EQ(arena.MappedBytes(), ChunkArena::FirstRegionBytes());
+
+  // Asking for more than the first region faults in that region only.
+  o.first_bytes = 64 << 20;
+  ChunkArena capped(o);
+  EXPECT_EQ(capped.MappedBytes(), ChunkArena::FirstRegionBytes());
+}
+
 TEST(ChunkArenaTest, DestroyedWhilePrefaultingAhead) {
   // The destructor stops the thread before unmapping; run it right after the work is queued.
   for (int round = 0; round < 20; ++round) {

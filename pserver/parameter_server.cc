@@ -430,6 +430,9 @@ void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, D
   if (kind == HEARTBEAT) return done(absl::OkStatus());
   std::vector<SyncBarrier::Reply> replies;
   absl::Status abort;
+  // The last trainer's send barrier starts the step's optimize on this thread: no hand-off to
+  // the pool between the gradients' arrival and their update.
+  bool optimize_here = false;
   {
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) {
@@ -459,11 +462,12 @@ void ParameterServer::HandleBarrier(const RequestMeta& meta, BarrierKind kind, D
           kind == SEND_BARRIER ? SyncBarrier::Kind::kSend : SyncBarrier::Kind::kFetch,
           std::move(done), absl::Now(), absl::StrCat("pserver ", options_.endpoint));
       abort = actions.fail_job;
-      replies = Act(std::move(actions));
+      replies = Act(std::move(actions), &optimize_here);
     }
   }
   if (!abort.ok()) Fail(abort);
   for (SyncBarrier::Reply& r : replies) r.done(r.status);
+  if (optimize_here) RunSyncOptimize();
 }
 
 void ParameterServer::AwaitUpdate(const RequestMeta& meta, DoneCallback done) {
@@ -535,8 +539,15 @@ void ParameterServer::HandleRegister(const RequestMeta& meta, const JobFields& f
   done(absl::OkStatus());
 }
 
-std::vector<SyncBarrier::Reply> ParameterServer::Act(SyncBarrier::Actions actions) {
-  if (actions.start_optimize) applier_->Schedule([this] { RunSyncOptimize(); });
+std::vector<SyncBarrier::Reply> ParameterServer::Act(SyncBarrier::Actions actions,
+                                                     bool* optimize_here) {
+  if (actions.start_optimize) {
+    if (optimize_here != nullptr) {
+      *optimize_here = true;
+    } else {
+      applier_->Schedule([this] { RunSyncOptimize(); });
+    }
+  }
   if (actions.step_advanced) ++stats_.steps;
   // Each goes on to serve a GetBatch or a PrefetchBatch, on the thread that answers the replies
   // (the optimize's, which looked the rows up already; a PrefetchBatch that came too late for

@@ -247,7 +247,9 @@ class ParameterServer : public RequestHandler {
   // Acts on what a barrier event asks (starts the optimize, counts a step, hands the waiters
   // for an update to the optimizer pool) and returns the replies, which the caller answers
   // after unlocking mu_.
-  std::vector<SyncBarrier::Reply> Act(SyncBarrier::Actions actions)
+  // With `optimize_here`, a step's optimize is not scheduled but left to the caller (set true),
+  // to run on its own thread once it unlocked mu_ and answered the replies.
+  std::vector<SyncBarrier::Reply> Act(SyncBarrier::Actions actions, bool* optimize_here = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Watchdog();
   // Async: fails naming the trainers silent for barrier_timeout, or drops them (the option).

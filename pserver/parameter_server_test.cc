@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -217,6 +218,31 @@ TEST(ParameterServerTest, LookupsAfterTheUpdateWaitForItAndSeeIt) {
   failed.Wait();
   ASSERT_EQ(failed.rows.size(), 1u);
   EXPECT_EQ(failed.rows[0].status().code(), absl::StatusCode::kAborted);
+}
+
+// The barrier that completes a sync step runs its optimize on the caller's thread (a gRPC thread
+// in the daemon): the step is applied, and the barrier answered, when HandleBarrier returns.
+TEST(ParameterServerTest, TheLastSendBarrierAppliesTheStepOnItsOwnThread) {
+  std::unique_ptr<Job> job = MakeJob(/*trainers=*/2);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::vector<std::thread::id> answered_on;
+  absl::Mutex mu;
+  auto done = [&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    absl::MutexLock lock(&mu);
+    answered_on.push_back(std::this_thread::get_id());
+  };
+  SendStep(*job, 0, 1.0f, done, /*trainer=*/0);
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_TRUE(answered_on.empty());  // trainer 1's barrier is missing
+  }
+  SendStep(*job, 0, 1.0f, done, /*trainer=*/1);
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(answered_on.size(), 2u);
+  EXPECT_EQ(answered_on[0], caller);
+  EXPECT_EQ(answered_on[1], caller);
+  EXPECT_GT(job->server->stats().grads_applied, 0);
 }
 
 // The same through a client (the in-process one, whose batched calls compose single ones after

@@ -336,6 +336,29 @@ size_t SlotStride(int64_t dim, int64_t state_width) {
   const size_t bytes = kRowHeaderBytes + sizeof(float) * static_cast<size_t>(dim + state_width);
   return (bytes + 7) / 8 * 8;
 }
+// The rows each internal shard of `o` expects, as far as the first region of row memory holds
+// them (stride: bytes per row); 0 when unknown.
+int64_t ExpectedRowsPerShard(const SparseTableOptions& o, size_t stride) {
+  if (o.expected_rows <= 0) return 0;
+  const int64_t shards = o.num_shards;
+  const int64_t in_first_region =
+      static_cast<int64_t>(ChunkArena::FirstRegionBytes() / stride) / shards;
+  return std::min((o.expected_rows + shards - 1) / shards, in_first_region);
+}
+
+// The arena of a table of `o` with chunks of chunk_bytes.
+ChunkArenaOptions ArenaOptions(const SparseTableOptions& o, size_t chunk_bytes) {
+  ChunkArenaOptions a;
+  a.chunk_bytes = chunk_bytes;
+  a.prefault = o.prefault;
+  // Every shard takes whole chunks: the chunks its expected rows fill, for every shard.
+  const size_t stride = SlotStride(o.dim, StateMultiple(o.optimizer) * o.dim);
+  const size_t rows_per_chunk = std::max<size_t>(1, chunk_bytes / stride);
+  const size_t rows = static_cast<size_t>(ExpectedRowsPerShard(o, stride));
+  a.first_bytes = (rows + rows_per_chunk - 1) / rows_per_chunk * chunk_bytes *
+                  static_cast<size_t>(o.num_shards);
+  return a;
+}
 int ChunkShift(size_t stride) {
   int shift = 0;
   while ((stride << (shift + 1)) <= kChunkTargetBytes) ++shift;
@@ -381,14 +404,19 @@ SparseTable::SparseTable(const SparseTableOptions& options, Opt opt)
       pending_cap_(static_cast<size_t>(
           std::max<int64_t>(1, options.max_rows / std::max(1, options.num_shards)))),
       created_(options.clock ? options.clock() : absl::Now()),
-      arena_(new ChunkArena(ChunkArenaOptions{stride_ << chunk_shift_, options.prefault})),
+      arena_(new ChunkArena(ArenaOptions(options, stride_ << chunk_shift_))),
       shards_(new Shard[options.num_shards]) {
+  // Each shard's map sized for its share of the expected rows that the first region holds (a
+  // load factor <= 3/4, as CreateRow keeps it), so that they are inserted without rehashing.
+  const uint64_t expected = static_cast<uint64_t>(ExpectedRowsPerShard(options, stride_));
+  uint64_t capacity = kInitialCapacity;
+  while (expected * 4 > capacity * 3) capacity *= 2;
   for (int s = 0; s < options.num_shards; ++s) {
     Shard& shard = shards_[s];
     absl::MutexLock lock(&shard.mu);
-    shard.capacity = kInitialCapacity;
-    shard.buckets.reset(new Bucket[kInitialCapacity]);
-    std::memset(shard.buckets.get(), 0xFF, sizeof(Bucket) * kInitialCapacity);
+    shard.capacity = capacity;
+    shard.buckets.reset(new Bucket[capacity]);
+    std::memset(shard.buckets.get(), 0xFF, sizeof(Bucket) * capacity);
     PublishBuckets(shard);
   }
 }

@@ -141,6 +141,11 @@ struct SparseTableOptions {
   // Fault row memory in ahead of use on a background thread once the table outgrows its first
   // 2 MiB (see pserver/chunk_arena.h): new rows then rarely wait for the kernel to zero pages.
   bool prefault = true;
+
+  // Rows the table expects to hold (a model's declared vocabulary; 0 = unknown): memory and
+  // maps for that many rows, up to the first 2 MiB of row memory, are made when the table is,
+  // instead of while its first rows are created. Only a hint: any number of rows still fits.
+  int64_t expected_rows = 0;
 };
 
 struct SparseTableStats {

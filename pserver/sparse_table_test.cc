@@ -159,6 +159,35 @@ TEST(SparseTableTest, ExtremeIdsGetTheirOwnRows) {
   }
 }
 
+TEST(SparseTableTest, ExpectedRowsSizeTheMapsUpFrontAndChangeNoResult) {
+  SparseTableOptions o = Opts(9, "adam");
+  o.num_shards = 4;
+  auto plain = MakeTable(o);
+  o.expected_rows = 10000;
+  auto sized = MakeTable(o);
+  // Each shard's map holds its 2500 rows at a load factor <= 3/4 from the start: 4096 buckets
+  // instead of growing from 16 while the rows come.
+  EXPECT_GE(sized->MemoryBytes() - plain->MemoryBytes(), 4 * (4096 - 16) * 8);
+  // A hint only: more rows than expected fit, and every value is the same as without it.
+  std::vector<int64_t> ids(15000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i * 7919) - 50000;
+  const std::vector<float> grads = RandomFloats(ids.size() * o.dim, 3);
+  for (SparseTable* t : {plain.get(), sized.get()}) {
+    std::vector<float> out(ids.size() * o.dim);
+    ASSERT_TRUE(t->Lookup(ids, out.data()).ok());
+    ASSERT_TRUE(t->ApplyGradients(ids, grads.data(), 0.01f, 1).ok());
+    EXPECT_EQ(t->Size(), 15000);
+  }
+  for (int64_t id : {ids[0], ids[7777], ids[14999]}) {
+    EXPECT_EQ(Row(*sized, id), Row(*plain, id)) << "id " << id;
+    EXPECT_EQ(State(*sized, id), State(*plain, id)) << "id " << id;
+  }
+  // A vocabulary far beyond the first region sizes the maps for what that region holds only.
+  o.expected_rows = int64_t{1} << 40;
+  auto huge = MakeTable(o);
+  EXPECT_LT(huge->MemoryBytes() - plain->MemoryBytes(), int64_t{1} << 20);
+}
+
 TEST(SparseTableTest, BatchOfOneRepeatedIdMergesGradientsBeforeTheOptimizer) {
   SparseTableOptions o = Opts(5, "adagrad");
   auto table = MakeTable(o);

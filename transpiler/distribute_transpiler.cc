@@ -1033,7 +1033,10 @@ absl::Status AddSparseTables(const TranspileState& s, PserverBuild* p) {
         if (a.name() != kOpRoleAttr && a.name() != kOpRoleVarAttr) *st.add_attrs() = a;
       }
       SetAttr(&st, "learning_rate", t.lr);
-      VarBlock whole{m.table, m.table, 0, 0, 1, m.dim, VarShape(s.block, m.table), p->ep};
+      const Shape shape = VarShape(s.block, m.table);
+      // The declared vocabulary, all shards together: the pserver sizes the table for its share.
+      if (!shape.empty() && shape[0] > 0) SetAttr(&st, "rows", shape[0]);
+      VarBlock whole{m.table, m.table, 0, 0, 1, m.dim, shape, p->ep};
       OpDesc init_op;
       if (!InitOpFor(s.startup, whole, &init_op)) {
         return absl::InvalidArgumentError(

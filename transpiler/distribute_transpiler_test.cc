@@ -758,6 +758,8 @@ TEST(TableGroupTest, ASlotsTablesAreOneTableOfTheirColumns) {
                                        GetIntAttr(op, "dim", 0), "/",
                                        GetStringAttr(op, "grad", "")));
       EXPECT_EQ(GetStringAttr(op, "init", ""), "uniform_random") << table;
+      // The declared vocabulary of the whole table (the pserver sizes its share by it).
+      EXPECT_EQ(GetIntAttr(op, "rows", 0), 100) << table;
     }
     const std::string g = absl::StrCat("emb_a+wide_a@GRAD.shard", ps);
     EXPECT_EQ(described,

@@ -45,7 +45,7 @@ void ThreadPool::Worker() {
   }
 }
 
-void ThreadPool::ParallelFor(int n, const std::function<void(int)>& fn) {
+void ThreadPool::ParallelFor(int n, const std::function<void(int)>& fn, int max_helpers) {
   if (n <= 0) return;
   if (n == 1) {
     fn(0);
@@ -74,7 +74,8 @@ void ThreadPool::ParallelFor(int n, const std::function<void(int)>& fn) {
       st.done += ran;
     }
   };
-  const int helpers = std::min(n - 1, size());
+  int helpers = std::min(n - 1, size());
+  if (max_helpers >= 0) helpers = std::min(helpers, max_helpers);
   for (int h = 0; h < helpers; ++h) Schedule([state, drain] { drain(*state); });
   drain(*state);
   absl::MutexLock lock(&state->mu);

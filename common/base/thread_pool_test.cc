@@ -1,9 +1,13 @@
 #include "common/base/thread_pool.h"
 
 #include <atomic>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -15,6 +19,33 @@ TEST(ThreadPoolTest, ParallelForRunsEveryItemOnce) {
     std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
     pool.ParallelFor(n, [&](int i) { ++runs[static_cast<size_t>(i)]; });
     for (int i = 0; i < n; ++i) EXPECT_EQ(runs[static_cast<size_t>(i)].load(), 1) << n << " " << i;
+  }
+}
+
+// max_helpers caps the pool threads that join the caller: none (every item on the caller's
+// thread), or one (two threads at most), however many items and threads.
+TEST(ThreadPoolTest, ParallelForTakesAtMostMaxHelpers) {
+  ThreadPool pool(3);
+  for (int max_helpers : {0, 1}) {
+    absl::Mutex mu;
+    std::set<std::thread::id> threads;
+    std::atomic<int> items{0};
+    pool.ParallelFor(
+        64,
+        [&](int) {
+          {
+            absl::MutexLock lock(&mu);
+            threads.insert(std::this_thread::get_id());
+          }
+          ++items;
+          absl::SleepFor(absl::Microseconds(200));  // time for every helper to start
+        },
+        max_helpers);
+    EXPECT_EQ(items.load(), 64);
+    EXPECT_LE(threads.size(), static_cast<size_t>(max_helpers + 1)) << max_helpers;
+    if (max_helpers == 0) {
+      EXPECT_EQ(threads.count(std::this_thread::get_id()), 1u);
+    }
   }
 }
 
