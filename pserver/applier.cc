@@ -202,7 +202,7 @@ float Applier::LearningRate(const std::string& var) const {
 }
 
 absl::Status Applier::ApplyTable(Table& t, const std::vector<const SelectedRows*>& grads,
-                                 int64_t step) {
+                                 int64_t step, const SparseTable::RowVisitor& updated) {
   const float scale = 1.0f / static_cast<float>(num_trainers_);
   // One gradient (async) is applied where it was received; several (sync: one per trainer)
   // are concatenated first, so that duplicates across trainers are summed in trainer order.
@@ -232,7 +232,7 @@ absl::Status Applier::ApplyTable(Table& t, const std::vector<const SelectedRows*
     ids = all_ids;
     values = all_values.data();
   }
-  absl::Status s = t.table->ApplyGradients(ids, values, LearningRate(t.lr), step, scale);
+  absl::Status s = t.table->ApplyGradients(ids, values, LearningRate(t.lr), step, scale, updated);
   if (s.ok() && options_.table_evict_after_steps > 0) t.table->EvictStale();
   if (!s.ok()) {
     return absl::InternalError(
@@ -244,8 +244,7 @@ absl::Status Applier::ApplyTable(Table& t, const std::vector<const SelectedRows*
 absl::Status Applier::ApplyStep(
     int64_t step,
     const std::function<std::vector<const SelectedRows*>(const std::string& grad)>& table_grads,
-    const std::function<void(const std::string& table)>& after_table,
-    const std::function<void()>& tables_done) {
+    const TableHooks& hooks, const std::function<void()>& tables_done) {
   absl::Status lr_status = has_lr_block_ ? RunScheduleOnce(step) : absl::OkStatus();
   // Tables first: lookups of their updated rows can be answered while the blocks run.
   std::vector<std::vector<const SelectedRows*>> grads(tables_.size());
@@ -258,8 +257,10 @@ absl::Status Applier::ApplyStep(
       static_cast<int>(tables_.size()),
       [&](int i) {
         // Every table takes an optimizer step each sync step (Adam's t), touched rows or not.
-        table_results[i] = ApplyTable(tables_[i], grads[i], step + 1);
-        if (after_table) after_table(tables_[i].name);
+        SparseTable::RowVisitor updated;
+        if (hooks.before) updated = hooks.before(tables_[i].name);
+        table_results[i] = ApplyTable(tables_[i], grads[i], step + 1, updated);
+        if (hooks.after) hooks.after(tables_[i].name);
       },
       helpers);
   if (tables_done && lr_status.ok() &&

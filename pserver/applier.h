@@ -75,17 +75,23 @@ class Applier {
     if (pool_ != nullptr) pool_->Join();  // (none when Init failed)
   }
 
+  // What a sync step's optimize does around each table's update, on the thread applying it
+  // (e.g. the next batch's lookups): `before(table)` runs right before the update and may
+  // return a visitor of the rows it updates (SparseTable::ApplyGradients); `after(table)` runs
+  // right after it. Either may be empty.
+  struct TableHooks {
+    std::function<SparseTable::RowVisitor(const std::string& table)> before;
+    std::function<void(const std::string& table)> after;
+  };
   // Sync step `step` (0-based): applies every table, then every block; `table_grads(grad)` gives
-  // the trainers' gradients of a table for this step; `after_table(table)` (may be empty) runs
-  // on the same thread right after table `table` was applied (e.g. the next batch's lookups);
+  // the trainers' gradients of a table for this step; `hooks` run around each table's update;
   // `tables_done()` (may be empty) runs once every table was applied without error, before the
   // blocks (their rows are final for the step: lookups can be answered). Returns the first
   // failure, naming the pserver and the gradient (InternalError).
   absl::Status ApplyStep(
       int64_t step,
       const std::function<std::vector<const SelectedRows*>(const std::string& grad)>& table_grads,
-      const std::function<void(const std::string& table)>& after_table = nullptr,
-      const std::function<void()>& tables_done = nullptr);
+      const TableHooks& hooks = {}, const std::function<void()>& tables_done = nullptr);
   // Sync, before step `step`'s barrier: applies the optimize block of gradient `grad` (every
   // trainer's copy for the step is in), running the step's schedule first if nothing of the step
   // ran it yet. True when it applied the block; false when the block was applied for `step`
@@ -170,7 +176,8 @@ class Applier {
   // Sync: the schedule of `step`, run once (the same way).
   absl::Status RunScheduleOnce(int64_t step);
   // Applies `grads` (rows of one table's gradient) scaled by 1/N at optimizer step `step`.
-  absl::Status ApplyTable(Table& t, const std::vector<const SelectedRows*>& grads, int64_t step);
+  absl::Status ApplyTable(Table& t, const std::vector<const SelectedRows*>& grads, int64_t step,
+                          const SparseTable::RowVisitor& updated = nullptr);
 
   const ProgramDesc& program_;
   const int num_trainers_;

@@ -4,13 +4,14 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/io/checkpoint_io.h"
-#include "common/framework/op_desc.h"
 #include "common/base/status.h"
+#include "common/framework/op_desc.h"
+#include "common/io/checkpoint_io.h"
 #include "pserver/bundle_tables.h"
 #include "pserver/checkpoint.h"
 #include "transpiler/distribute_transpiler.h"
@@ -49,6 +50,8 @@ absl::Status ParameterServer::Init() {
   }
   num_trainers_ = static_cast<int>(GetIntAttr(*ls, "Fanin", 1));
   sync_ = GetBoolAttr(*ls, "sync_mode", true);
+  lookups_ahead_ = sync_ && options_.table_admission_threshold == 0 &&
+                   options_.table_evict_after_steps == 0 && options_.table_max_rows == 0;
   if (num_trainers_ < 1) {
     return absl::InvalidArgumentError(absl::StrCat("listen_and_serv Fanin=", num_trainers_));
   }
@@ -248,6 +251,7 @@ void ParameterServer::HandlePrefetchBatch(const RequestMeta& meta,
   batch->rows.resize(batch->queries.size());
   batch->filled.assign(batch->queries.size(), 0);
   batch->done = std::move(done);
+  bool ahead = false;
   // Looks every query up (unless the step's optimize did), then answers; nothing if the
   // optimize answered already.
   auto finish = [this, batch](absl::Status s) {
@@ -266,14 +270,71 @@ void ParameterServer::HandlePrefetchBatch(const RequestMeta& meta,
     // Sync, before the step's optimize starts: it looks the rows up as it applies each table.
     if (after_update && sync_ && failure_.ok() && meta.step == barrier_.step() &&
         !barrier_.optimizing() && !barrier_.Applied(meta.step)) {
+      if (lookups_ahead_) {
+        batch->ahead.reset(new std::atomic<int>[batch->queries.size()]);
+        for (size_t i = 0; i < batch->queries.size(); ++i) batch->ahead[i] = FusedLookup::kNobody;
+        batch->positions.resize(batch->queries.size());
+        ahead = true;
+        ++early_running_;  // a step boundary (checkpoint) waits for it
+      }
       fused_lookups_.push_back(batch);
       stats_.fused_prefetches += static_cast<int64_t>(batch->queries.size());
     }
   }
+  if (ahead) applier_->Schedule([this, batch] { LookUpAhead(*batch); });
   if (!after_update) return finish(absl::OkStatus());
   // Answered once the step is applied (by then the optimize may have looked the rows up), at once
   // in async mode, or with the job's failure.
   AwaitUpdate(meta, std::move(finish));
+}
+
+ParameterServer::IdPositions::IdPositions(const std::vector<int64_t>& ids)
+    : next(ids.size(), kEnd) {
+  first.reserve(ids.size());
+  std::vector<uint32_t> last(ids.size());  // per first position: the id's last one so far
+  for (size_t k = 0; k < ids.size(); ++k) {
+    auto [it, inserted] = first.try_emplace(ids[k], static_cast<uint32_t>(k));
+    if (inserted) {
+      last[k] = static_cast<uint32_t>(k);
+    } else {
+      next[last[it->second]] = static_cast<uint32_t>(k);
+      last[it->second] = static_cast<uint32_t>(k);
+    }
+  }
+}
+
+void ParameterServer::IdPositions::Overwrite(int64_t id, const float* values, Tensor* rows) const {
+  auto it = first.find(id);
+  if (it == first.end()) return;
+  const int64_t dim = rows->shape()[1];
+  for (uint32_t p = it->second; p != kEnd; p = next[p]) {
+    std::memcpy(rows->data<float>() + static_cast<int64_t>(p) * dim, values, sizeof(float) * dim);
+  }
+}
+
+void ParameterServer::LookUpAhead(FusedLookup& f) {
+  int64_t looked_up = 0;
+  for (size_t i = f.queries.size(); i-- > 0 && !f.optimizing.load();) {
+    int nobody = FusedLookup::kNobody;
+    if (!f.ahead[i].compare_exchange_strong(nobody, FusedLookup::kAheadRunning)) continue;
+    f.rows[i] = applier_->Lookup(f.queries[i].table, f.queries[i].ids);
+    if (f.rows[i].ok()) f.positions[i] = std::make_unique<IdPositions>(f.queries[i].ids);
+    f.ahead[i].store(FusedLookup::kAheadDone, std::memory_order_release);
+    ++looked_up;
+  }
+  absl::MutexLock lock(&mu_);
+  stats_.lookups_ahead += looked_up;
+  --early_running_;
+}
+
+bool ParameterServer::ClaimForOptimize(FusedLookup& f, size_t i) {
+  if (f.ahead == nullptr) return true;
+  int nobody = FusedLookup::kNobody;
+  if (f.ahead[i].compare_exchange_strong(nobody, FusedLookup::kOptimize)) return true;
+  while (f.ahead[i].load(std::memory_order_acquire) == FusedLookup::kAheadRunning) {
+    std::this_thread::yield();
+  }
+  return f.ahead[i].load(std::memory_order_acquire) == FusedLookup::kOptimize;
 }
 
 void ParameterServer::HandleCheckpoint(const RequestMeta& meta, const std::string& name,
@@ -580,23 +641,45 @@ void ParameterServer::RunSyncOptimize() {
       by_table[f->queries[i].table].push_back({f.get(), i});
     }
   }
+  for (const auto& f : fused) f->optimizing.store(true);
+  // Each table's lookups: those looked up ahead get the rows the update changes copied in as
+  // it goes; the others are looked up right after the update, while its rows are at hand.
+  Applier::TableHooks hooks;
+  hooks.before = [&](const std::string& table) -> SparseTable::RowVisitor {
+    auto it = by_table.find(table);
+    if (it == by_table.end()) return nullptr;
+    std::vector<std::pair<IdPositions*, Tensor*>> ahead;
+    for (auto& [f, i] : it->second) {
+      if (!ClaimForOptimize(*f, i) && f->positions[i] != nullptr) {
+        ahead.push_back({f->positions[i].get(), &*f->rows[i]});
+      }
+    }
+    if (ahead.empty()) return nullptr;
+    return [ahead = std::move(ahead)](int64_t id, const float* values) {
+      for (const auto& [positions, rows] : ahead) positions->Overwrite(id, values, rows);
+    };
+  };
+  hooks.after = [&](const std::string& table) {
+    auto it = by_table.find(table);
+    if (it == by_table.end()) return;
+    for (auto& [f, i] : it->second) {
+      if (f->ahead == nullptr || f->ahead[i].load() == FusedLookup::kOptimize) {
+        f->rows[i] = applier_->Lookup(table, f->queries[i].ids);
+      }
+      f->filled[i] = 1;
+    }
+  };
   // A table this pserver does not serve was not applied: its lookup gives the error.
   auto complete = [this](FusedLookup& f) {
     for (size_t i = 0; i < f.queries.size(); ++i) {
-      if (!f.filled[i]) f.rows[i] = applier_->Lookup(f.queries[i].table, f.queries[i].ids);
+      if (!f.filled[i] && ClaimForOptimize(f, i)) {
+        f.rows[i] = applier_->Lookup(f.queries[i].table, f.queries[i].ids);
+      }
     }
     f.looked_up = true;
   };
   absl::Status s = applier_->ApplyStep(
-      step, [&](const std::string& grad) { return inbox_->TableGradients(grad, step); },
-      [&](const std::string& table) {
-        auto it = by_table.find(table);
-        if (it == by_table.end()) return;
-        for (auto& [f, i] : it->second) {
-          f->rows[i] = applier_->Lookup(table, f->queries[i].ids);
-          f->filled[i] = 1;
-        }
-      },
+      step, [&](const std::string& grad) { return inbox_->TableGradients(grad, step); }, hooks,
       [&] {
         // Every table is applied: the rows are the step's, answered while the dense blocks run
         // (their gets and the send barrier wait for the whole update).

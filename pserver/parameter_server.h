@@ -135,6 +135,9 @@ struct ParameterServerStats {
   // Of `prefetches`, the lookups a sync step's optimize did right after each table's update
   // (their PrefetchBatch came, with after_update, before the optimize started).
   int64_t fused_prefetches = 0;
+  // Of `fused_prefetches`, the tables' lookups done ahead of the optimize, while the trainers
+  // still computed the step (only the rows the step then updated were looked up again after it).
+  int64_t lookups_ahead = 0;
   // Sync: optimize blocks applied as soon as every trainer's gradient for the step was in,
   // ahead of the step's optimize (gradients that arrived ahead of the barrier: early sends,
   // chunked tensors).
@@ -214,10 +217,26 @@ class ParameterServer : public RequestHandler {
   // A PrefetchBatch waiting for the step's update; `rows` filled by the optimize (looked_up)
   // or after it. Answered once (`answered`): by the optimize as soon as its tables are applied
   // (before the dense blocks), else when the update is awaited (its failure, or a late batch).
+  // Where each id of a query's batch is (its positions, duplicates chained).
+  struct IdPositions {
+    static constexpr uint32_t kEnd = 0xFFFFFFFFu;
+    absl::flat_hash_map<int64_t, uint32_t> first;
+    std::vector<uint32_t> next;
+    explicit IdPositions(const std::vector<int64_t>& ids);
+    // Copies `values` (a row of `rows`' width) over the rows of id `id` in `rows`, if any.
+    void Overwrite(int64_t id, const float* values, Tensor* rows) const;
+  };
   struct FusedLookup {
+    // Per query, who looks it up: nobody yet, the look-ahead (LookUpAhead: running, or done, and
+    // then the optimize copies in the rows its update changes), or the optimize (all of it,
+    // right after the table's update).
+    enum Ahead : int { kNobody, kAheadRunning, kAheadDone, kOptimize };
     std::vector<PrefetchQuery> queries;
     std::vector<absl::StatusOr<Tensor>> rows;
     std::vector<char> filled;  // per query: looked up by the optimize
+    std::unique_ptr<std::atomic<int>[]> ahead;            // per query: an Ahead (null: none ahead)
+    std::vector<std::unique_ptr<IdPositions>> positions;  // per query looked up ahead
+    std::atomic<bool> optimizing{false};                  // the look-ahead stops taking queries
     bool looked_up = false;
     PrefetchBatchDone done;
     std::atomic<bool> answered{false};
@@ -231,6 +250,14 @@ class ParameterServer : public RequestHandler {
   // consistent state at a step boundary, for checkpoints and exports).
   absl::Status AtStepBoundary(const std::function<absl::Status(int64_t step)>& fn);
   void RunSyncOptimize();
+  // Sync: looks up, before the step's optimize, the queries of `f` (last first) until the
+  // optimize starts. A row the step leaves alone is then already the updated one, and the
+  // optimize copies in the rows its update changes (IdPositions). Runs while the trainers
+  // compute, on one thread of the optimizer pool; new rows are created there too.
+  void LookUpAhead(FusedLookup& f) ABSL_LOCKS_EXCLUDED(mu_);
+  // The optimize's claim on query i of `f` (true) or, when the look-ahead took it, false once
+  // that lookup finished (it waits for one table's lookup at most).
+  static bool ClaimForOptimize(FusedLookup& f, size_t i);
   // Whether sync step `step` is on the trace (options_.tracer).
   bool Traced(int64_t step) const;
   // `done`, recording span `name` of `meta`'s step and trainer from now until it runs.
@@ -277,12 +304,16 @@ class ParameterServer : public RequestHandler {
   std::vector<PendingGet> pending_gets_ ABSL_GUARDED_BY(mu_);
   // Lookups for the next optimize to do as it applies (their waits are in barrier_).
   std::vector<std::shared_ptr<FusedLookup>> fused_lookups_ ABSL_GUARDED_BY(mu_);
+  // Sync lookups are done ahead of the optimize (LookUpAhead) when no row lifecycle option can
+  // make a second lookup of an id count (admission, eviction, a row budget).
+  bool lookups_ahead_ = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool checkpointing_ ABSL_GUARDED_BY(mu_) = false;  // AtStepBoundary running: no optimize
-  // Sync early applies: running now (a step boundary waits for none), and the step of the
-  // last one (a checkpoint of a step with blocks applied early would be half a step).
+  // Sync early applies and look-ahead lookups (which may create rows): running or scheduled now
+  // (a step boundary waits for none), and the step of the last early apply (a checkpoint of a
+  // step with blocks applied early would be half a step).
   int early_running_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t early_step_ ABSL_GUARDED_BY(mu_) = -1;
   ParameterServerStats stats_ ABSL_GUARDED_BY(mu_);

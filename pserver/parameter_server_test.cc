@@ -4,6 +4,7 @@
 // ones; a later step than the server's is refused; a failed job answers held requests.
 #include "pserver/parameter_server.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -38,8 +39,10 @@ struct Job {
   std::string table_grad;
 };
 
-// `trainers` trainers; `decay_steps` > 0: the learning rate halves every decay_steps steps.
-std::unique_ptr<Job> MakeJob(int trainers = 1, int64_t decay_steps = 0) {
+// `trainers` trainers; `decay_steps` > 0: the learning rate halves every decay_steps steps;
+// `tune` may change the server's options.
+std::unique_ptr<Job> MakeJob(int trainers = 1, int64_t decay_steps = 0,
+                             const std::function<void(ParameterServerOptions&)>& tune = nullptr) {
   auto job = std::make_unique<Job>();
   ProgramDesc main, startup;
   ProgramBuilder b(&main, &startup);
@@ -73,6 +76,7 @@ std::unique_ptr<Job> MakeJob(int trainers = 1, int64_t decay_steps = 0) {
   po.endpoint = kEndpoint;
   po.barrier_timeout = absl::Seconds(30);
   po.param_blocks = t->param_blocks();
+  if (tune) tune(po);
   auto server = ParameterServer::Create(job->program, &job->scope, job->registry.get(), po);
   EXPECT_TRUE(server.ok()) << server.status();
   job->server = std::move(*server);
@@ -218,6 +222,58 @@ TEST(ParameterServerTest, LookupsAfterTheUpdateWaitForItAndSeeIt) {
   failed.Wait();
   ASSERT_EQ(failed.rows.size(), 1u);
   EXPECT_EQ(failed.rows[0].status().code(), absl::StatusCode::kAborted);
+}
+
+// Waits (bounded) until the server looked `n` queries up ahead of their step's optimize.
+bool AwaitLookupsAhead(ParameterServer& server, int64_t n) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (server.stats().lookups_ahead < n && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return server.stats().lookups_ahead == n;
+}
+
+// A sync lookup sent before its step's gradients is looked up at once, while the trainers
+// compute; the optimize then copies in the rows its update changes (duplicates too), so the
+// answer equals a lookup after the update. Rows the update leaves alone are not looked up again.
+TEST(ParameterServerTest, LookupsAheadOfTheOptimizeAnswerTheUpdatedRows) {
+  std::unique_ptr<Job> job = MakeJob();
+  Answer before;
+  job->server->HandlePrefetchBatch(Meta(0), {{"table", {1, 2, 3}}}, false, before.Done());
+  ASSERT_TRUE(before.Answered());
+  const std::vector<float> row1 = Row(before.rows[0], 0), row2 = Row(before.rows[0], 1);
+
+  Answer ahead;
+  // 1 (updated) twice, 2 (left alone), 5 (a new row, made by the look-ahead).
+  job->server->HandlePrefetchBatch(Meta(0), {{"table", {1, 2, 1, 5}}}, true, ahead.Done());
+  ASSERT_TRUE(AwaitLookupsAhead(*job->server, 1));
+  EXPECT_FALSE(ahead.Answered());
+  SendStep(*job, 0);
+  ahead.Wait();
+  ASSERT_EQ(ahead.rows.size(), 1u);
+  const std::vector<float> updated = {row1[0] - kLr * 1, row1[1] - kLr * 2};
+  EXPECT_EQ(Row(ahead.rows[0], 0), updated);
+  EXPECT_EQ(Row(ahead.rows[0], 1), row2);
+  EXPECT_EQ(Row(ahead.rows[0], 2), updated);
+  Answer after;
+  job->server->HandlePrefetchBatch(Meta(0), {{"table", {1, 2, 1, 5}}}, true, after.Done());
+  ASSERT_TRUE(after.Answered());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(Row(ahead.rows[0], i), Row(after.rows[0], i)) << i;
+  EXPECT_EQ(job->server->stats().fused_prefetches, 1);
+  EXPECT_EQ(job->server->stats().lookups_ahead, 1);
+}
+
+// With a row lifecycle option a second lookup of an id would count twice: no look-ahead, the
+// optimize looks the rows up after the update, as without it.
+TEST(ParameterServerTest, NoLookupsAheadWithAdmission) {
+  std::unique_ptr<Job> job =
+      MakeJob(1, 0, [](ParameterServerOptions& o) { o.table_admission_threshold = 2; });
+  Answer ahead;
+  job->server->HandlePrefetchBatch(Meta(0), {{"table", {1}}}, true, ahead.Done());
+  SendStep(*job, 0);
+  ahead.Wait();
+  EXPECT_EQ(job->server->stats().fused_prefetches, 1);
+  EXPECT_EQ(job->server->stats().lookups_ahead, 0);
 }
 
 // The barrier that completes a sync step runs its optimize on the caller's thread (a gRPC thread

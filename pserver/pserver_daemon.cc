@@ -327,8 +327,9 @@ absl::Status PserverProcess::Wait() {
   log_ << "pserver " << config.current_endpoint << ": steps=" << stats.steps
        << " sends=" << stats.sends << " grads_applied=" << stats.grads_applied
        << " gets=" << stats.gets << " prefetches=" << stats.prefetches
-       << " fused_prefetches=" << stats.fused_prefetches << " early_applies=" << stats.early_applies
-       << " table_rows=" << stats.table_rows << " table_refused_ids=" << stats.table_refused_rows
+       << " fused_prefetches=" << stats.fused_prefetches << " lookups_ahead=" << stats.lookups_ahead
+       << " early_applies=" << stats.early_applies << " table_rows=" << stats.table_rows
+       << " table_refused_ids=" << stats.table_refused_rows
        << " unauthenticated=" << (server_ != nullptr ? server_->unauthenticated_requests() : 0);
   RpcTotals rpc_totals = rpc_metrics_->Totals();
   log_ << " requests=" << rpc_totals.requests << " bytes_in=" << rpc_totals.bytes_received

@@ -225,8 +225,13 @@ class SparseTable {
   // ids are summed, then each distinct id is updated once. Missing rows are created first,
   // unless admission is on (then their gradients are dropped and counted). Advances the step
   // clock to `step`.
+  // Sees a row an update changed: its id and its dim values after the update (valid during the
+  // call only; called under the row's shard lock, so it must not call into the table).
+  using RowVisitor = std::function<void(int64_t id, const float* values)>;
+  // `updated` (may be empty) is called for each distinct id of the batch whose row was updated.
   absl::Status ApplyGradients(absl::Span<const int64_t> ids, const float* grads, float lr,
-                              int64_t step, float scale = 1.0f);
+                              int64_t step, float scale = 1.0f,
+                              const RowVisitor& updated = nullptr);
 
   // Advances the step clock (used by evict_after_steps) to `step` if it is larger.
   void AdvanceStep(int64_t step);
