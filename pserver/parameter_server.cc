@@ -270,7 +270,9 @@ void ParameterServer::HandlePrefetchBatch(const RequestMeta& meta,
     // Sync, before the step's optimize starts: it looks the rows up as it applies each table.
     if (after_update && sync_ && failure_.ok() && meta.step == barrier_.step() &&
         !barrier_.optimizing() && !barrier_.Applied(meta.step)) {
-      if (lookups_ahead_) {
+      // Ahead only when the lookups came on their own, before the step's gradients (with them,
+      // riding on a trainer's send, the optimize is near and the trainers' CPUs are busy).
+      if (lookups_ahead_ && !meta.barrier_follows) {
         batch->ahead.reset(new std::atomic<int>[batch->queries.size()]);
         for (size_t i = 0; i < batch->queries.size(); ++i) batch->ahead[i] = FusedLookup::kNobody;
         batch->positions.resize(batch->queries.size());

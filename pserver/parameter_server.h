@@ -250,10 +250,11 @@ class ParameterServer : public RequestHandler {
   // consistent state at a step boundary, for checkpoints and exports).
   absl::Status AtStepBoundary(const std::function<absl::Status(int64_t step)>& fn);
   void RunSyncOptimize();
-  // Sync: looks up, before the step's optimize, the queries of `f` (last first) until the
-  // optimize starts. A row the step leaves alone is then already the updated one, and the
-  // optimize copies in the rows its update changes (IdPositions). Runs while the trainers
-  // compute, on one thread of the optimizer pool; new rows are created there too.
+  // Sync, for lookups that came in their own request (not riding on a send): looks up, before
+  // the step's optimize, the queries of `f` (last first) until the optimize starts. A row the step
+  // leaves alone is then already the updated one, and the optimize copies in the rows its update
+  // changes (IdPositions). Runs while the trainers compute, on one thread of the optimizer pool;
+  // new rows are created there too.
   void LookUpAhead(FusedLookup& f) ABSL_LOCKS_EXCLUDED(mu_);
   // The optimize's claim on query i of `f` (true) or, when the look-ahead took it, false once
   // that lookup finished (it waits for one table's lookup at most).

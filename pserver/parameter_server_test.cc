@@ -263,17 +263,23 @@ TEST(ParameterServerTest, LookupsAheadOfTheOptimizeAnswerTheUpdatedRows) {
   EXPECT_EQ(job->server->stats().lookups_ahead, 1);
 }
 
-// With a row lifecycle option a second lookup of an id would count twice: no look-ahead, the
-// optimize looks the rows up after the update, as without it.
-TEST(ParameterServerTest, NoLookupsAheadWithAdmission) {
-  std::unique_ptr<Job> job =
-      MakeJob(1, 0, [](ParameterServerOptions& o) { o.table_admission_threshold = 2; });
-  Answer ahead;
-  job->server->HandlePrefetchBatch(Meta(0), {{"table", {1}}}, true, ahead.Done());
-  SendStep(*job, 0);
-  ahead.Wait();
-  EXPECT_EQ(job->server->stats().fused_prefetches, 1);
-  EXPECT_EQ(job->server->stats().lookups_ahead, 0);
+// No look-ahead, the optimize looks the rows up after the update: with a row lifecycle option
+// (a second lookup of an id would count twice), and for lookups riding on a send (they come
+// with the gradients, when the optimize is near).
+TEST(ParameterServerTest, NoLookupsAheadWithAdmissionOrRidingOnTheSend) {
+  for (bool admission : {true, false}) {
+    std::unique_ptr<Job> job = MakeJob(1, 0, [&](ParameterServerOptions& o) {
+      if (admission) o.table_admission_threshold = 2;
+    });
+    RequestMeta meta = Meta(0);
+    meta.barrier_follows = !admission;
+    Answer looked_up;
+    job->server->HandlePrefetchBatch(meta, {{"table", {1}}}, true, looked_up.Done());
+    SendStep(*job, 0);
+    looked_up.Wait();
+    EXPECT_EQ(job->server->stats().fused_prefetches, 1) << admission;
+    EXPECT_EQ(job->server->stats().lookups_ahead, 0) << admission;
+  }
 }
 
 // The barrier that completes a sync step runs its optimize on the caller's thread (a gRPC thread
