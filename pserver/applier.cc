@@ -263,15 +263,16 @@ absl::Status Applier::ApplyStep(
         if (hooks.after) hooks.after(tables_[i].name);
       },
       helpers);
-  if (tables_done && lr_status.ok() &&
-      std::all_of(table_results.begin(), table_results.end(),
-                  [](const absl::Status& r) { return r.ok(); })) {
-    tables_done();
-  }
+  const bool tables_ok =
+      lr_status.ok() && std::all_of(table_results.begin(), table_results.end(),
+                                    [](const absl::Status& r) { return r.ok(); });
+  // The blocks start on the pool while this thread runs tables_done (it answers the lookups),
+  // then joins them.
   std::vector<absl::Status> results(blocks_.size());
   pool_->ParallelFor(
       static_cast<int>(blocks_.size()),
-      [&](int i) { results[i] = ApplyBlockOnce(blocks_[i], step); }, helpers);
+      [&](int i) { results[i] = ApplyBlockOnce(blocks_[i], step); }, helpers,
+      tables_ok ? tables_done : nullptr);
   if (!lr_status.ok()) {
     return absl::InternalError(absl::StrCat("pserver ", options_.endpoint,
                                             " learning-rate schedule: ", lr_status.message()));

@@ -85,8 +85,9 @@ class Applier {
   };
   // Sync step `step` (0-based): applies every table, then every block; `table_grads(grad)` gives
   // the trainers' gradients of a table for this step; `hooks` run around each table's update;
-  // `tables_done()` (may be empty) runs once every table was applied without error, before the
-  // blocks (their rows are final for the step: lookups can be answered). Returns the first
+  // `tables_done()` (may be empty) runs once every table was applied without error, on this
+  // thread while the pool starts the blocks (the tables' rows are final for the step: lookups
+  // can be answered). Returns the first
   // failure, naming the pserver and the gradient (InternalError).
   absl::Status ApplyStep(
       int64_t step,

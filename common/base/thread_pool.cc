@@ -45,9 +45,13 @@ void ThreadPool::Worker() {
   }
 }
 
-void ThreadPool::ParallelFor(int n, const std::function<void(int)>& fn, int max_helpers) {
-  if (n <= 0) return;
-  if (n == 1) {
+void ThreadPool::ParallelFor(int n, const std::function<void(int)>& fn, int max_helpers,
+                             const std::function<void()>& first) {
+  if (n <= 0) {
+    if (first) first();
+    return;
+  }
+  if (n == 1 && !first) {
     fn(0);
     return;
   }
@@ -74,9 +78,11 @@ void ThreadPool::ParallelFor(int n, const std::function<void(int)>& fn, int max_
       st.done += ran;
     }
   };
-  int helpers = std::min(n - 1, size());
+  // Every item may go to a helper while the caller runs `first`.
+  int helpers = std::min(first ? n : n - 1, size());
   if (max_helpers >= 0) helpers = std::min(helpers, max_helpers);
   for (int h = 0; h < helpers; ++h) Schedule([state, drain] { drain(*state); });
+  if (first) first();
   drain(*state);
   absl::MutexLock lock(&state->mu);
   state->mu.Await(absl::Condition(

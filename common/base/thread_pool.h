@@ -30,8 +30,11 @@ class ThreadPool {
   // Runs fn(0..n-1) on the pool (and the calling thread) and returns when all are done. It
   // never waits for a pool thread to become free, so the pool's own closures may call it.
   // max_helpers >= 0 caps the pool threads asked to help (a caller from outside the pool that
-  // wants size() threads in all, itself included, passes size() - 1).
-  void ParallelFor(int n, const std::function<void(int)>& fn, int max_helpers = -1);
+  // wants size() threads in all, itself included, passes size() - 1). `first` (may be empty)
+  // runs on the calling thread once the helpers were asked, before it takes items: work of its
+  // own that overlaps theirs.
+  void ParallelFor(int n, const std::function<void(int)>& fn, int max_helpers = -1,
+                   const std::function<void()>& first = nullptr);
   int size() const { return static_cast<int>(threads_.size()); }
 
  private:

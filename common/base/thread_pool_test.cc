@@ -49,6 +49,33 @@ TEST(ThreadPoolTest, ParallelForTakesAtMostMaxHelpers) {
   }
 }
 
+// `first` runs once on the caller's thread while the helpers take items, however few: the
+// helpers may take all of them (the caller then only waits), and every item still runs once.
+TEST(ThreadPoolTest, ParallelForRunsFirstOnTheCallerBesideTheItems) {
+  ThreadPool pool(2);
+  for (int n : {0, 1, 2, 9}) {
+    std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
+    std::atomic<int> firsts{0}, done_before_first_returned{0};
+    std::thread::id first_on;
+    pool.ParallelFor(
+        n, [&](int i) { ++runs[static_cast<size_t>(i)]; }, 1,
+        [&] {
+          ++firsts;
+          first_on = std::this_thread::get_id();
+          // Give the helper time to take items before the caller can.
+          const absl::Time deadline = absl::Now() + absl::Seconds(5);
+          while (n > 0 && runs[0].load() == 0 && absl::Now() < deadline) {
+            absl::SleepFor(absl::Microseconds(50));
+          }
+          if (n > 0) done_before_first_returned = runs[0].load();
+        });
+    EXPECT_EQ(firsts.load(), 1) << n;
+    EXPECT_EQ(first_on, std::this_thread::get_id()) << n;
+    if (n > 0) EXPECT_EQ(done_before_first_returned.load(), 1) << n;
+    for (int i = 0; i < n; ++i) EXPECT_EQ(runs[static_cast<size_t>(i)].load(), 1) << n << " " << i;
+  }
+}
+
 // Every pool thread inside a ParallelFor of its own at once (a pserver serving two trainers'
 // lookups on its optimizer pool): none may wait for a helper that cannot start.
 TEST(ThreadPoolTest, ParallelForOnEveryPoolThreadAtOnceFinishes) {
