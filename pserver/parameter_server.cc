@@ -315,17 +315,21 @@ void ParameterServer::IdPositions::Overwrite(int64_t id, const float* values, Te
 }
 
 void ParameterServer::LookUpAhead(FusedLookup& f) {
-  int64_t looked_up = 0;
-  for (size_t i = f.queries.size(); i-- > 0 && !f.optimizing.load();) {
+  std::atomic<int64_t> looked_up{0};
+  const int n = static_cast<int>(f.queries.size());
+  // On the pool's threads, last table first (the optimize starts with the first).
+  applier_->ParallelFor(n, [&](int k) {
+    if (f.optimizing.load()) return;
+    const size_t i = static_cast<size_t>(n - 1 - k);
     int nobody = FusedLookup::kNobody;
-    if (!f.ahead[i].compare_exchange_strong(nobody, FusedLookup::kAheadRunning)) continue;
+    if (!f.ahead[i].compare_exchange_strong(nobody, FusedLookup::kAheadRunning)) return;
     f.rows[i] = applier_->Lookup(f.queries[i].table, f.queries[i].ids);
     if (f.rows[i].ok()) f.positions[i] = std::make_unique<IdPositions>(f.queries[i].ids);
     f.ahead[i].store(FusedLookup::kAheadDone, std::memory_order_release);
     ++looked_up;
-  }
+  });
   absl::MutexLock lock(&mu_);
-  stats_.lookups_ahead += looked_up;
+  stats_.lookups_ahead += looked_up.load();
   --early_running_;
 }
 

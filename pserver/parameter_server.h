@@ -253,8 +253,8 @@ class ParameterServer : public RequestHandler {
   // Sync, for lookups that came in their own request (not riding on a send): looks up, before
   // the step's optimize, the queries of `f` (last first) until the optimize starts. A row the step
   // leaves alone is then already the updated one, and the optimize copies in the rows its update
-  // changes (IdPositions). Runs while the trainers compute, on one thread of the optimizer pool;
-  // new rows are created there too.
+  // changes (IdPositions). Runs while the trainer computes, on the optimizer pool's threads
+  // (with one trainer, its compute leaves the other cores free); new rows are made there too.
   void LookUpAhead(FusedLookup& f) ABSL_LOCKS_EXCLUDED(mu_);
   // The optimize's claim on query i of `f` (true) or, when the look-ahead took it, false once
   // that lookup finished (it waits for one table's lookup at most).
