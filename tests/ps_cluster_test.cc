@@ -651,6 +651,10 @@ TEST(PsClusterTest, OneTrainerKeepsItsLookupsOwnRequest) {
   const int64_t requests = SumAfter(log, " requests=");
   EXPECT_GE(requests, 2 * steps) << log;  // riding would make about steps + 8
   EXPECT_LE(requests, 2 * steps + 4 + eval_batches + 2) << log;
+  // Its own lookup requests: the optimize takes them (fused), some looked up ahead of it.
+  EXPECT_GT(SumAfter(log, " fused_prefetches="), 0) << log;
+  ASSERT_NE(log.find(" lookups_ahead="), std::string::npos) << log;
+  EXPECT_LE(SumAfter(log, " lookups_ahead="), SumAfter(log, " fused_prefetches=")) << log;
 }
 
 // The held-out value "<key> X" of trainer 0's evaluation line `line` (NaN when missing).
