@@ -4,7 +4,6 @@
 #include <cstring>
 #include <thread>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
