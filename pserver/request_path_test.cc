@@ -367,5 +367,34 @@ TEST(ApplierTest, AGroupsMembersAreOneTableAndMustAgree) {
   }
 }
 
+// A table expects its share of the declared vocabulary (the sparse_table op's rows, of the
+// whole table, over the table's pserver shards), rounded up; none when the op declares none.
+TEST(ApplierTest, ATableExpectsItsShareOfTheDeclaredRows) {
+  auto ps = MakePserver(true);
+  const OpDesc* ls = nullptr;
+  for (const auto& op : ps->program.blocks(0).ops()) {
+    if (op.type() == "listen_and_serv") ls = &op;
+  }
+  ASSERT_NE(ls, nullptr);
+  auto expected = [&](int64_t rows, int64_t shards) -> int64_t {
+    ProgramDesc program = ps->program;
+    for (OpDesc& op : *program.mutable_blocks(0)->mutable_ops()) {
+      if (op.type() != "sparse_table") continue;
+      EXPECT_EQ(GetIntAttr(op, "rows", 0), 10);  // as transpiled: Embedding(ids, 10, 2)
+      SetAttr(&op, "rows", rows);
+      SetAttr(&op, "num_shards", shards);
+    }
+    auto a = Applier::Create(program, *ls, kTrainers, true, &ps->scope, ps->registry.get(), {});
+    EXPECT_TRUE(a.ok()) << a.status();
+    if (!a.ok()) return -1;
+    const std::vector<PserverTableRef> refs = (*a)->TableRefs();
+    EXPECT_EQ(refs.size(), 1u);
+    return refs.empty() ? -1 : refs[0].table->options().expected_rows;
+  };
+  EXPECT_EQ(expected(10, 1), 10);
+  EXPECT_EQ(expected(1000, 3), 334);
+  EXPECT_EQ(expected(0, 2), 0);
+}
+
 }  // namespace
 }  // namespace tessera
