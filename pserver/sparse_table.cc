@@ -346,16 +346,15 @@ int64_t ExpectedRowsPerShard(const SparseTableOptions& o, size_t stride) {
   return std::min((o.expected_rows + shards - 1) / shards, in_first_region);
 }
 
-// The arena of a table of `o` with chunks of chunk_bytes.
-ChunkArenaOptions ArenaOptions(const SparseTableOptions& o, size_t chunk_bytes) {
+// The arena of a table of `o` whose rows take `stride` bytes, 2^chunk_shift rows a chunk.
+ChunkArenaOptions ArenaOptions(const SparseTableOptions& o, size_t stride, int chunk_shift) {
   ChunkArenaOptions a;
-  a.chunk_bytes = chunk_bytes;
+  a.chunk_bytes = stride << chunk_shift;
   a.prefault = o.prefault;
   // Every shard takes whole chunks: the chunks its expected rows fill, for every shard.
-  const size_t stride = SlotStride(o.dim, StateMultiple(o.optimizer) * o.dim);
-  const size_t rows_per_chunk = std::max<size_t>(1, chunk_bytes / stride);
+  const size_t rows_per_chunk = size_t{1} << chunk_shift;
   const size_t rows = static_cast<size_t>(ExpectedRowsPerShard(o, stride));
-  a.first_bytes = (rows + rows_per_chunk - 1) / rows_per_chunk * chunk_bytes *
+  a.first_bytes = (rows + rows_per_chunk - 1) / rows_per_chunk * a.chunk_bytes *
                   static_cast<size_t>(o.num_shards);
   return a;
 }
@@ -404,7 +403,7 @@ SparseTable::SparseTable(const SparseTableOptions& options, Opt opt)
       pending_cap_(static_cast<size_t>(
           std::max<int64_t>(1, options.max_rows / std::max(1, options.num_shards)))),
       created_(options.clock ? options.clock() : absl::Now()),
-      arena_(new ChunkArena(ArenaOptions(options, stride_ << chunk_shift_))),
+      arena_(new ChunkArena(ArenaOptions(options, stride_, chunk_shift_))),
       shards_(new Shard[options.num_shards]) {
   // Each shard's map sized for its share of the expected rows that the first region holds (a
   // load factor <= 3/4, as CreateRow keeps it), so that they are inserted without rehashing.
