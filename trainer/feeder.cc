@@ -3,10 +3,11 @@
 #include <cmath>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/framework/op_desc.h"
 #include "common/base/status.h"
+#include "common/framework/op_desc.h"
 #include "common/framework/tensor.h"
 
 namespace tessera {
@@ -102,17 +103,49 @@ absl::Status Feeder::Feed(absl::Span<const data::Example> all, absl::Span<const 
       scope);
 }
 
+namespace {
+
+// Examples sit at random places of a large data set (an epoch's shuffled order), and their
+// vectors' buffers elsewhere still: FeedImpl asks for the example kPrefetchAhead * 2 positions
+// ahead, and for the buffers of the one kPrefetchAhead ahead (whose example is then cached).
+constexpr int64_t kPrefetchAhead = 8;
+
+// Asks the cache for `ex`'s ids and dense values.
+void PrefetchBuffers(const data::Example& ex) {
+  const char* ids = reinterpret_cast<const char*>(ex.sparse.data());
+  const size_t bytes = ex.sparse.size() * sizeof(int64_t);
+  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(ids + b);
+  __builtin_prefetch(ex.dense.data());
+}
+
+}  // namespace
+
 template <typename GetExample>
 absl::Status Feeder::FeedImpl(int64_t n, const GetExample& get, Scope* scope) const {
   if (n <= 0) {
     return absl::InvalidArgumentError("feed: the batch is empty (it needs at least one example)");
   }
-  if (!spec_.dense.empty()) {
-    const int64_t width = spec_.num_dense;
-    Tensor* t = FeedTensor(scope, spec_.dense, FLOAT32, {n, width});
-    float* out = t->data<float>();
-    for (int64_t i = 0; i < n; ++i) {
-      const data::Example& ex = *get(i);
+  const int64_t width = spec_.num_dense;
+  float* dense = spec_.dense.empty()
+                     ? nullptr
+                     : FeedTensor(scope, spec_.dense, FLOAT32, {n, width})->data<float>();
+  const size_t num_slots = spec_.slots.size();
+  struct SlotOut {
+    int64_t* ids;
+    int64_t dict_size;
+  };
+  thread_local std::vector<SlotOut> slot_out;
+  slot_out.resize(num_slots);
+  for (size_t s = 0; s < num_slots; ++s) {
+    slot_out[s] = {FeedTensor(scope, spec_.slots[s].name, INT64, {n, 1})->data<int64_t>(),
+                   spec_.slots[s].dict_size};
+  }
+  // Example by example, each read once (slot by slot, every slot visited every example again).
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + 2 * kPrefetchAhead < n) __builtin_prefetch(get(i + 2 * kPrefetchAhead));
+    if (i + kPrefetchAhead < n) PrefetchBuffers(*get(i + kPrefetchAhead));
+    const data::Example& ex = *get(i);
+    if (dense != nullptr) {
       if (static_cast<int64_t>(ex.dense.size()) != width) {
         return absl::InvalidArgumentError(
             absl::StrCat("feed '", spec_.dense, "': example ", i, " of the batch has ",
@@ -125,25 +158,22 @@ absl::Status Feeder::FeedImpl(int64_t n, const GetExample& get, Scope* scope) co
                                                          " of the batch has dense value ", j, " = ",
                                                          v));
         }
-        out[i * width + j] = v;
+        dense[i * width + j] = v;
       }
     }
+    if (num_slots == 0) continue;
+    if (ex.sparse.size() != num_slots) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "feed '", spec_.slots[0].name, "': example ", i, " of the batch has ", ex.sparse.size(),
+          " sparse ids but the feed spec has ", num_slots, " slots"));
+    }
+    const int64_t* ids = ex.sparse.data();
+    for (size_t s = 0; s < num_slots; ++s) slot_out[s].ids[i] = ids[s];
   }
-  const size_t num_slots = spec_.slots.size();
-  for (size_t s = 0; s < num_slots; ++s) {
-    const SlotFeed& slot = spec_.slots[s];
-    Tensor* t = FeedTensor(scope, slot.name, INT64, {n, 1});
-    int64_t* out = t->data<int64_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      const data::Example& ex = *get(i);
-      if (ex.sparse.size() != num_slots) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "feed '", slot.name, "': example ", i, " of the batch has ", ex.sparse.size(),
-            " sparse ids but the feed spec has ", num_slots, " slots"));
-      }
-      const int64_t id = ex.sparse[s];
-      out[i] = slot.dict_size > 0 ? ModuloId(id, slot.dict_size) : id;
-    }
+  // Ids of local tables mapped into their rows, slot by slot.
+  for (const SlotOut& out : slot_out) {
+    if (out.dict_size <= 0) continue;
+    for (int64_t i = 0; i < n; ++i) out.ids[i] = ModuloId(out.ids[i], out.dict_size);
   }
   const size_t num_multi = spec_.multi_slots.size();
   for (size_t m = 0; m < num_multi; ++m) {

@@ -100,6 +100,37 @@ TEST(FeederTest, FeedsSelectedIndicesAndReusesBuffers) {
   EXPECT_EQ(Get(scope, "a").raw_data(), a_buffer);
 }
 
+// A batch longer than the feed's look-ahead, in a shuffled order with repeats: every example's
+// values land in its row, the local slot's ids mapped, the distributed slot's as they are.
+TEST(FeederTest, FeedsALongShuffledBatchRowByRow) {
+  Feeder feeder(Spec());
+  std::vector<Example> all;
+  for (int64_t k = 0; k < 300; ++k) {
+    all.push_back({{static_cast<float>(k), -static_cast<float>(k)},
+                   {k * 7 - 1000, k * 1000003 - (int64_t{1} << 40)},
+                   static_cast<float>(k % 2)});
+  }
+  std::vector<int64_t> indices;
+  for (int64_t i = 0; i < 200; ++i) indices.push_back((i * 137 + 11) % 300);
+  indices.push_back(indices.front());
+  Scope scope;
+  ASSERT_TRUE(feeder.Feed(all, indices, &scope).ok());
+  const Tensor& x = Get(scope, "x");
+  const Tensor& a = Get(scope, "a");
+  const Tensor& b = Get(scope, "b");
+  const Tensor& y = Get(scope, "y");
+  ASSERT_EQ(x.shape(), (Shape{201, 2}));
+  ASSERT_EQ(a.shape(), (Shape{201, 1}));
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const Example& ex = all[static_cast<size_t>(indices[i])];
+    SCOPED_TRACE(i);
+    EXPECT_EQ(x.data<float>()[2 * i], ex.dense[0]);
+    EXPECT_EQ(x.data<float>()[2 * i + 1], ex.dense[1]);
+    EXPECT_EQ(a.data<int64_t>()[i], ModuloId(ex.sparse[0], 10));
+    EXPECT_EQ(b.data<int64_t>()[i], ex.sparse[1]);
+    EXPECT_EQ(y.data<float>()[i], ex.label);
+  }
+}
 TEST(FeederTest, Int64AndFloat64Labels) {
   FeedSpec spec = Spec();
   spec.label_dtype = INT64;
