@@ -818,6 +818,53 @@ TEST_P(AsyncTest, AppliesEveryPushExactlyOnce) {
 INSTANTIATE_TEST_SUITE_P(Examples, AsyncTest,
                          ::testing::Values("mlp_regression", "ctr", "ctr_table_wise"));
 
+// One async trainer that reads its own writes has each push applied before its next receive,
+// and the next batch's lookups ride on that receive: it trains exactly as one sync trainer.
+TEST(PsClusterTest, OneAsyncTrainerReadingItsOwnWritesTrainsAsSync) {
+  PsJob job;
+  job.example = "ctr";
+  job.trainers = 1;
+  job.flags = {
+      "--num_examples=1024",  "--num_test_examples=64", "--batch_size=64", "--epochs=1", "--seed=5",
+      "--vocab_per_slot=500", "--distributed_tables"};
+  auto sync = RunPsJob(job, MakeTempDir("one_sync"));
+  job.flags.push_back("--sync_mode=false");
+  auto async = RunPsJob(job, MakeTempDir("one_async"));
+  ASSERT_EQ(sync.size(), 1u);
+  ASSERT_EQ(async.size(), 1u);
+  ExpectParamsClose(async[0], sync[0], 1e-5);
+}
+
+// An async trainer's step makes 2 requests to each pserver: its push (the communicator's
+// SendBatch; merged pushes make fewer) and its receive, which carries the next batch's lookups
+// for every table (a SendGetBatch without the send barrier); the lookups in their own request
+// would make 3. Besides the steps, each trainer registers, pulls the initial parameters, looks
+// its first batch up and completes, and the held-out evaluation prefetches once per batch of
+// each trainer's half and reduces through pserver 0.
+TEST(PsClusterTest, AsyncStepIsAPushAndAReceiveCarryingTheLookups) {
+  std::string dir = MakeTempDir("async_requests");
+  PsJob job;
+  job.example = "ctr";
+  job.flags = {"--num_examples=6400",
+               "--num_test_examples=512",
+               "--batch_size=128",
+               "--epochs=1",
+               "--seed=2",
+               "--vocab_per_slot=500",
+               "--distributed_tables",
+               "--sync_mode=false",
+               "--heartbeat_s=0"};
+  RunPsJob(job, dir);
+  const int64_t trainer_steps = 2 * (6400 / 128);
+  const int64_t eval_batches = 2 * ((256 + 127) / 128);
+  for (int p = 0; p < 2; ++p) {
+    const std::string log = PserverLog(dir, p);
+    const int64_t requests = SumAfter(log, " requests=");
+    EXPECT_GE(requests, trainer_steps) << log;
+    EXPECT_LE(requests, 2 * trainer_steps + 4 * 2 + eval_batches + (p == 0 ? 3 : 0)) << log;
+  }
+}
+
 // Kill trainer 1 (param 1) or both trainers (param 2) in sync mode: the pservers fail within the
 // timeout with a message naming the missing trainers, the surviving trainer fails too, and no
 // process is left.

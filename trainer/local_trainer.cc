@@ -65,23 +65,29 @@ std::pair<int, int> AheadSplit(const BlockDesc& block) {
 }
 
 // Whether a block split by AheadSplit at `tail` can send its receives and the next batch's
-// lookups along with its send: the op before the receives is a sync `send` carrying the send
-// barrier (the pservers then apply the step before answering it), and the receives (perhaps
-// followed by concats of sliced parameters) carry the fetch barrier, the last one (so no
-// parameter changes before every trainer fetched).
+// lookups along with its send: the op before the receives is a `send` and the receives are
+// followed by nothing but concats of sliced parameters. Sync: the send carries the send barrier
+// (the pservers then apply the step before answering it) and the receives the fetch barrier,
+// the last one (so no parameter changes before every trainer fetched). Async: neither carries a
+// barrier (the receive after the push then takes the lookups).
 bool PipelinedSend(const BlockDesc& block, int tail) {
   if (tail < 1) return false;
   const OpDesc& send = block.ops(tail - 1);
-  if (send.type() != "send" || !GetBoolAttr(send, "sync_mode", true) ||
-      GetStringsAttr(send, "barrier_endpoints").empty()) {
-    return false;
-  }
+  if (send.type() != "send") return false;
   int end = tail;  // past the last recv
   while (end < block.ops_size() && block.ops(end).type() == "recv") ++end;
   for (int i = end; i < block.ops_size(); ++i) {
     if (block.ops(i).type() != "concat") return false;
   }
-  return end > tail && !GetStringsAttr(block.ops(end - 1), "fetch_barrier_endpoints").empty();
+  if (end == tail) return false;
+  if (!GetBoolAttr(send, "sync_mode", true)) {
+    for (int i = tail; i < end; ++i) {
+      if (!GetStringsAttr(block.ops(i), "fetch_barrier_endpoints").empty()) return false;
+    }
+    return GetStringsAttr(send, "barrier_endpoints").empty();
+  }
+  return !GetStringsAttr(send, "barrier_endpoints").empty() &&
+         !GetStringsAttr(block.ops(end - 1), "fetch_barrier_endpoints").empty();
 }
 
 // Folds a sync step's receive into its send: a `send` carrying the send barrier immediately
@@ -373,26 +379,36 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
     // (The block run: an early send may have been put into it.)
     const BlockDesc& run = t->run_program_.blocks(0);
     std::tie(t->head_end_, t->tail_begin_) = AheadSplit(run);
-    if (t->head_end_ > 0 && PipelinedSend(run, t->tail_begin_)) {
-      // The lookups and the receives wait on the pservers for the step's update instead.
+    const bool async =
+        t->tail_begin_ > 0 && !GetBoolAttr(run.ops(t->tail_begin_ - 1), "sync_mode", true);
+    // Async pipelines only when the lookups can ride on the receive: sent by themselves from
+    // the look-ahead they would overtake the step's push.
+    if (t->head_end_ > 0 && PipelinedSend(run, t->tail_begin_) &&
+        (!async || (t->options_.lookup_riders != nullptr && t->head_end_ == 1))) {
+      t->async_ = async;
       t->pipelined_program_ = t->run_program_;
       BlockDesc* b = t->pipelined_program_.mutable_blocks(0);
-      for (int i = 0; i < t->head_end_; ++i) SetAttr(b->mutable_ops(i), "after_update", true);
-      // The lookup op's requests ride on the send: only a block's single one (a later one would
-      // go out only once the first got its answer, with the step's reply), and only with several
-      // trainers, whose shared pservers' CPU gains (2x2 CTR 5-10% faster). With one trainer the
-      // lookups' own request costs the otherwise idle pserver little, and its early answer (once
-      // the tables are applied) overlaps the dense update; riding did not pay there
-      // (tests/bench/RESULTS.md).
-      t->ride_ = t->options_.lookup_riders != nullptr && t->options_.num_replicas > 1 &&
-                 t->folded_recv_ == t->tail_begin_ && t->head_end_ == 1;
-      if (t->ride_) SetAttr(b->mutable_ops(0), "ride_on_send", true);
+      // Sync: the lookups and the receives wait on the pservers for the step's update instead.
+      if (!async) {
+        for (int i = 0; i < t->head_end_; ++i) SetAttr(b->mutable_ops(i), "after_update", true);
+      }
+      // The lookup op's requests ride on the step's request: only a block's single one (a later
+      // one would go out only once the first got its answer, with the step's reply). Sync: only
+      // with several trainers, whose shared pservers' CPU gains (2x2 CTR 5-10% faster); with
+      // one trainer the lookups' own request costs the otherwise idle pserver little, and its
+      // early answer (once the tables are applied) overlaps the dense update; riding did not
+      // pay there (tests/bench/RESULTS.md). Async: always, on the receive that follows the push
+      // (one request per pserver besides the push instead of two).
+      t->ride_ = t->options_.lookup_riders != nullptr && t->head_end_ == 1 &&
+                 (async || (t->options_.num_replicas > 1 && t->folded_recv_ == t->tail_begin_));
+      if (t->ride_) SetAttr(b->mutable_ops(0), "ride_on_step", true);
+      if (async) SetAttr(b->mutable_ops(t->tail_begin_), "takes_lookups", true);
       t->defer_ = !t->ride_ && t->options_.deferred_lookups != nullptr;
       if (t->defer_) {
         for (int i = 0; i < t->head_end_; ++i) SetAttr(b->mutable_ops(i), "complete_later", true);
         t->deferred_wait_.pending = t->options_.deferred_lookups;
       }
-      for (int i = t->tail_begin_; i < b->ops_size(); ++i) {
+      for (int i = t->tail_begin_; i < b->ops_size() && !async; ++i) {
         if (b->ops(i).type() == "recv") SetAttr(b->mutable_ops(i), "after_update", true);
       }
       TS_ASSIGN_OR_RETURN(t->pipelined_block_, t->executor_.Prepare(t->pipelined_program_, 0));
@@ -540,6 +556,12 @@ absl::Status LocalTrainer::RunPipelined(int64_t next_size, const FeedFn& next_fe
     if (s.ok() && tail_begin_ + 1 < n) {
       s = executor_.RunOps(pipelined_block_, tail_begin_ + 1, n, &scope_);
     }
+  } else if (s.ok() && async_) {
+    // The push (handed to the communicator), then the receive, which takes the next batch's
+    // lookups: after the push, as a receive and lookups unpipelined go.
+    s = executor_.RunOps(pipelined_block_, tail_begin_ - 1, tail_begin_, &scope_);
+    if (s.ok()) s = RunSteps(pipelined_block_, tail_begin_, n, &scope_);
+    flight->received_done.Notify();
   } else if (s.ok()) {
     ahead_->Schedule([this, flight, n] {
       flight->received = RunSteps(pipelined_block_, tail_begin_, n, &scope_);

@@ -260,19 +260,23 @@ class LocalTrainer {
   bool staged_ = false;
   std::vector<std::string> staged_names_;  // staging_'s variables at staged_version_
   uint64_t staged_version_ = ~uint64_t{0};
-  // Pipelined prefetch_ahead (sync sends with barriers): main with attr after_update on its
-  // leading lookups and trailing receives; the requests of the running step, kept past a failed
-  // one (they end when the job fails).
+  // Pipelined prefetch_ahead (sync sends with barriers, or async pushes whose receives take the
+  // next batch's lookups): main with (sync) attr after_update on its leading lookups and
+  // trailing receives; the requests of the running step, kept past a failed one (they end when
+  // the job fails).
   bool pipelined_ = false;
+  // Pipelined async: the step's push, then its receive (attr takes_lookups), which carries the
+  // next batch's lookups (ride_, always).
+  bool async_ = false;
   // Sync, not on device places, a send and a recv carrying the barriers one after the other:
   // the index of the recv, folded into the send (its outputs on the send op of run_program_ and
   // pipelined_program_: one request per pserver and step, PServerClient::SendGetBatchAsync;
   // no step runs the recv op itself, and the places' runner gets the program without it), or
   // -1.
   int folded_recv_ = -1;
-  // Pipelined, one lookup op, several trainers, folded_recv_ right after the send and
-  // Options::lookup_riders set: the next batch's lookups ride on the step's send (attr
-  // ride_on_send on the lookup op).
+  // Pipelined, one lookup op and Options::lookup_riders set; sync: several trainers and
+  // folded_recv_ right after the send: the next batch's lookups ride on the step's send (sync)
+  // or receive (async) (attr ride_on_step on the lookup op).
   bool ride_ = false;
   // Pipelined, not riding, Options::deferred_lookups set: attr complete_later on the lookups.
   bool defer_ = false;

@@ -59,7 +59,7 @@ void LookupRiders::Release(const absl::Status& step) {
 }
 
 void LookupRiders::Ride::SendAlone() {
-  client->PrefetchBatchAsync(meta, std::move(items), /*after_update=*/true, std::move(done));
+  client->PrefetchBatchAsync(meta, std::move(items), after_update, std::move(done));
 }
 
 }  // namespace tessera

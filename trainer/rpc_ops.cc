@@ -269,7 +269,7 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   }
   RequestMeta meta = rpc->Meta();
   const bool after_update = ctx.BoolAttr("after_update", false);
-  const bool ride = after_update && ctx.BoolAttr("ride_on_send", false);
+  const bool ride = ctx.BoolAttr("ride_on_step", false);
   if (ctx.BoolAttr("complete_later", false) && !ride && !requests.empty()) {
     // The last reply's thread stores the rows; the first error wins.
     DoneCallback stored = rpc->deferred_lookups.Add();
@@ -285,15 +285,16 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
   StatusGroup group(static_cast<int>(requests.size()));
   bool rode = false;
   if (ride) {
-    // The step's send carries them where it expects them and each pserver gets one request;
-    // otherwise it must not wait for them.
+    // The step's send (sync) or receive (async) carries them where it expects them and each
+    // pserver gets one request; otherwise it must not wait for them.
     std::vector<bool> seen(endpoints.size());
     bool one_each = true;
     std::vector<LookupRiders::Ride> rides;
     for (const auto& [e, items] : requests) {
       one_each &= !seen[e];
       seen[e] = true;
-      rides.push_back({rpc->clients->Get(endpoints[e]), meta, items, group.Callback()});
+      rides.push_back(
+          {rpc->clients->Get(endpoints[e]), meta, items, group.Callback(), after_update});
     }
     rode = one_each && rpc->lookup_riders.Leave(std::move(rides));
     if (!rode) rpc->lookup_riders.Withdraw();
@@ -465,12 +466,29 @@ absl::Status Recv(RpcContext* rpc, OpContext& ctx) {
   StatusGroup group(static_cast<int>(parts.size()));
   RequestMeta meta = rpc->Meta();
   const bool after_update = ctx.BoolAttr("after_update", false);
+  // Async, pipelined: the next batch's lookups, where the look-ahead left them for this receive.
+  std::vector<LookupRiders::Ride> rides;
+  if (ctx.BoolAttr("takes_lookups", false)) rides = rpc->lookup_riders.Take();
   for (const PserverPart& part : parts) {
     std::vector<GetItem> items;
     for (size_t i : part.vars) items.push_back({vars[i], outs[i]});
-    rpc->clients->Get(part.endpoint)
-        ->GetBatchAsync(meta, std::move(items), part.barrier, after_update, group.Callback());
+    PServerClient* client = rpc->clients->Get(part.endpoint);
+    auto ride = std::find_if(rides.begin(), rides.end(), [&](const LookupRiders::Ride& r) {
+      return r.client == client && !r.after_update && !after_update;
+    });
+    if (ride == rides.end()) {
+      client->GetBatchAsync(meta, std::move(items), part.barrier, after_update, group.Callback());
+      continue;
+    }
+    client->GetPrefetchBatchAsync(
+        meta, std::move(items), part.barrier, std::move(ride->items),
+        [got = group.Callback(), looked_up = std::move(ride->done)](absl::Status s) {
+          looked_up(s);
+          got(s);
+        });
+    rides.erase(ride);
   }
+  for (LookupRiders::Ride& ride : rides) ride.SendAlone();  // pservers this receive does not reach
   return group.Wait();
 }
 

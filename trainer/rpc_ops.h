@@ -10,15 +10,18 @@
 //                 step's send (the one with the barrier) first waits until they were received,
 //                 so its barrier never overtakes them, and fails with their error.
 //   recv          Out (list) with attr epmap: pulls every variable from its pserver. Attr
-//                 fetch_barrier_endpoints (sync): those requests carry the fetch barrier.
+//                 fetch_barrier_endpoints (sync): those requests carry the fetch barrier. Attr
+//                 takes_lookups (async): the requests carry the next batch's lookups (attr
+//                 ride_on_step below).
 //   prefetch      the rows of every distributed table's ids, one request per pserver.
 //   Attr after_update (recv, prefetch; sync): each pserver answers once it applied the update
 //                 of the trainer's current step, so the op can run beside that step's send
 //                 (LocalTrainer's prefetch_ahead sets it on the step's receives and on the next
 //                 batch's lookups).
-//   Attr ride_on_send (prefetch, with after_update): the lookups ride on the step's send where
-//                 RpcContext::lookup_riders expects them (a send with its receive folded in
-//                 takes them: one request per pserver; trainer/lookup_riders.h).
+//   Attr ride_on_step (prefetch): the lookups ride on the step's request to each pserver where
+//                 RpcContext::lookup_riders expects them (sync: a send with its receive folded
+//                 in takes them; async: a recv with attr takes_lookups, after the step's push;
+//                 one request per pserver either way; trainer/lookup_riders.h).
 //   send_barrier  attr endpoints: the send barrier alone (programs transpiled before the
 //                 barriers rode on send and recv).
 //   fetch_barrier attr endpoints: the fetch barrier alone (likewise).

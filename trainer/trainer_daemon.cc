@@ -289,7 +289,7 @@ void TrainerProcess::SetTrainerOptions() {
       config.prefetch_ahead && !collective_mode_ && config.table_admission_threshold == 0;
   lo.send_early_bytes = int64_t{config.send_early_kb} * 1024;
   lo.deferred_lookups = &rpc_.deferred_lookups;
-  lo.lookup_riders = &rpc_.lookup_riders;  // sync, several trainers: those lookups ride on the send
+  lo.lookup_riders = &rpc_.lookup_riders;  // the look-ahead's lookups ride on the step's request
   lo.log_every_steps = config.trainer_id == 0 ? config.log_every_steps : 0;
   lo.log = &log_;
   lo.before_step = [rpc = &rpc_](int64_t step) { rpc->step = step; };

@@ -54,6 +54,15 @@ void PServerClient::SendGetBatchAsync(const RequestMeta& meta, std::vector<SendI
   if (lookup) PrefetchBatchAsync(meta, std::move(lookups), /*after_update=*/true, all[2]);
 }
 
+void PServerClient::GetPrefetchBatchAsync(const RequestMeta& meta, std::vector<GetItem> gets,
+                                          bool fetch_barrier, std::vector<PrefetchItem> lookups,
+                                          DoneCallback done) {
+  std::vector<DoneCallback> both = JoinThen(
+      2, [done] { done(absl::OkStatus()); }, done);
+  GetBatchAsync(meta, std::move(gets), fetch_barrier, /*after_update=*/false, std::move(both[0]));
+  PrefetchBatchAsync(meta, std::move(lookups), /*after_update=*/false, std::move(both[1]));
+}
+
 void PServerClient::AwaitUpdateAsync(const RequestMeta& meta, DoneCallback done) {
   done(absl::UnimplementedError(
       absl::StrCat("the client of pserver ", endpoint(), " cannot wait for a step's update")));

@@ -91,6 +91,13 @@ class PServerClient {
   virtual void SendGetBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
                                  StepReply* reply, std::vector<GetItem> gets, bool fetch_barrier,
                                  std::vector<PrefetchItem> lookups, DoneCallback done);
+  // An async step's receive with the next batch's lookups: GetBatchAsync(gets, fetch_barrier,
+  // after_update = false) and PrefetchBatchAsync(lookups, after_update = false); `done` runs once
+  // both are done. The default issues the calls side by side; a transport may fold them into
+  // one request (gRPC: a SendGetBatch without gradients or send barrier).
+  virtual void GetPrefetchBatchAsync(const RequestMeta& meta, std::vector<GetItem> gets,
+                                     bool fetch_barrier, std::vector<PrefetchItem> lookups,
+                                     DoneCallback done);
 
   // Blocking forms.
   absl::Status SendVariable(const RequestMeta& meta, const std::string& name, const Variable& var);

@@ -72,12 +72,12 @@ if [ -n "${CTR_E2E_ONLY:-}" ]; then
   IFS=, read -r -a CONFIGS <<<"$CTR_E2E_ONLY"
 fi
 # CTR_E2E_BASELINE=DIR (holding tessera_pserver and tessera_trainer of another build, e.g. an
-# earlier commit's): adds "<config> baseline" for each plain sync configuration chosen ("1x1
-# sync", "2x2 sync", "deepfm 2x2 sync", each also with send_early_kb=K), the same job with
-# those daemons, alternated with the others in every round.
+# earlier commit's): adds "<config> baseline" for each plain sync or async configuration chosen
+# ("1x1 sync", "2x2 sync", "2x2 async", "deepfm 2x2 sync", each also with send_early_kb=K), the
+# same job with those daemons, alternated with the others in every round.
 if [ -n "${CTR_E2E_BASELINE:-}" ]; then
   for c in "${CONFIGS[@]}"; do
-    if [[ "$c" =~ ^(deepfm\ )?[0-9]+x[0-9]+\ sync(\ send_early_kb=[0-9]+)?$ ]]; then
+    if [[ "$c" =~ ^(deepfm\ )?[0-9]+x[0-9]+\ a?sync(\ send_early_kb=[0-9]+)?$ ]]; then
       CONFIGS+=("$c baseline")
     fi
   done

@@ -31,10 +31,12 @@ namespace tessera {
 //      gradient, `<grad>.shard0`, all go to its owner);
 //   3  table groups (--fuse_tables): tables looked up with the same ids are one pserver table
 //      "<a>+<b>", looked up and updated as one.
+//   4  a SendGetBatch without the send barrier (an async step's receive carrying the next
+//      batch's lookups), which a pserver before 4 refuses.
 // A trainer refuses, at registration, a pserver whose protocol is older than its own (an older
 // pserver would ignore what it does not know and answer wrongly later: one before 2 compares
 // no table placement and holds its row-wise shards).
-inline constexpr uint32_t kWireProtocol = 3;
+inline constexpr uint32_t kWireProtocol = 4;
 
 // Encodes bytes [offset, offset + length) of dense `var` (the whole variable when length < 0),
 // or the whole of a SelectedRows `var`, as a VariableMessage.

@@ -596,16 +596,33 @@ void GrpcPServerClient::SendGetBatchAsync(const RequestMeta& meta, std::vector<S
   // One request when the gradients fit one batch and the parameters one reply (as far as the
   // destinations' sizes tell); gradients that need several go the unfolded way.
   const int64_t chunk = options_.chunk_bytes;
-  int64_t sent = 0, fetched = 0;
+  int64_t sent = 0;
   for (const SendItem& item : items) sent += PayloadBytes(*item.var);
-  for (const GetItem& item : gets) {
-    const Tensor* t = item.out->GetIf<Tensor>();
-    fetched += t != nullptr && t->initialized() ? static_cast<int64_t>(t->nbytes()) : 0;
-  }
   if (chunk > 0 && sent > chunk) {
     PServerClient::SendGetBatchAsync(meta, std::move(items), reply, std::move(gets), fetch_barrier,
                                      std::move(lookups), std::move(done));
     return;
+  }
+  SendGetBatch(meta, std::move(items), /*send_barrier=*/true, reply, std::move(gets), fetch_barrier,
+               std::move(lookups), std::move(done));
+}
+
+void GrpcPServerClient::GetPrefetchBatchAsync(const RequestMeta& meta, std::vector<GetItem> gets,
+                                              bool fetch_barrier, std::vector<PrefetchItem> lookups,
+                                              DoneCallback done) {
+  SendGetBatch(meta, {}, /*send_barrier=*/false, nullptr, std::move(gets), fetch_barrier,
+               std::move(lookups), std::move(done));
+}
+
+void GrpcPServerClient::SendGetBatch(const RequestMeta& meta, std::vector<SendItem> items,
+                                     bool send_barrier, StepReply* reply, std::vector<GetItem> gets,
+                                     bool fetch_barrier, std::vector<PrefetchItem> lookups,
+                                     DoneCallback done) {
+  const int64_t chunk = options_.chunk_bytes;
+  int64_t fetched = 0;  // as far as the destinations' sizes tell
+  for (const GetItem& item : gets) {
+    const Tensor* t = item.out->GetIf<Tensor>();
+    fetched += t != nullptr && t->initialized() ? static_cast<int64_t>(t->nbytes()) : 0;
   }
   // Parameters over a reply's worth: the request only waits for the update (and answers the
   // lookups), then GetBatchAsync fetches them in its usual parts, the last with the fetch
@@ -619,7 +636,7 @@ void GrpcPServerClient::SendGetBatchAsync(const RequestMeta& meta, std::vector<S
     extras.fetch_barrier = fetch_barrier;
   }
   extras.lookups = std::move(lookups);
-  grpc::ByteBuffer request = EncodeBatch(meta, items, /*send_barrier=*/true, extras);
+  grpc::ByteBuffer request = EncodeBatch(meta, items, send_barrier, extras);
   const int64_t max_bytes = options_.max_message_bytes;
   DoneCallback then = std::move(done);
   if (!fetch_here) {

@@ -79,6 +79,10 @@ class GrpcPServerClient : public PServerClient {
   void SendGetBatchAsync(const RequestMeta& meta, std::vector<SendItem> items, StepReply* reply,
                          std::vector<GetItem> gets, bool fetch_barrier,
                          std::vector<PrefetchItem> lookups, DoneCallback done) override;
+  // One SendGetBatch without gradients or send barrier (the parameters over a reply's worth
+  // fetched as GetBatchAsync does).
+  void GetPrefetchBatchAsync(const RequestMeta& meta, std::vector<GetItem> gets, bool fetch_barrier,
+                             std::vector<PrefetchItem> lookups, DoneCallback done) override;
 
  private:
   using Stub = grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>;
@@ -88,6 +92,12 @@ class GrpcPServerClient : public PServerClient {
   void Call(const char* method, grpc::ByteBuffer request,
             std::function<absl::Status(const grpc::ByteBuffer&)> on_response, DoneCallback done,
             bool courtesy = false);
+  // One SendGetBatch request: the gradients (one batch's worth), perhaps the send barrier, the
+  // parameters to fetch (over a reply's worth: fetched by GetBatchAsync once it is answered)
+  // and the lookups.
+  void SendGetBatch(const RequestMeta& meta, std::vector<SendItem> items, bool send_barrier,
+                    StepReply* reply, std::vector<GetItem> gets, bool fetch_barrier,
+                    std::vector<PrefetchItem> lookups, DoneCallback done);
 
   std::string endpoint_;
   GrpcClientOptions options_;

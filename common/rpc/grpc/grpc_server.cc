@@ -148,15 +148,15 @@ class GrpcServer::Service : public RawService {
   // handed to the handler before the barrier (so that the step's optimize looks them up as it
   // applies the tables), answered as a PrefetchBatch with after_update. One reply: the
   // parameters, the lookups' rows, and epoch_end.
+  // Without the send barrier (an async step's receive with the next batch's lookups), once its
+  // gradients (if any) are handled: the lookups as a PrefetchBatch and the parameters as a
+  // GetBatch, neither with after_update; the same reply.
   grpc::ServerUnaryReactor* SendGetBatch(grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) override {
     ObservedReactor* reactor = NewReactor(RpcMethod::kSendGetBatch, request, response);
     auto queries = std::make_shared<std::vector<RequestHandler::PrefetchQuery>>();
     auto check = [queries](const DecodedBatch& batch) {
-      if (!batch.send_barrier) {
-        return absl::InvalidArgumentError("SendGetBatch without the send barrier");
-      }
       for (const std::string& name : batch.extras.get_names) {
         TS_RETURN_IF_ERROR(CheckRequestName("variable name", name));
       }
@@ -186,11 +186,12 @@ class GrpcServer::Service : public RawService {
               finish);
           if (!queries->empty()) {
             handler_->HandlePrefetchBatch(
-                meta, std::move(*queries), /*after_update=*/true,
+                meta, std::move(*queries), /*after_update=*/batch.send_barrier,
                 [step, cb = std::move(ready[1])](std::vector<absl::StatusOr<Tensor>> rows) {
                   cb(FillRows(std::move(rows), &step->rows));
                 });
           }
+          if (!batch.send_barrier) return ready[0](absl::OkStatus());
           handler_->HandleBarrier(meta, SEND_BARRIER,
                                   [this, meta, step, cb = std::move(ready[0])](absl::Status st) {
                                     if (!st.ok()) return cb(st);
