@@ -835,33 +835,40 @@ TEST(PsClusterTest, OneAsyncTrainerReadingItsOwnWritesTrainsAsSync) {
   ExpectParamsClose(async[0], sync[0], 1e-5);
 }
 
-// An async trainer's step makes 2 requests to each pserver: its push (the communicator's
-// SendBatch; merged pushes make fewer) and its receive, which carries the next batch's lookups
-// for every table (a SendGetBatch without the send barrier); the lookups in their own request
-// would make 3. Besides the steps, each trainer registers, pulls the initial parameters, looks
-// its first batch up and completes, and the held-out evaluation prefetches once per batch of
-// each trainer's half and reduces through pserver 0.
-TEST(PsClusterTest, AsyncStepIsAPushAndAReceiveCarryingTheLookups) {
-  std::string dir = MakeTempDir("async_requests");
-  PsJob job;
-  job.example = "ctr";
-  job.flags = {"--num_examples=6400",
-               "--num_test_examples=512",
-               "--batch_size=128",
-               "--epochs=1",
-               "--seed=2",
-               "--vocab_per_slot=500",
-               "--distributed_tables",
-               "--sync_mode=false",
-               "--heartbeat_s=0"};
-  RunPsJob(job, dir);
-  const int64_t trainer_steps = 2 * (6400 / 128);
-  const int64_t eval_batches = 2 * ((256 + 127) / 128);
-  for (int p = 0; p < 2; ++p) {
-    const std::string log = PserverLog(dir, p);
-    const int64_t requests = SumAfter(log, " requests=");
-    EXPECT_GE(requests, trainer_steps) << log;
-    EXPECT_LE(requests, 2 * trainer_steps + 4 * 2 + eval_batches + (p == 0 ? 3 : 0)) << log;
+// An async trainer that reads its own writes (the default) makes 1 request per step to each
+// pserver: its push carries its receive and the next batch's lookups for every table (a
+// SendGetBatch without the send barrier). Without read-own-writes it makes 2: the
+// communicator's push (merged pushes make fewer) and the receive carrying the lookups; the
+// lookups in their own request would make one more. Besides the steps, each trainer registers,
+// pulls the initial parameters, looks its first batch up and completes, and the held-out
+// evaluation prefetches once per batch of each trainer's half and reduces through pserver 0.
+TEST(PsClusterTest, AsyncStepCarriesItsReceiveAndTheLookups) {
+  for (bool read_own_writes : {true, false}) {
+    SCOPED_TRACE(read_own_writes ? "reading its own writes" : "not reading its own writes");
+    std::string dir = MakeTempDir("async_requests");
+    PsJob job;
+    job.example = "ctr";
+    job.flags = {"--num_examples=6400",
+                 "--num_test_examples=512",
+                 "--batch_size=128",
+                 "--epochs=1",
+                 "--seed=2",
+                 "--vocab_per_slot=500",
+                 "--distributed_tables",
+                 "--sync_mode=false",
+                 "--heartbeat_s=0",
+                 read_own_writes ? "--async_read_own_writes" : "--noasync_read_own_writes"};
+    RunPsJob(job, dir);
+    const int64_t trainer_steps = 2 * (6400 / 128);
+    const int64_t eval_batches = 2 * ((256 + 127) / 128);
+    const int64_t per_step = read_own_writes ? 1 : 2;
+    for (int p = 0; p < 2; ++p) {
+      const std::string log = PserverLog(dir, p);
+      const int64_t requests = SumAfter(log, " requests=");
+      EXPECT_GE(requests, trainer_steps) << log;
+      EXPECT_LE(requests, per_step * trainer_steps + 4 * 2 + eval_batches + (p == 0 ? 3 : 0))
+          << log;
+    }
   }
 }
 

@@ -90,30 +90,35 @@ bool PipelinedSend(const BlockDesc& block, int tail) {
          !GetStringsAttr(block.ops(end - 1), "fetch_barrier_endpoints").empty();
 }
 
-// Folds a sync step's receive into its send: a `send` carrying the send barrier immediately
+// Folds a step's receive into its send. Sync: a `send` carrying the send barrier immediately
 // followed by a `recv` carrying the fetch barrier, every pserver the recv involves getting the
-// send's barrier (ops after them, e.g. the concats of sliced parameters, read what the recv
-// wrote, which the send now writes at the same point). The send gets the recv's outputs ("Out",
-// from "recv_epmap"; perhaps none, as in hybrid mode) and fetch barrier (attr recv_folded) and
-// sends them with its gradients: one request per pserver (SendGetBatch), answered once the
-// pserver applied the step, as the recv would be. The recv stays in the block; a step must not
-// run it. Returns the recv's index, or -1 (and `block` unchanged) if there is none such.
-int FoldReceive(BlockDesc* block) {
+// send's barrier. Async (`fold_async`: the trainer reads its own writes, so its step waits for
+// its push anyway): a `send` without barrier immediately followed by a `recv` without the fetch
+// barrier, every pserver the recv involves getting gradients from the send. (Ops after them,
+// e.g. the concats of sliced parameters, read what the recv wrote, which the send now writes at
+// the same point.) The send gets the recv's outputs ("Out", from "recv_epmap"; perhaps none, as
+// in hybrid mode) and fetch barrier (attr recv_folded) and sends them with its gradients: one
+// request per pserver (SendGetBatch), answered once the pserver applied the step (sync) or the
+// gradients (async), as the recv would be. The recv stays in the block; a step must not run
+// it. Returns the recv's index, or -1 (and `block` unchanged) if there is none such.
+int FoldReceive(BlockDesc* block, bool fold_async) {
   for (int i = 1; i < block->ops_size(); ++i) {
     const OpDesc& recv = block->ops(i);
     OpDesc* send = block->mutable_ops(i - 1);
-    if (recv.type() != "recv" || send->type() != "send" ||
-        !GetBoolAttr(*send, "sync_mode", true) || !OpOutputs(*send, "Out").empty()) {
+    if (recv.type() != "recv" || send->type() != "send" || !OpOutputs(*send, "Out").empty()) {
       continue;
     }
+    const bool sync = GetBoolAttr(*send, "sync_mode", true);
+    if (!sync && !fold_async) continue;
     const std::vector<std::string> barrier = GetStringsAttr(*send, "barrier_endpoints");
     const std::vector<std::string> eps = GetStringsAttr(recv, "epmap");
     const std::vector<std::string> fetch = GetStringsAttr(recv, "fetch_barrier_endpoints");
-    if (barrier.empty() || fetch.empty()) continue;
+    if (sync ? barrier.empty() || fetch.empty() : !barrier.empty() || !fetch.empty()) continue;
+    const std::vector<std::string> reached = sync ? barrier : GetStringsAttr(*send, "epmap");
     bool covered = true;
     for (const std::vector<std::string>* list : {&eps, &fetch}) {
       for (const std::string& ep : *list) {
-        covered &= std::find(barrier.begin(), barrier.end(), ep) != barrier.end();
+        covered &= std::find(reached.begin(), reached.end(), ep) != reached.end();
       }
     }
     if (!covered) continue;
@@ -366,7 +371,8 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
     }
   }
   if (t->options_.place_registries.empty()) {
-    t->folded_recv_ = FoldReceive(t->run_program_.mutable_blocks(0));
+    t->folded_recv_ =
+        FoldReceive(t->run_program_.mutable_blocks(0), t->options_.fold_async_receive);
   }
   TS_ASSIGN_OR_RETURN(t->main_block_, t->executor_.Prepare(t->run_program_, 0));
   TS_ASSIGN_OR_RETURN(t->eval_block_, t->executor_.Prepare(t->eval_program_, 0));
@@ -402,7 +408,10 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(const OpRegis
       t->ride_ = t->options_.lookup_riders != nullptr && t->head_end_ == 1 &&
                  (async || (t->options_.num_replicas > 1 && t->folded_recv_ == t->tail_begin_));
       if (t->ride_) SetAttr(b->mutable_ops(0), "ride_on_step", true);
-      if (async) SetAttr(b->mutable_ops(t->tail_begin_), "takes_lookups", true);
+      // Async with the receive folded into the push, the push takes them.
+      if (async && t->folded_recv_ != t->tail_begin_) {
+        SetAttr(b->mutable_ops(t->tail_begin_), "takes_lookups", true);
+      }
       t->defer_ = !t->ride_ && t->options_.deferred_lookups != nullptr;
       if (t->defer_) {
         for (int i = 0; i < t->head_end_; ++i) SetAttr(b->mutable_ops(i), "complete_later", true);

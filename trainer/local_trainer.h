@@ -114,6 +114,11 @@ struct LocalTrainerOptions {
   // (a GPU place). One more request per pserver and step (more where those gradients exceed
   // the client's chunk size).
   int64_t send_early_bytes = 0;
+  // Async: fold each step's receive into its push (a send without barrier followed by a recv;
+  // one request per pserver, SendGetBatch, answered once the pserver applied the gradients).
+  // Only for a trainer that reads its own writes (its step waits for its push anyway); the push
+  // then bypasses the RPC context's communicator.
+  bool fold_async_receive = false;
   // Pipelined prefetch_ahead with the step's receive folded into its send, one lookup op and
   // num_replicas > 1: where the next batch's lookups meet that send, which carries them (one
   // request per pserver and step). Must be the RpcContext::lookup_riders of the registry's RPC
@@ -266,13 +271,13 @@ class LocalTrainer {
   // the job fails).
   bool pipelined_ = false;
   // Pipelined async: the step's push, then its receive (attr takes_lookups), which carries the
-  // next batch's lookups (ride_, always).
+  // next batch's lookups (ride_, always); or, folded (folded_recv_), the push carrying both.
   bool async_ = false;
-  // Sync, not on device places, a send and a recv carrying the barriers one after the other:
-  // the index of the recv, folded into the send (its outputs on the send op of run_program_ and
-  // pipelined_program_: one request per pserver and step, PServerClient::SendGetBatchAsync;
-  // no step runs the recv op itself, and the places' runner gets the program without it), or
-  // -1.
+  // Not on device places, a send and a recv carrying the barriers one after the other (async,
+  // with fold_async_receive: carrying none): the index of the recv, folded into the send (its
+  // outputs on the send op of run_program_ and pipelined_program_: one request per pserver and
+  // step, PServerClient::SendGetBatchAsync; no step runs the recv op itself, and the places'
+  // runner gets the program without it), or -1.
   int folded_recv_ = -1;
   // Pipelined, one lookup op and Options::lookup_riders set; sync: several trainers and
   // folded_recv_ right after the send: the next batch's lookups ride on the step's send (sync)

@@ -334,12 +334,13 @@ std::vector<PserverPart> PartsByPserver(const std::vector<std::string>& eps,
   return parts;
 }
 
-// A sync send with the step's receive folded in (attr recv_folded, set by LocalTrainer's
-// FoldReceive): outputs Out[j] from recv_epmap[j] once the pserver applied the step, with the
-// fetch barrier to the pservers of fetch_barrier_endpoints (perhaps nothing to fetch: hybrid).
-// Every pserver involved must get the send barrier. One request per pserver
-// (PServerClient::SendGetBatchAsync; a pserver with nothing to fetch and no fetch barrier, a
-// SendBatch).
+// A send with the step's receive folded in (attr recv_folded, set by LocalTrainer's
+// FoldReceive): outputs Out[j] from recv_epmap[j], with the fetch barrier to the pservers of
+// fetch_barrier_endpoints (perhaps nothing to fetch: hybrid). Sync: every pserver involved must
+// get the send barrier, and answers once it applied the step. Async (sync_mode false): every
+// pserver received from must get gradients, and answers once it applied them (the trainer
+// reads its own writes). One request per pserver (PServerClient::SendGetBatchAsync; a pserver
+// with nothing to fetch and no fetch barrier, a SendBatch).
 absl::Status SendAndReceive(RpcContext* rpc, OpContext& ctx, const std::vector<std::string>& vars,
                             const std::vector<const Variable*>& values,
                             const std::vector<std::string>& eps) {
@@ -348,11 +349,14 @@ absl::Status SendAndReceive(RpcContext* rpc, OpContext& ctx, const std::vector<s
   TS_RETURN_IF_ERROR(CheckParallel(ctx, outs, out_eps));
   const std::vector<std::string> barrier = ctx.StringsAttr("barrier_endpoints");
   const std::vector<std::string> fetch_barrier = ctx.StringsAttr("fetch_barrier_endpoints");
+  const bool sync = ctx.BoolAttr("sync_mode", true);
+  const std::vector<std::string>& reached = sync ? barrier : eps;
   for (const std::vector<std::string>* list : {&out_eps, &fetch_barrier}) {
     for (const std::string& ep : *list) {
-      if (std::find(barrier.begin(), barrier.end(), ep) == barrier.end()) {
+      if (std::find(reached.begin(), reached.end(), ep) == reached.end()) {
         return ctx.Error(absl::StrCat("receives from pserver ", ep,
-                                      ", which does not get this send's barrier"));
+                                      sync ? ", which does not get this send's barrier"
+                                           : ", which this send does not reach"));
       }
     }
   }
@@ -378,9 +382,11 @@ absl::Status SendAndReceive(RpcContext* rpc, OpContext& ctx, const std::vector<s
     PServerClient* client = rpc->clients->Get(part.endpoint);
     std::vector<PrefetchItem> lookups;
     DoneCallback done = group.Callback();
-    // A SendGetBatch carries the send barrier: only a request with the barrier takes lookups.
+    // Sync: only a request with the send barrier takes lookups (answered after the update, as
+    // they must be); async: a request without it.
     auto ride = std::find_if(rides.begin(), rides.end(), [&](const LookupRiders::Ride& r) {
-      return part.barrier && r.client == client && r.meta.step == meta.step;
+      return part.barrier == sync && r.after_update == sync && r.client == client &&
+             r.meta.step == meta.step;
     });
     if (ride != rides.end()) {
       lookups = std::move(ride->items);
@@ -390,12 +396,18 @@ absl::Status SendAndReceive(RpcContext* rpc, OpContext& ctx, const std::vector<s
       };
       rides.erase(ride);
     }
+    if (!sync) {  // counted as the communicator counts its pushes
+      done = [rpc, n = static_cast<int64_t>(items.size()), sent = std::move(done)](absl::Status s) {
+        if (s.ok()) rpc->folded_pushes += n;
+        sent(s);
+      };
+    }
     if (gets.empty() && !fetch && lookups.empty()) {
       client->SendBatchAsync(meta, std::move(items), part.barrier, &rpc->step_reply,
                              std::move(done));
     } else {
-      client->SendGetBatchAsync(meta, std::move(items), &rpc->step_reply, std::move(gets), fetch,
-                                std::move(lookups), std::move(done));
+      client->SendGetBatchAsync(meta, std::move(items), part.barrier, &rpc->step_reply,
+                                std::move(gets), fetch, std::move(lookups), std::move(done));
     }
   }
   for (LookupRiders::Ride& ride : rides) ride.SendAlone();  // pservers this send does not reach
@@ -414,7 +426,9 @@ absl::Status Send(RpcContext* rpc, OpContext& ctx) {
     TS_ASSIGN_OR_RETURN(const Variable* v, ctx.InputVar("X", static_cast<int>(i)));
     values.push_back(v);
   }
-  if (!ctx.BoolAttr("sync_mode", true) && rpc->communicator != nullptr) {
+  // Async, unless the receive is folded in (the step then waits for its push anyway).
+  if (!ctx.BoolAttr("sync_mode", true) && rpc->communicator != nullptr &&
+      !ctx.BoolAttr("recv_folded", false)) {
     std::vector<AsyncCommunicator::Gradient> grads;
     for (size_t i = 0; i < vars.size(); ++i) grads.push_back({vars[i], eps[i], values[i]});
     return rpc->communicator->PushAll(grads);
@@ -480,8 +494,9 @@ absl::Status Recv(RpcContext* rpc, OpContext& ctx) {
       client->GetBatchAsync(meta, std::move(items), part.barrier, after_update, group.Callback());
       continue;
     }
-    client->GetPrefetchBatchAsync(
-        meta, std::move(items), part.barrier, std::move(ride->items),
+    client->SendGetBatchAsync(
+        meta, {}, /*send_barrier=*/false, nullptr, std::move(items), part.barrier,
+        std::move(ride->items),
         [got = group.Callback(), looked_up = std::move(ride->done)](absl::Status s) {
           looked_up(s);
           got(s);

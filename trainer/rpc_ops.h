@@ -73,6 +73,9 @@ struct RpcContext {
   // never computes on parameters that miss its own last update (much better convergence with
   // momentum; the communicator then rarely merges). false: fully asynchronous (Fluid-like).
   bool read_own_writes = true;
+  // Async gradients pushed with their step's receive folded in (not through the communicator)
+  // whose requests succeeded.
+  std::atomic<int64_t> folded_pushes{0};
 
   // Sync mode with streamed data: set before a step when this trainer has no batch after it
   // (sent with its send barrier); the pservers' answer lands in step_reply (the training loop

@@ -290,6 +290,9 @@ void TrainerProcess::SetTrainerOptions() {
   lo.send_early_bytes = int64_t{config.send_early_kb} * 1024;
   lo.deferred_lookups = &rpc_.deferred_lookups;
   lo.lookup_riders = &rpc_.lookup_riders;  // the look-ahead's lookups ride on the step's request
+  // Async, reading its own writes: each step's push carries its receive (and the next batch's
+  // lookups), so the step makes one request per pserver and waits for it, as it would anyway.
+  lo.fold_async_receive = !config.sync_mode && config.async_read_own_writes;
   lo.log_every_steps = config.trainer_id == 0 ? config.log_every_steps : 0;
   lo.log = &log_;
   lo.before_step = [rpc = &rpc_](int64_t step) { rpc->step = step; };
@@ -641,8 +644,9 @@ absl::Status TrainerProcess::Finish() {
   if (communicator_ != nullptr) {
     TS_RETURN_IF_ERROR(communicator_->Flush());
     CommunicatorStats cs = communicator_->stats();
-    log_ << "trainer " << config.trainer_id << ": async gradients pushed=" << cs.pushed
-         << " sent=" << cs.sent << std::endl;
+    const int64_t folded = rpc_.folded_pushes.load();  // pushed and sent with their receive
+    log_ << "trainer " << config.trainer_id << ": async gradients pushed=" << cs.pushed + folded
+         << " sent=" << cs.sent + folded << std::endl;
   }
   if (all_reduces_) {
     log_ << "trainer " << config.trainer_id

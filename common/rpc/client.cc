@@ -43,24 +43,29 @@ void PServerClient::SendBatchAsync(const RequestMeta& meta, std::vector<SendItem
 }
 
 void PServerClient::SendGetBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
-                                      StepReply* reply, std::vector<GetItem> gets,
-                                      bool fetch_barrier, std::vector<PrefetchItem> lookups,
-                                      DoneCallback done) {
+                                      bool send_barrier, StepReply* reply,
+                                      std::vector<GetItem> gets, bool fetch_barrier,
+                                      std::vector<PrefetchItem> lookups, DoneCallback done) {
   const bool lookup = !lookups.empty();
+  if (!send_barrier) {
+    // The parameters and rows once the gradients were handled.
+    auto fetch = [this, meta, gets = std::move(gets), fetch_barrier, lookups = std::move(lookups),
+                  lookup, done](absl::Status sent) mutable {
+      if (!sent.ok()) return done(sent);
+      std::vector<DoneCallback> all = JoinThen(
+          lookup ? 2 : 1, [done] { done(absl::OkStatus()); }, done);
+      GetBatchAsync(meta, std::move(gets), fetch_barrier, /*after_update=*/false,
+                    std::move(all[0]));
+      if (lookup) PrefetchBatchAsync(meta, std::move(lookups), /*after_update=*/false, all[1]);
+    };
+    SendBatchAsync(meta, std::move(items), /*send_barrier=*/false, reply, std::move(fetch));
+    return;
+  }
   std::vector<DoneCallback> all = JoinThen(
       lookup ? 3 : 2, [done] { done(absl::OkStatus()); }, done);
   SendBatchAsync(meta, std::move(items), /*send_barrier=*/true, reply, std::move(all[0]));
   GetBatchAsync(meta, std::move(gets), fetch_barrier, /*after_update=*/true, std::move(all[1]));
   if (lookup) PrefetchBatchAsync(meta, std::move(lookups), /*after_update=*/true, all[2]);
-}
-
-void PServerClient::GetPrefetchBatchAsync(const RequestMeta& meta, std::vector<GetItem> gets,
-                                          bool fetch_barrier, std::vector<PrefetchItem> lookups,
-                                          DoneCallback done) {
-  std::vector<DoneCallback> both = JoinThen(
-      2, [done] { done(absl::OkStatus()); }, done);
-  GetBatchAsync(meta, std::move(gets), fetch_barrier, /*after_update=*/false, std::move(both[0]));
-  PrefetchBatchAsync(meta, std::move(lookups), /*after_update=*/false, std::move(both[1]));
 }
 
 void PServerClient::AwaitUpdateAsync(const RequestMeta& meta, DoneCallback done) {

@@ -83,21 +83,19 @@ class PServerClient {
                              bool fetch_barrier, bool after_update, DoneCallback done);
   virtual void PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,
                                   bool after_update, DoneCallback done);
-  // A sync step's send and receive together, and perhaps the next batch's lookups:
-  // SendBatchAsync(items, send_barrier = true, reply), GetBatchAsync(gets, fetch_barrier,
-  // after_update = true) and PrefetchBatchAsync(lookups, after_update = true); `done` runs once
-  // all are done. The default issues the calls side by side; a transport may fold them into one
-  // request (gRPC: SendGetBatch, when the gradients need no chunks).
+  // A step's send and receive together, and perhaps the next batch's lookups. Sync
+  // (send_barrier): SendBatchAsync(items, send_barrier = true, reply), GetBatchAsync(gets,
+  // fetch_barrier, after_update = true) and PrefetchBatchAsync(lookups, after_update = true).
+  // Async (no send_barrier; items may be empty: a step's receive): SendBatchAsync(items,
+  // send_barrier = false), then, once the pserver handled (async: applied) the gradients,
+  // GetBatchAsync(gets, fetch_barrier, after_update = false) and PrefetchBatchAsync(lookups,
+  // after_update = false). `done` runs once all are done. The default issues the calls
+  // themselves; a transport may fold them into one request (gRPC: SendGetBatch, when the
+  // gradients need no chunks).
   virtual void SendGetBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
-                                 StepReply* reply, std::vector<GetItem> gets, bool fetch_barrier,
-                                 std::vector<PrefetchItem> lookups, DoneCallback done);
-  // An async step's receive with the next batch's lookups: GetBatchAsync(gets, fetch_barrier,
-  // after_update = false) and PrefetchBatchAsync(lookups, after_update = false); `done` runs once
-  // both are done. The default issues the calls side by side; a transport may fold them into
-  // one request (gRPC: a SendGetBatch without gradients or send barrier).
-  virtual void GetPrefetchBatchAsync(const RequestMeta& meta, std::vector<GetItem> gets,
-                                     bool fetch_barrier, std::vector<PrefetchItem> lookups,
-                                     DoneCallback done);
+                                 bool send_barrier, StepReply* reply, std::vector<GetItem> gets,
+                                 bool fetch_barrier, std::vector<PrefetchItem> lookups,
+                                 DoneCallback done);
 
   // Blocking forms.
   absl::Status SendVariable(const RequestMeta& meta, const std::string& name, const Variable& var);

@@ -590,27 +590,20 @@ void GrpcPServerClient::PrefetchBatchAsync(const RequestMeta& meta, std::vector<
 }
 
 void GrpcPServerClient::SendGetBatchAsync(const RequestMeta& meta, std::vector<SendItem> items,
-                                          StepReply* reply, std::vector<GetItem> gets,
-                                          bool fetch_barrier, std::vector<PrefetchItem> lookups,
-                                          DoneCallback done) {
-  // One request when the gradients fit one batch and the parameters one reply (as far as the
-  // destinations' sizes tell); gradients that need several go the unfolded way.
+                                          bool send_barrier, StepReply* reply,
+                                          std::vector<GetItem> gets, bool fetch_barrier,
+                                          std::vector<PrefetchItem> lookups, DoneCallback done) {
+  // One request when the gradients fit one batch; gradients that need several go the unfolded
+  // way.
   const int64_t chunk = options_.chunk_bytes;
   int64_t sent = 0;
   for (const SendItem& item : items) sent += PayloadBytes(*item.var);
   if (chunk > 0 && sent > chunk) {
-    PServerClient::SendGetBatchAsync(meta, std::move(items), reply, std::move(gets), fetch_barrier,
-                                     std::move(lookups), std::move(done));
+    PServerClient::SendGetBatchAsync(meta, std::move(items), send_barrier, reply, std::move(gets),
+                                     fetch_barrier, std::move(lookups), std::move(done));
     return;
   }
-  SendGetBatch(meta, std::move(items), /*send_barrier=*/true, reply, std::move(gets), fetch_barrier,
-               std::move(lookups), std::move(done));
-}
-
-void GrpcPServerClient::GetPrefetchBatchAsync(const RequestMeta& meta, std::vector<GetItem> gets,
-                                              bool fetch_barrier, std::vector<PrefetchItem> lookups,
-                                              DoneCallback done) {
-  SendGetBatch(meta, {}, /*send_barrier=*/false, nullptr, std::move(gets), fetch_barrier,
+  SendGetBatch(meta, std::move(items), send_barrier, reply, std::move(gets), fetch_barrier,
                std::move(lookups), std::move(done));
 }
 

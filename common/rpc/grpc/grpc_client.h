@@ -76,13 +76,9 @@ class GrpcPServerClient : public PServerClient {
                      bool after_update, DoneCallback done) override;
   void PrefetchBatchAsync(const RequestMeta& meta, std::vector<PrefetchItem> items,
                           bool after_update, DoneCallback done) override;
-  void SendGetBatchAsync(const RequestMeta& meta, std::vector<SendItem> items, StepReply* reply,
-                         std::vector<GetItem> gets, bool fetch_barrier,
+  void SendGetBatchAsync(const RequestMeta& meta, std::vector<SendItem> items, bool send_barrier,
+                         StepReply* reply, std::vector<GetItem> gets, bool fetch_barrier,
                          std::vector<PrefetchItem> lookups, DoneCallback done) override;
-  // One SendGetBatch without gradients or send barrier (the parameters over a reply's worth
-  // fetched as GetBatchAsync does).
-  void GetPrefetchBatchAsync(const RequestMeta& meta, std::vector<GetItem> gets, bool fetch_barrier,
-                             std::vector<PrefetchItem> lookups, DoneCallback done) override;
 
  private:
   using Stub = grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>;

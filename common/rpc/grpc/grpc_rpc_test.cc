@@ -437,9 +437,9 @@ TEST_F(GrpcRpcTest, SendGetBatchFoldsAStepIntoOneRequest) {
     const int sends_before = handler_.sends();
     std::vector<int64_t> ids = {3, 1005}, ids1 = {2042};
     Tensor rows, rows1;
-    c0->SendGetBatchAsync({"job", 0, 1}, {{"w", &w}}, &reply0, {{"b", &out_b}}, true,
+    c0->SendGetBatchAsync({"job", 0, 1}, {{"w", &w}}, true, &reply0, {{"b", &out_b}}, true,
                           {{"emb", &ids, &rows}}, sent.Callback());
-    c1->SendGetBatchAsync({"job", 1, 1}, {{"b", &b}}, &reply1, {{"w", &out_w}}, true,
+    c1->SendGetBatchAsync({"job", 1, 1}, {{"b", &b}}, true, &reply1, {{"w", &out_w}}, true,
                           {{"wide", &ids1, &rows1}}, sent.Callback());
     // All are held for the update once their barrier was released (the lookups too).
     for (int i = 0; i < 2000 && handler_.awaiting() < 4; ++i) absl::SleepFor(absl::Milliseconds(5));
@@ -464,19 +464,20 @@ TEST_F(GrpcRpcTest, SendGetBatchFoldsAStepIntoOneRequest) {
   }
 }
 
-// An async step's receive and the next batch's lookups in one request (GetPrefetchBatchAsync: a
-// SendGetBatch without gradients or send barrier), answered at once: nothing waits for an
-// update. With a 16-byte chunk size the parameter over it follows in a GetBatch of chunks once
-// the request answered the lookups. A raw SendGetBatch without the barrier but with a gradient
-// answers its gets once the gradient is handled.
-TEST_F(GrpcRpcTest, GetPrefetchBatchFoldsAnAsyncReceiveIntoOneRequest) {
+// An async step in one request (SendGetBatchAsync without the send barrier: a SendGetBatch
+// whose gets and lookups are served once its gradients were handled), answered without waiting
+// for any update. With a 16-byte chunk size the parameters over it follow in a GetBatch once the
+// request answered the lookups. A raw SendGetBatch without the barrier answers its gets after
+// its gradient was stored.
+TEST_F(GrpcRpcTest, SendGetBatchWithoutTheBarrierFoldsAnAsyncStepIntoOneRequest) {
   for (int64_t chunk : {int64_t{4} << 20, int64_t{16}}) {
     SCOPED_TRACE(absl::StrCat("chunk_bytes ", chunk));
     const bool folded = chunk > 1024;
     auto c = Client(chunk);
     ASSERT_TRUE(c->SendVariable(meta_, "w", Dense(3, 2, 1)).ok());
     ASSERT_TRUE(c->SendVariable(meta_, "b", Dense(1, 2, 100)).ok());
-    Variable out_w, out_b;
+    Variable g = Dense(1, 2, 7);
+    Variable out_w, out_b, out_g;
     out_w.GetMutable<Tensor>()->Resize(FLOAT32, {3, 2});  // 24 bytes known: over 16, a chunk
     std::vector<int64_t> ids = {3, 1005};
     Tensor rows;
@@ -485,13 +486,15 @@ TEST_F(GrpcRpcTest, GetPrefetchBatchFoldsAnAsyncReceiveIntoOneRequest) {
     const int prefetches_before = observer_.calls(RpcMethod::kPrefetchBatch);
     const int sends_before = handler_.sends();
     StatusGroup got(1);
-    c->GetPrefetchBatchAsync(meta_, {{"b", &out_b}, {"w", &out_w}}, false, {{"emb", &ids, &rows}},
-                             got.Callback());
+    c->SendGetBatchAsync(meta_, {{"g", &g}}, /*send_barrier=*/false, nullptr,
+                         {{"b", &out_b}, {"w", &out_w}, {"g", &out_g}}, false,
+                         {{"emb", &ids, &rows}}, got.Callback());
     ASSERT_TRUE(got.Wait().ok());
     EXPECT_EQ(handler_.awaiting(), 0);
-    EXPECT_EQ(handler_.sends(), sends_before);
+    EXPECT_EQ(handler_.sends() - sends_before, 1);
     EXPECT_EQ(out_b.Get<Tensor>().data<float>()[1], 101.0f);
     EXPECT_EQ(out_w.Get<Tensor>().data<float>()[5], 6.0f);
+    EXPECT_EQ(out_g.Get<Tensor>().data<float>()[1], 8.0f);
     ASSERT_EQ(rows.shape(), (Shape{2, 2}));
     EXPECT_EQ(rows.data<float>()[0], 3.0f);
     EXPECT_EQ(rows.data<float>()[2], 5.0f);
