@@ -148,9 +148,10 @@ class GrpcServer::Service : public RawService {
   // handed to the handler before the barrier (so that the step's optimize looks them up as it
   // applies the tables), answered as a PrefetchBatch with after_update. One reply: the
   // parameters, the lookups' rows, and epoch_end.
-  // Without the send barrier (an async step's receive with the next batch's lookups), once its
-  // gradients (if any) are handled: the lookups as a PrefetchBatch and the parameters as a
-  // GetBatch, neither with after_update; the same reply.
+  // Without the send barrier (an async step: its push with its receive folded in, or the
+  // receive alone, perhaps with the next batch's lookups), once its gradients (if any) are
+  // handled: the lookups as a PrefetchBatch and the parameters as a GetBatch, neither with
+  // after_update; the same reply.
   grpc::ServerUnaryReactor* SendGetBatch(grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) override {
