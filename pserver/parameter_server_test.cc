@@ -42,7 +42,8 @@ struct Job {
 // `trainers` trainers; `decay_steps` > 0: the learning rate halves every decay_steps steps;
 // `tune` may change the server's options.
 std::unique_ptr<Job> MakeJob(int trainers = 1, int64_t decay_steps = 0,
-                             const std::function<void(ParameterServerOptions&)>& tune = nullptr) {
+                             const std::function<void(ParameterServerOptions&)>& tune = nullptr,
+                             bool sync = true) {
   auto job = std::make_unique<Job>();
   ProgramDesc main, startup;
   ProgramBuilder b(&main, &startup);
@@ -66,6 +67,7 @@ std::unique_ptr<Job> MakeJob(int trainers = 1, int64_t decay_steps = 0,
   TranspilerConfig cfg;
   cfg.pservers = {kEndpoint};
   cfg.trainers = trainers;
+  cfg.sync_mode = sync;
   auto t = DistributeTranspiler::Transpile(main, startup, cfg);
   EXPECT_TRUE(t.ok()) << t.status();
   job->program = *t->GetPserverProgram(kEndpoint);
@@ -305,6 +307,44 @@ TEST(ParameterServerTest, TheLastSendBarrierAppliesTheStepOnItsOwnThread) {
   EXPECT_EQ(answered_on[0], caller);
   EXPECT_EQ(answered_on[1], caller);
   EXPECT_GT(job->server->stats().grads_applied, 0);
+}
+
+// An async step through a client (the in-process one, whose SendGetBatchAsync without the send
+// barrier sends, then fetches): the parameter and the rows it fetches include its own push.
+TEST(ParameterServerTest, AnAsyncPushWithItsFetchSeesThePushApplied) {
+  std::unique_ptr<Job> job = MakeJob(1, 0, nullptr, /*sync=*/false);
+  InProcClient client(kEndpoint, job->server.get());
+  const std::string grad = job->dense_grads.at(0);
+  const std::string fc = grad.substr(0, grad.find("@GRAD"));
+  Variable before;
+  ASSERT_TRUE(client.GetVariable(Meta(0), fc, &before).ok());
+  std::vector<int64_t> ids = {1};
+  Tensor rows_before, rows;
+  ASSERT_TRUE(client.Prefetch(Meta(0), "table", ids, &rows_before).ok());
+  Variable dense;
+  Tensor* d = dense.GetMutable<Tensor>();
+  d->Resize(FLOAT32, before.Get<Tensor>().shape());
+  for (int64_t i = 0; i < d->numel(); ++i) d->data<float>()[i] = 1;
+  Variable table;
+  SelectedRows* sr = table.GetMutable<SelectedRows>();
+  sr->height = 10;
+  sr->rows = {1};
+  sr->value.Resize(FLOAT32, {1, 2});
+  sr->value.data<float>()[0] = 1;
+  sr->value.data<float>()[1] = 2;
+  Variable after;
+  StatusGroup done(1);
+  client.SendGetBatchAsync(Meta(0), {{grad, &dense}, {job->table_grad, &table}},
+                           /*send_barrier=*/false, nullptr, {{fc, &after}}, false,
+                           {{"table", &ids, &rows}}, done.Callback());
+  ASSERT_TRUE(done.Wait().ok());
+  ASSERT_EQ(after.Get<Tensor>().numel(), before.Get<Tensor>().numel());
+  for (int64_t i = 0; i < after.Get<Tensor>().numel(); ++i) {
+    EXPECT_EQ(after.Get<Tensor>().data<float>()[i], before.Get<Tensor>().data<float>()[i] - kLr);
+  }
+  ASSERT_EQ(rows.numel(), 2);
+  EXPECT_EQ(rows.data<float>()[0], rows_before.data<float>()[0] - kLr * 1);
+  EXPECT_EQ(rows.data<float>()[1], rows_before.data<float>()[1] - kLr * 2);
 }
 
 // The same through a client (the in-process one, whose batched calls compose single ones after
