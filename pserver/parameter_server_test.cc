@@ -309,6 +309,19 @@ TEST(ParameterServerTest, TheLastSendBarrierAppliesTheStepOnItsOwnThread) {
   EXPECT_GT(job->server->stats().grads_applied, 0);
 }
 
+// fc moved by -lr from `before` to `after` (its gradient was all ones), row 1 of the table by
+// -lr * (1, 2) from `rows_before` to `rows`.
+void ExpectOneStepApplied(const Variable& before, const Variable& after, const Tensor& rows_before,
+                          const Tensor& rows) {
+  ASSERT_EQ(after.Get<Tensor>().numel(), before.Get<Tensor>().numel());
+  for (int64_t i = 0; i < after.Get<Tensor>().numel(); ++i) {
+    EXPECT_EQ(after.Get<Tensor>().data<float>()[i], before.Get<Tensor>().data<float>()[i] - kLr);
+  }
+  ASSERT_EQ(rows.numel(), 2);
+  EXPECT_EQ(rows.data<float>()[0], rows_before.data<float>()[0] - kLr * 1);
+  EXPECT_EQ(rows.data<float>()[1], rows_before.data<float>()[1] - kLr * 2);
+}
+
 // An async step through a client (the in-process one, whose SendGetBatchAsync without the send
 // barrier sends, then fetches): the parameter and the rows it fetches include its own push.
 TEST(ParameterServerTest, AnAsyncPushWithItsFetchSeesThePushApplied) {
@@ -338,13 +351,7 @@ TEST(ParameterServerTest, AnAsyncPushWithItsFetchSeesThePushApplied) {
                            /*send_barrier=*/false, nullptr, {{fc, &after}}, false,
                            {{"table", &ids, &rows}}, done.Callback());
   ASSERT_TRUE(done.Wait().ok());
-  ASSERT_EQ(after.Get<Tensor>().numel(), before.Get<Tensor>().numel());
-  for (int64_t i = 0; i < after.Get<Tensor>().numel(); ++i) {
-    EXPECT_EQ(after.Get<Tensor>().data<float>()[i], before.Get<Tensor>().data<float>()[i] - kLr);
-  }
-  ASSERT_EQ(rows.numel(), 2);
-  EXPECT_EQ(rows.data<float>()[0], rows_before.data<float>()[0] - kLr * 1);
-  EXPECT_EQ(rows.data<float>()[1], rows_before.data<float>()[1] - kLr * 2);
+  ExpectOneStepApplied(before, after, rows_before, rows);
 }
 
 // The same through a client (the in-process one, whose batched calls compose single ones after
@@ -367,14 +374,7 @@ TEST(ParameterServerTest, ClientGetsAndLookupsAfterTheUpdate) {
   SendStep(*job, 0, /*dense=*/1.0f);
   ASSERT_TRUE(got.Wait().ok());
   ASSERT_TRUE(looked.Wait().ok());
-  // fc moved by -lr (its gradient was all ones), row 1 by -lr * (1, 2).
-  ASSERT_EQ(after.Get<Tensor>().numel(), before.Get<Tensor>().numel());
-  for (int64_t i = 0; i < after.Get<Tensor>().numel(); ++i) {
-    EXPECT_EQ(after.Get<Tensor>().data<float>()[i], before.Get<Tensor>().data<float>()[i] - kLr);
-  }
-  ASSERT_EQ(rows.numel(), 2);
-  EXPECT_EQ(rows.data<float>()[0], rows_before.data<float>()[0] - kLr * 1);
-  EXPECT_EQ(rows.data<float>()[1], rows_before.data<float>()[1] - kLr * 2);
+  ExpectOneStepApplied(before, after, rows_before, rows);
   // A step ahead of the pserver's is refused through the client too.
   StatusGroup ahead(1);
   client.GetBatchAsync(Meta(1), {{fc, &after}}, false, true, ahead.Callback());

@@ -334,6 +334,24 @@ std::vector<PserverPart> PartsByPserver(const std::vector<std::string>& eps,
   return parts;
 }
 
+// The lookups of the ride in `rides` for `client` at `step` that were left to be answered
+// after the update (sync) or not (async), taken out of `rides`, with `done` made to answer the
+// ride too; none when there is no such ride.
+std::vector<PrefetchItem> TakeRide(std::vector<LookupRiders::Ride>* rides, PServerClient* client,
+                                   int64_t step, bool after_update, DoneCallback* done) {
+  auto ride = std::find_if(rides->begin(), rides->end(), [&](const LookupRiders::Ride& r) {
+    return r.client == client && r.meta.step == step && r.after_update == after_update;
+  });
+  if (ride == rides->end()) return {};
+  std::vector<PrefetchItem> lookups = std::move(ride->items);
+  *done = [sent = std::move(*done), looked_up = std::move(ride->done)](absl::Status s) {
+    looked_up(s);
+    sent(s);
+  };
+  rides->erase(ride);
+  return lookups;
+}
+
 // A send with the step's receive folded in (attr recv_folded, set by LocalTrainer's
 // FoldReceive): outputs Out[j] from recv_epmap[j], with the fetch barrier to the pservers of
 // fetch_barrier_endpoints (perhaps nothing to fetch: hybrid). Sync: every pserver involved must
@@ -384,18 +402,7 @@ absl::Status SendAndReceive(RpcContext* rpc, OpContext& ctx, const std::vector<s
     DoneCallback done = group.Callback();
     // Sync: only a request with the send barrier takes lookups (answered after the update, as
     // they must be); async: a request without it.
-    auto ride = std::find_if(rides.begin(), rides.end(), [&](const LookupRiders::Ride& r) {
-      return part.barrier == sync && r.after_update == sync && r.client == client &&
-             r.meta.step == meta.step;
-    });
-    if (ride != rides.end()) {
-      lookups = std::move(ride->items);
-      done = [sent = std::move(done), looked_up = std::move(ride->done)](absl::Status s) {
-        looked_up(s);
-        sent(s);
-      };
-      rides.erase(ride);
-    }
+    if (part.barrier == sync) lookups = TakeRide(&rides, client, meta.step, sync, &done);
     if (!sync) {  // counted as the communicator counts its pushes
       done = [rpc, n = static_cast<int64_t>(items.size()), sent = std::move(done)](absl::Status s) {
         if (s.ok()) rpc->folded_pushes += n;
@@ -487,21 +494,15 @@ absl::Status Recv(RpcContext* rpc, OpContext& ctx) {
     std::vector<GetItem> items;
     for (size_t i : part.vars) items.push_back({vars[i], outs[i]});
     PServerClient* client = rpc->clients->Get(part.endpoint);
-    auto ride = std::find_if(rides.begin(), rides.end(), [&](const LookupRiders::Ride& r) {
-      return r.client == client && !r.after_update && !after_update;
-    });
-    if (ride == rides.end()) {
-      client->GetBatchAsync(meta, std::move(items), part.barrier, after_update, group.Callback());
-      continue;
+    DoneCallback done = group.Callback();
+    std::vector<PrefetchItem> lookups;
+    if (!after_update) lookups = TakeRide(&rides, client, meta.step, false, &done);
+    if (lookups.empty()) {
+      client->GetBatchAsync(meta, std::move(items), part.barrier, after_update, std::move(done));
+    } else {
+      client->SendGetBatchAsync(meta, {}, /*send_barrier=*/false, nullptr, std::move(items),
+                                part.barrier, std::move(lookups), std::move(done));
     }
-    client->SendGetBatchAsync(
-        meta, {}, /*send_barrier=*/false, nullptr, std::move(items), part.barrier,
-        std::move(ride->items),
-        [got = group.Callback(), looked_up = std::move(ride->done)](absl::Status s) {
-          looked_up(s);
-          got(s);
-        });
-    rides.erase(ride);
   }
   for (LookupRiders::Ride& ride : rides) ride.SendAlone();  // pservers this receive does not reach
   return group.Wait();
