@@ -162,6 +162,10 @@ absl::Status Applier::InitTables() {
     o.evict_after_steps = options_.table_evict_after_steps;
     o.max_rows = options_.table_max_rows;
     o.num_shards = TableShards(options_.table_shards);
+    // An update takes the rows its ids' lookup found where its gradient is one trainer's batch:
+    // a sync step with one trainer (the lookup of step s + 1 comes before the update of s), an
+    // async push (each trainer has a lookup and a push in flight).
+    o.remember_lookups = sync_ ? (num_trainers_ == 1 ? 2 : 0) : std::min(64, 2 * num_trainers_);
     // Its share of the declared vocabulary (attr rows, of the whole table), as a sizing hint.
     for (int m = i; m < end; ++m) {
       const int64_t rows = GetIntAttr(ops[m], "rows", 0);
@@ -444,12 +448,14 @@ absl::StatusOr<int64_t> Applier::ExportTables(const std::string& dir,
   return rows;
 }
 
-std::map<std::pair<std::string, int>, int64_t> Applier::TableRows(int64_t* refused) const {
+std::map<std::pair<std::string, int>, int64_t> Applier::TableRows(int64_t* refused,
+                                                                  int64_t* reused_lookups) const {
   std::map<std::pair<std::string, int>, int64_t> rows;
   for (const auto& t : tables_) {
     SparseTableStats st = t.table->Stats();
     for (const std::string& member : t.members) rows[{member, t.shard}] = st.rows;
     *refused += st.refused_rows;
+    *reused_lookups += st.reused_lookups;
   }
   return rows;
 }

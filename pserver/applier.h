@@ -132,9 +132,10 @@ class Applier {
   // returns the rows written.
   absl::StatusOr<int64_t> ExportTables(const std::string& dir,
                                        const SparseTableExportOptions& options);
-  // Rows per (table, shard) (a group's members each), and rows refused for the row budget,
-  // summed over tables.
-  std::map<std::pair<std::string, int>, int64_t> TableRows(int64_t* refused) const;
+  // Rows per (table, shard) (a group's members each); adds the rows refused for the row budget
+  // and the updates that took their lookup's rows (SparseTableStats), summed over tables.
+  std::map<std::pair<std::string, int>, int64_t> TableRows(int64_t* refused,
+                                                           int64_t* reused_lookups) const;
 
  private:
   struct OptimizeBlock {

@@ -867,7 +867,8 @@ ParameterServerStats ParameterServer::stats() const {
     absl::MutexLock lock(&mu_);
     out = stats_;
   }
-  out.table_shard_rows = applier_->TableRows(&out.table_refused_rows);
+  out.table_shard_rows =
+      applier_->TableRows(&out.table_refused_rows, &out.table_updates_reusing_lookups);
   for (const auto& [shard, rows] : out.table_shard_rows) out.table_rows += rows;
   return out;
 }

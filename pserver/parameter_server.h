@@ -146,6 +146,9 @@ struct ParameterServerStats {
   std::vector<int> trainers_dropped;  // async_drop_silent_trainers: silent trainers let go
   int64_t table_rows = 0;             // rows held by this pserver's table shards
   int64_t table_refused_rows = 0;     // new ids refused for the row budget
+  // Table updates that took the rows their ids' lookup found (SparseTableOptions::
+  // remember_lookups: one sync trainer, or async) instead of hashing the ids again.
+  int64_t table_updates_reusing_lookups = 0;
   std::map<std::pair<std::string, int>, int64_t> table_shard_rows;  // (table, shard) -> rows
 };
 

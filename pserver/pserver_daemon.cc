@@ -330,6 +330,7 @@ absl::Status PserverProcess::Wait() {
        << " fused_prefetches=" << stats.fused_prefetches << " lookups_ahead=" << stats.lookups_ahead
        << " early_applies=" << stats.early_applies << " table_rows=" << stats.table_rows
        << " table_refused_ids=" << stats.table_refused_rows
+       << " table_updates_reusing_lookups=" << stats.table_updates_reusing_lookups
        << " unauthenticated=" << (server_ != nullptr ? server_->unauthenticated_requests() : 0);
   RpcTotals rpc_totals = rpc_metrics_->Totals();
   log_ << " requests=" << rpc_totals.requests << " bytes_in=" << rpc_totals.bytes_received

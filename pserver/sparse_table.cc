@@ -209,6 +209,9 @@ struct alignas(64) SparseTable::Shard {
   std::vector<char*> chunks ABSL_GUARDED_BY(mu);  // owned by the table's ChunkArena
   uint32_t used_slots ABSL_GUARDED_BY(mu) = 0;    // slots [0, used_slots) were handed out
   uint32_t free_head ABSL_GUARDED_BY(mu) = kNoSlot;
+  // Rows ever removed (RemoveRow): a remembered lookup's slots of this shard are still the rows
+  // of its ids while this has not moved (a freed slot may hold another id by now).
+  uint64_t removals ABSL_GUARDED_BY(mu) = 0;
   absl::flat_hash_map<int64_t, Pending> pending ABSL_GUARDED_BY(mu);
   int64_t created ABSL_GUARDED_BY(mu) = 0;
   int64_t evicted ABSL_GUARDED_BY(mu) = 0;
@@ -233,6 +236,12 @@ struct SparseTable::Partition {
   std::vector<uint32_t> slot;   // parallel to order: the row's slot, or kNoSlot (FindSlots)
   // Scratch of PartitionIds, kept so that a thread's next batch allocates nothing.
   std::vector<uint32_t> first, tail, firsts, cursor;
+};
+
+struct SparseTable::Remembered {
+  std::vector<int64_t> ids;        // the lookup's batch
+  Partition part;                  // its partition, with every first occurrence's slot
+  std::vector<uint64_t> removals;  // per shard: Shard::removals when its slots were found
 };
 
 absl::StatusOr<std::unique_ptr<SparseTable>> SparseTable::Create(const SparseTableOptions& o) {
@@ -320,6 +329,9 @@ absl::StatusOr<std::unique_ptr<SparseTable>> SparseTable::Create(const SparseTab
                             o.evict_after_seconds, " must be in [0, ", kMaxAge, "] (0 = off)"));
   }
   if (o.max_rows < 0) return bad(absl::StrCat("max_rows is ", o.max_rows, "; it must be >= 0"));
+  if (o.remember_lookups < 0 || o.remember_lookups > 64) {
+    return bad(absl::StrCat("remember_lookups is ", o.remember_lookups, "; it must be in [0, 64]"));
+  }
   if (o.evict_after_steps > 0 && o.evict_after_seconds > 0) {
     return bad(absl::StrCat("evict_after_steps (", o.evict_after_steps,
                             ") and evict_after_seconds (", o.evict_after_seconds,
@@ -404,7 +416,8 @@ SparseTable::SparseTable(const SparseTableOptions& options, Opt opt)
           std::max<int64_t>(1, options.max_rows / std::max(1, options.num_shards)))),
       created_(options.clock ? options.clock() : absl::Now()),
       arena_(new ChunkArena(ArenaOptions(options, stride_, chunk_shift_))),
-      shards_(new Shard[options.num_shards]) {
+      shards_(new Shard[options.num_shards]),
+      remember_(options.remember_lookups > 0 && options.admission_threshold <= 1) {
   // Each shard's map sized for its share of the expected rows that the first region holds (a
   // load factor <= 3/4, as CreateRow keeps it), so that they are inserted without rehashing.
   const uint64_t expected = static_cast<uint64_t>(ExpectedRowsPerShard(options, stride_));
@@ -658,6 +671,7 @@ void SparseTable::RemoveRow(Shard& shard, uint32_t slot) const ABSL_NO_THREAD_SA
   h->seen = shard.free_head;
   shard.free_head = slot;
   --shard.size;
+  ++shard.removals;
   if (options_.max_rows > 0) budget_used_.fetch_sub(1, std::memory_order_relaxed);
 }
 
@@ -738,7 +752,10 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
     return absl::InvalidArgumentError(
         absl::StrCat("SparseTable::Lookup batch of ", ids.size(), " ids is too large"));
   }
-  thread_local Partition part;  // reused: a batch allocates nothing once warm
+  // Reused: a batch allocates nothing once warm. A remembered lookup fills its own.
+  thread_local Partition scratch;
+  std::unique_ptr<Remembered> remembered = NewRemembered();
+  Partition& part = remembered != nullptr ? remembered->part : scratch;
   PartitionIds(ids, &part);
   PrefetchBuckets(part);
   const uint32_t seen = SeenStamp();
@@ -750,6 +767,7 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
     const uint32_t b = part.begin[s], e = part.begin[s + 1];
     const uint32_t epoch = epoch_.load(std::memory_order_relaxed);
     FindSlots(shard, ids, &part, b, e);
+    if (remembered != nullptr) remembered->removals[s] = shard.removals;
     for (uint32_t k = b; k < e; ++k) {
       const uint32_t pos = part.order[k];
       const int64_t id = ids[pos];
@@ -777,6 +795,7 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
         }
         slot = CreateRow(shard, id, hash, seen, epoch);
         if (slot == kNoSlot) return ShardFull(s);
+        part.slot[k] = slot;
       }
       char* p = SlotPtr(shard, slot);
       reinterpret_cast<RowHeader*>(p)->seen = seen;
@@ -790,7 +809,60 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
       std::memcpy(out + static_cast<size_t>(j) * dim_, src, row_bytes);
     }
   }
+  if (remembered != nullptr) {
+    remembered->ids.assign(ids.begin(), ids.end());
+    Remember(std::move(remembered));
+  }
   return absl::OkStatus();
+}
+
+std::unique_ptr<SparseTable::Remembered> SparseTable::NewRemembered() {
+  if (!remember_) return nullptr;
+  std::unique_ptr<Remembered> r;
+  {
+    absl::MutexLock lock(&remembered_mu_);
+    if (!spare_remembered_.empty()) {
+      r = std::move(spare_remembered_.back());
+      spare_remembered_.pop_back();
+    }
+  }
+  if (r == nullptr) r = std::make_unique<Remembered>();
+  r->ids.clear();
+  r->removals.assign(static_cast<size_t>(shard_mask_) + 1, 0);
+  return r;
+}
+
+void SparseTable::Remember(std::unique_ptr<Remembered> r) {
+  absl::MutexLock lock(&remembered_mu_);
+  remembered_.push_front(std::move(r));
+  if (remembered_.size() > static_cast<size_t>(options_.remember_lookups)) {
+    spare_remembered_.push_back(std::move(remembered_.back()));
+    remembered_.pop_back();
+  }
+}
+
+std::unique_ptr<SparseTable::Remembered> SparseTable::TakeRemembered(
+    absl::Span<const int64_t> ids) {
+  if (!remember_ || ids.empty()) return nullptr;
+  absl::MutexLock lock(&remembered_mu_);
+  for (auto it = remembered_.begin(); it != remembered_.end(); ++it) {
+    const std::vector<int64_t>& r = (*it)->ids;
+    if (r.size() == ids.size() &&
+        std::memcmp(r.data(), ids.data(), sizeof(int64_t) * ids.size()) == 0) {
+      std::unique_ptr<Remembered> found = std::move(*it);
+      remembered_.erase(it);
+      return found;
+    }
+  }
+  return nullptr;
+}
+
+void SparseTable::Recycle(std::unique_ptr<Remembered> r) {
+  absl::MutexLock lock(&remembered_mu_);
+  // At most as many spares as remembered lookups (one per lookup in flight beyond those).
+  if (spare_remembered_.size() < static_cast<size_t>(options_.remember_lookups)) {
+    spare_remembered_.push_back(std::move(r));
+  }
 }
 
 absl::Status SparseTable::LookupReadOnly(absl::Span<const int64_t> ids, float* out) const {
@@ -867,9 +939,15 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
     lr_t = static_cast<float>(
         optimizer_rules::AdamBiasCorrectedLr(static_cast<double>(lr), b1pow, b2pow));
   }
-  thread_local Partition part;
-  PartitionIds(ids, &part);
-  PrefetchBuckets(part);
+  // The lookup of these very ids, if remembered (a trainer's gradient of the batch it looked
+  // up): its partition, and its slots where no row of their shard was removed since.
+  std::unique_ptr<Remembered> remembered = TakeRemembered(ids);
+  thread_local Partition scratch;
+  Partition& part = remembered != nullptr ? remembered->part : scratch;
+  if (remembered == nullptr) {
+    PartitionIds(ids, &part);
+    PrefetchBuckets(part);
+  }
   const uint32_t seen = SeenStamp();
   const bool admission = options_.admission_threshold > 1;
   // Per-thread scratch, kept between batches; a thread that once saw a huge batch gives the
@@ -913,7 +991,14 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
     Shard& shard = shards_[s];
     const uint32_t b = part.begin[s], e = part.begin[s + 1];
     const uint32_t epoch = epoch_.load(std::memory_order_relaxed);
-    FindSlots(shard, ids, &part, b, e);
+    if (remembered != nullptr && remembered->removals[s] == shard.removals) {
+      for (uint32_t k = b; k < e; ++k) {
+        const char* row = SlotPtr(shard, part.slot[k]);
+        for (size_t line = 0; line < stride_; line += 64) __builtin_prefetch(row + line);
+      }
+    } else {
+      FindSlots(shard, ids, &part, b, e);
+    }
     for (uint32_t k = b; k < e; ++k) {
       const uint32_t pos = part.order[k];
       const int64_t id = ids[pos];
@@ -933,6 +1018,10 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
       ApplyOptimizer(p, row_grads[k], lr, lr_t);
       if (updated) updated(id, reinterpret_cast<const float*>(p + kRowHeaderBytes));
     }
+  }
+  if (remembered != nullptr) {
+    reused_lookups_.fetch_add(1, std::memory_order_relaxed);
+    Recycle(std::move(remembered));
   }
   return absl::OkStatus();
 }
@@ -1539,6 +1628,7 @@ SparseTableStats SparseTable::Stats() const {
         static_cast<int64_t>(shard.pending.capacity() * (sizeof(std::pair<int64_t, Pending>) + 1)) +
         static_cast<int64_t>(shard.tombstones.capacity() * sizeof(Tombstone));
   }
+  st.reused_lookups = reused_lookups_.load(std::memory_order_relaxed);
   return st;
 }
 

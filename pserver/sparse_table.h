@@ -68,6 +68,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -142,6 +143,14 @@ struct SparseTableOptions {
   // 2 MiB (see pserver/chunk_arena.h): new rows then rarely wait for the kernel to zero pages.
   bool prefault = true;
 
+  // Lookups remembered for an update of the same ids (0 = none, at most 64): the table keeps
+  // where the rows of its last `remember_lookups` Lookup calls are, and an ApplyGradients whose
+  // ids equal one of them (a trainer's gradient of the batch it looked up: the pserver's sync
+  // step with one trainer, an async push) takes that lookup's hashing and row search instead
+  // of doing them again. Each Lookup then costs a copy of its ids. Ignored with admission on
+  // (a lookup may leave an id without a row that a later one creates).
+  int remember_lookups = 0;
+
   // Rows the table expects to hold (a model's declared vocabulary; 0 = unknown): memory and
   // maps for that many rows, up to the first 2 MiB of row memory, are made when the table is,
   // instead of while its first rows are created. Only a hint: any number of rows still fits.
@@ -155,6 +164,7 @@ struct SparseTableStats {
   int64_t evicted_rows = 0;       // rows removed by EvictStale
   int64_t dropped_gradients = 0;  // gradient rows (occurrences) dropped: id not admitted
   int64_t refused_rows = 0;       // new ids refused for the row budget (max_rows)
+  int64_t reused_lookups = 0;     // ApplyGradients calls that took a remembered Lookup's rows
   int64_t memory_bytes = 0;       // as MemoryBytes()
 };
 
@@ -315,6 +325,8 @@ class SparseTable {
  private:
   struct Shard;
   struct Partition;
+  // A Lookup's partition and rows, kept for an update of the same ids (remember_lookups).
+  struct Remembered;
   enum class Opt { kSgd, kAdagrad, kAdam };
   // A member's columns of the row (the whole row for a table without members).
   struct Column {
@@ -367,6 +379,16 @@ class SparseTable {
     std::vector<int>* busy_;  // thread-local
     size_t next_busy_ = 0;
   };
+  // An emptied Remembered sized for this table (a spare one when there is one), or null when
+  // lookups are not remembered.
+  std::unique_ptr<Remembered> NewRemembered();
+  // Keeps `r` (a successful Lookup's) as the newest remembered lookup, dropping the oldest
+  // beyond remember_lookups.
+  void Remember(std::unique_ptr<Remembered> r);
+  // The remembered lookup of exactly `ids` (taken out of the list), or null.
+  std::unique_ptr<Remembered> TakeRemembered(absl::Span<const int64_t> ids);
+  // Gives a used Remembered back for a later Lookup.
+  void Recycle(std::unique_ptr<Remembered> r);
   // Slot of `id` in `shard`, or kNoSlot.
   uint32_t FindSlot(const Shard& shard, int64_t id, uint64_t hash) const;
   // A new row for `id` (not present) with initial values and zero state; kNoSlot if full.
@@ -428,6 +450,12 @@ class SparseTable {
   std::unique_ptr<Shard[]> shards_;
 
   std::atomic<int64_t> step_{0};
+  const bool remember_;  // remember_lookups > 0, admission off
+  absl::Mutex remembered_mu_;
+  std::deque<std::unique_ptr<Remembered>> remembered_
+      ABSL_GUARDED_BY(remembered_mu_);  // newest first
+  std::vector<std::unique_ptr<Remembered>> spare_remembered_ ABSL_GUARDED_BY(remembered_mu_);
+  std::atomic<int64_t> reused_lookups_{0};
   // Rows held, counted against options_.max_rows (kept only when it is set).
   mutable std::atomic<int64_t> budget_used_{0};
   // Export epochs: a row records the epoch of its last change; an export without

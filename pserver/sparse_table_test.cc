@@ -134,6 +134,113 @@ TEST(SparseTableTest, RejectsBadOptionsNamingTheValue) {
   o = Opts(4);
   o.admission_threshold = -1;
   expect_bad(o, "admission_threshold is -1");
+  o = Opts(4);
+  o.remember_lookups = 65;
+  expect_bad(o, "remember_lookups is 65");
+}
+
+// Every row of `ids` in `t` and in `want`, values and optimizer state, bit for bit.
+void ExpectSameRows(const SparseTable& t, const SparseTable& want,
+                    const std::vector<int64_t>& ids) {
+  for (int64_t id : ids) {
+    EXPECT_EQ(Row(t, id), Row(want, id)) << "id " << id;
+    EXPECT_EQ(State(t, id), State(want, id)) << "id " << id;
+  }
+}
+
+// Lookups and updates through a table that remembers lookups, and the same calls through one
+// that does not: the updates that take a remembered lookup's rows change exactly what a plain
+// update does.
+TEST(SparseTableTest, AnUpdateOfALookedUpBatchTakesItsRowsAndChangesTheSame) {
+  for (const char* optimizer : {"sgd", "adagrad", "adam"}) {
+    SCOPED_TRACE(optimizer);
+    SparseTableOptions o = Opts(5, optimizer);
+    o.num_shards = 4;
+    auto plain = MakeTable(o);
+    o.remember_lookups = 2;
+    auto remembering = MakeTable(o);
+    std::mt19937_64 rng(7);
+    std::vector<std::vector<int64_t>> batches;
+    for (int b = 0; b < 6; ++b) {
+      std::vector<int64_t> ids(300);
+      for (int64_t& id : ids) id = static_cast<int64_t>(rng() % 500) - 250;  // repeats too
+      batches.push_back(ids);
+    }
+    std::vector<float> out(300 * 5), want(300 * 5);
+    // As a pserver with one pipelined trainer: batch b + 1 is looked up before b is applied.
+    for (SparseTable* t : {plain.get(), remembering.get()}) {
+      ASSERT_TRUE(t->Lookup(batches[0], out.data()).ok());
+    }
+    for (size_t b = 0; b < batches.size(); ++b) {
+      if (b + 1 < batches.size()) {
+        ASSERT_TRUE(remembering->Lookup(batches[b + 1], out.data()).ok());
+        ASSERT_TRUE(plain->Lookup(batches[b + 1], want.data()).ok());
+        EXPECT_EQ(out, want);
+      }
+      const std::vector<float> g = RandomFloats(300 * 5, 100 + b);
+      for (SparseTable* t : {plain.get(), remembering.get()}) {
+        ASSERT_TRUE(t->ApplyGradients(batches[b], g.data(), 0.1f, b + 1, 0.5f).ok());
+      }
+    }
+    EXPECT_EQ(remembering->Stats().reused_lookups, 6);
+    EXPECT_EQ(plain->Stats().reused_lookups, 0);
+    std::vector<int64_t> all;
+    for (const auto& ids : batches) all.insert(all.end(), ids.begin(), ids.end());
+    ExpectSameRows(*remembering, *plain, all);
+    // Other ids than any remembered lookup's (a batch's prefix): an ordinary update.
+    const std::vector<int64_t> prefix(batches[5].begin(), batches[5].begin() + 100);
+    ASSERT_TRUE(remembering->Lookup(batches[5], out.data()).ok());
+    const std::vector<float> g = RandomFloats(100 * 5, 99);
+    ASSERT_TRUE(remembering->ApplyGradients(prefix, g.data(), 0.1f, 7).ok());
+    ASSERT_TRUE(plain->ApplyGradients(prefix, g.data(), 0.1f, 7).ok());
+    EXPECT_EQ(remembering->Stats().reused_lookups, 6);
+    ExpectSameRows(*remembering, *plain, all);
+  }
+}
+
+// Rows evicted after a lookup and their slots taken by new ids: the update of the looked-up
+// batch must find (here: create again) its own rows, not update the new ids' rows in the
+// remembered slots.
+TEST(SparseTableTest, ARememberedLookupDoesNotOutliveItsRows) {
+  SparseTableOptions o = Opts(4, "adagrad");
+  o.num_shards = 1;  // one free list: the new ids take exactly the freed slots
+  o.evict_after_steps = 1;
+  auto plain = MakeTable(o);
+  o.remember_lookups = 4;
+  auto remembering = MakeTable(o);
+  const std::vector<int64_t> looked_up = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<int64_t> later = {101, 102, 103, 104, 105, 106, 107, 108};
+  std::vector<float> out(8 * 4);
+  const std::vector<float> g = RandomFloats(8 * 4, 5);
+  for (SparseTable* t : {plain.get(), remembering.get()}) {
+    ASSERT_TRUE(t->Lookup(looked_up, out.data()).ok());
+    t->AdvanceStep(3);
+    EXPECT_EQ(t->EvictStale(), 8);
+    ASSERT_TRUE(t->Lookup(later, out.data()).ok());
+    ASSERT_TRUE(t->ApplyGradients(looked_up, g.data(), 0.5f, 3).ok());
+  }
+  EXPECT_EQ(remembering->Stats().reused_lookups, 1);  // its partition, with the slots found again
+  EXPECT_EQ(remembering->Size(), 16);
+  std::vector<int64_t> all = looked_up;
+  all.insert(all.end(), later.begin(), later.end());
+  ExpectSameRows(*remembering, *plain, all);
+  for (int64_t id : later) EXPECT_EQ(Row(*remembering, id), InitRow(o, id)) << id;
+}
+
+TEST(SparseTableTest, LookupsAreNotRememberedWithAdmission) {
+  SparseTableOptions o = Opts(4);
+  o.admission_threshold = 2;
+  o.remember_lookups = 2;
+  auto table = MakeTable(o);
+  const std::vector<int64_t> ids = {1, 2, 3};
+  std::vector<float> out(3 * 4);
+  const std::vector<float> g = RandomFloats(3 * 4, 5);
+  ASSERT_TRUE(table->Lookup(ids, out.data()).ok());  // first sighting: no rows yet
+  ASSERT_TRUE(table->Lookup({2}, out.data()).ok());  // admits 2
+  ASSERT_TRUE(table->ApplyGradients(ids, g.data(), 0.5f, 1).ok());
+  EXPECT_EQ(table->Stats().reused_lookups, 0);
+  EXPECT_EQ(table->Size(), 1);
+  EXPECT_EQ(table->Stats().dropped_gradients, 2);
 }
 
 TEST(SparseTableTest, ExtremeIdsGetTheirOwnRows) {

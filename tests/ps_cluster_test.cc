@@ -655,6 +655,8 @@ TEST(PsClusterTest, OneTrainerKeepsItsLookupsOwnRequest) {
   EXPECT_GT(SumAfter(log, " fused_prefetches="), 0) << log;
   ASSERT_NE(log.find(" lookups_ahead="), std::string::npos) << log;
   EXPECT_LE(SumAfter(log, " lookups_ahead="), SumAfter(log, " fused_prefetches=")) << log;
+  // Every update of the 26 table groups took the rows its batch's lookup found.
+  EXPECT_EQ(SumAfter(log, " table_updates_reusing_lookups="), 26 * steps) << log;
 }
 
 // The held-out value "<key> X" of trainer 0's evaluation line `line` (NaN when missing).
@@ -868,6 +870,10 @@ TEST(PsClusterTest, AsyncStepCarriesItsReceiveAndTheLookups) {
       EXPECT_GE(requests, trainer_steps) << log;
       EXPECT_LE(requests, per_step * trainer_steps + 4 * 2 + eval_batches + (p == 0 ? 3 : 0))
           << log;
+      // Each push of a trainer reading its own writes is the gradient of the batch it looked
+      // up last: its table updates take the lookup's rows (merged pushes may not).
+      const int64_t reused = SumAfter(log, " table_updates_reusing_lookups=");
+      if (read_own_writes) EXPECT_EQ(reused, 26 * trainer_steps) << log;
     }
   }
 }

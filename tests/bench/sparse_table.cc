@@ -13,7 +13,7 @@
 //   bazel build //tests/bench:sparse_table
 //   bazel-bin/tests/bench/sparse_table [--part=all|a|c] [--seconds=3] [--repeats=3]
 //       [--threads=1,2] [--vocab=100000000] [--rows=10000000] [--export_path=/tmp/t.tbl]
-//       [--tables=1] [--batch=4096] [--dim=16] [--optimizer=adagrad]
+//       [--tables=1] [--batch=4096] [--dim=16] [--optimizer=adagrad] [--remember_lookups=0]
 #include "pserver/sparse_table.h"
 
 #include <time.h>
@@ -56,6 +56,9 @@ ABSL_FLAG(int64_t, rows, 10000000, "(c) Rows to create.");
 ABSL_FLAG(std::string, export_path, "",
           "(c) If set, also time Export (values only) and Import of the (c) table to this file.");
 ABSL_FLAG(int, shards, 64, "Internal shards of the table.");
+ABSL_FLAG(int, remember_lookups, 0,
+          "(a) SparseTableOptions::remember_lookups: an update takes the rows of its batch's "
+          "lookup (as a pserver with one sync trainer, or async, sets it); 0 = off.");
 ABSL_FLAG(bool, mutex_deadlock_detection, true,
           "false: turn off absl::Mutex deadlock detection (Debian's Abseil runs it by default).");
 
@@ -97,6 +100,7 @@ std::unique_ptr<SparseTable> NewTable(int64_t dim = kDim, const std::string& opt
   o.initializer.min = -0.01;
   o.initializer.max = 0.01;
   o.num_shards = absl::GetFlag(FLAGS_shards);
+  o.remember_lookups = absl::GetFlag(FLAGS_remember_lookups);
   absl::StatusOr<std::unique_ptr<SparseTable>> t = SparseTable::Create(o);
   if (!t.ok()) {
     std::fprintf(stderr, "%s\n", std::string(t.status().message()).c_str());
