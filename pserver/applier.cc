@@ -162,10 +162,11 @@ absl::Status Applier::InitTables() {
     o.evict_after_steps = options_.table_evict_after_steps;
     o.max_rows = options_.table_max_rows;
     o.num_shards = TableShards(options_.table_shards);
-    // An update takes the rows its ids' lookup found where its gradient is one trainer's batch:
-    // a sync step with one trainer (the lookup of step s + 1 comes before the update of s), an
-    // async push (each trainer has a lookup and a push in flight).
-    o.remember_lookups = sync_ ? (num_trainers_ == 1 ? 2 : 0) : std::min(64, 2 * num_trainers_);
+    // Two lookups per trainer: a lookup of the same ids again (the look-ahead's, after the
+    // step's update) or an update by one trainer's gradient of its batch (a sync step with one
+    // trainer, whose lookup of step s + 1 comes before the update of s; an async push) takes
+    // the rows the lookup found.
+    o.remember_lookups = std::min(64, 2 * num_trainers_);
     // Its share of the declared vocabulary (attr rows, of the whole table), as a sizing hint.
     for (int m = i; m < end; ++m) {
       const int64_t rows = GetIntAttr(ops[m], "rows", 0);
@@ -206,7 +207,7 @@ float Applier::LearningRate(const std::string& var) const {
 }
 
 absl::Status Applier::ApplyTable(Table& t, const std::vector<const SelectedRows*>& grads,
-                                 int64_t step, const SparseTable::RowVisitor& updated) {
+                                 int64_t step) {
   const float scale = 1.0f / static_cast<float>(num_trainers_);
   // One gradient (async) is applied where it was received; several (sync: one per trainer)
   // are concatenated first, so that duplicates across trainers are summed in trainer order.
@@ -236,7 +237,7 @@ absl::Status Applier::ApplyTable(Table& t, const std::vector<const SelectedRows*
     ids = all_ids;
     values = all_values.data();
   }
-  absl::Status s = t.table->ApplyGradients(ids, values, LearningRate(t.lr), step, scale, updated);
+  absl::Status s = t.table->ApplyGradients(ids, values, LearningRate(t.lr), step, scale);
   if (s.ok() && options_.table_evict_after_steps > 0) t.table->EvictStale();
   if (!s.ok()) {
     return absl::InternalError(
@@ -261,9 +262,7 @@ absl::Status Applier::ApplyStep(
       static_cast<int>(tables_.size()),
       [&](int i) {
         // Every table takes an optimizer step each sync step (Adam's t), touched rows or not.
-        SparseTable::RowVisitor updated;
-        if (hooks.before) updated = hooks.before(tables_[i].name);
-        table_results[i] = ApplyTable(tables_[i], grads[i], step + 1, updated);
+        table_results[i] = ApplyTable(tables_[i], grads[i], step + 1);
         if (hooks.after) hooks.after(tables_[i].name);
       },
       helpers);
@@ -448,14 +447,14 @@ absl::StatusOr<int64_t> Applier::ExportTables(const std::string& dir,
   return rows;
 }
 
-std::map<std::pair<std::string, int>, int64_t> Applier::TableRows(int64_t* refused,
-                                                                  int64_t* reused_lookups) const {
+std::map<std::pair<std::string, int>, int64_t> Applier::TableRows(
+    int64_t* refused, int64_t* updates_taking_lookups) const {
   std::map<std::pair<std::string, int>, int64_t> rows;
   for (const auto& t : tables_) {
     SparseTableStats st = t.table->Stats();
     for (const std::string& member : t.members) rows[{member, t.shard}] = st.rows;
     *refused += st.refused_rows;
-    *reused_lookups += st.reused_lookups;
+    *updates_taking_lookups += st.updates_taking_lookups;
   }
   return rows;
 }

@@ -75,16 +75,13 @@ class Applier {
     if (pool_ != nullptr) pool_->Join();  // (none when Init failed)
   }
 
-  // What a sync step's optimize does around each table's update, on the thread applying it
-  // (e.g. the next batch's lookups): `before(table)` runs right before the update and may
-  // return a visitor of the rows it updates (SparseTable::ApplyGradients); `after(table)` runs
-  // right after it. Either may be empty.
+  // What a sync step's optimize does after each table's update, on the thread that applied it
+  // (e.g. the next batch's lookups): `after(table)` (may be empty).
   struct TableHooks {
-    std::function<SparseTable::RowVisitor(const std::string& table)> before;
     std::function<void(const std::string& table)> after;
   };
   // Sync step `step` (0-based): applies every table, then every block; `table_grads(grad)` gives
-  // the trainers' gradients of a table for this step; `hooks` run around each table's update;
+  // the trainers' gradients of a table for this step; `hooks` run after each table's update;
   // `tables_done()` (may be empty) runs once every table was applied without error, on this
   // thread while the pool starts the blocks (the tables' rows are final for the step: lookups
   // can be answered). Returns the first
@@ -135,7 +132,7 @@ class Applier {
   // Rows per (table, shard) (a group's members each); adds the rows refused for the row budget
   // and the updates that took their lookup's rows (SparseTableStats), summed over tables.
   std::map<std::pair<std::string, int>, int64_t> TableRows(int64_t* refused,
-                                                           int64_t* reused_lookups) const;
+                                                           int64_t* updates_taking_lookups) const;
 
  private:
   struct OptimizeBlock {
@@ -178,8 +175,7 @@ class Applier {
   // Sync: the schedule of `step`, run once (the same way).
   absl::Status RunScheduleOnce(int64_t step);
   // Applies `grads` (rows of one table's gradient) scaled by 1/N at optimizer step `step`.
-  absl::Status ApplyTable(Table& t, const std::vector<const SelectedRows*>& grads, int64_t step,
-                          const SparseTable::RowVisitor& updated = nullptr);
+  absl::Status ApplyTable(Table& t, const std::vector<const SelectedRows*>& grads, int64_t step);
 
   const ProgramDesc& program_;
   const int num_trainers_;

@@ -274,7 +274,6 @@ void ParameterServer::HandlePrefetchBatch(const RequestMeta& meta,
       if (lookups_ahead_ && !meta.barrier_follows) {
         batch->ahead.reset(new std::atomic<int>[batch->queries.size()]);
         for (size_t i = 0; i < batch->queries.size(); ++i) batch->ahead[i] = FusedLookup::kNobody;
-        batch->positions.resize(batch->queries.size());
         ahead = true;
         ++early_running_;  // a step boundary (checkpoint) waits for it
       }
@@ -289,30 +288,6 @@ void ParameterServer::HandlePrefetchBatch(const RequestMeta& meta,
   AwaitUpdate(meta, std::move(finish));
 }
 
-ParameterServer::IdPositions::IdPositions(const std::vector<int64_t>& ids)
-    : next(ids.size(), kEnd) {
-  first.reserve(ids.size());
-  std::vector<uint32_t> last(ids.size());  // per first position: the id's last one so far
-  for (size_t k = 0; k < ids.size(); ++k) {
-    auto [it, inserted] = first.try_emplace(ids[k], static_cast<uint32_t>(k));
-    if (inserted) {
-      last[k] = static_cast<uint32_t>(k);
-    } else {
-      next[last[it->second]] = static_cast<uint32_t>(k);
-      last[it->second] = static_cast<uint32_t>(k);
-    }
-  }
-}
-
-void ParameterServer::IdPositions::Overwrite(int64_t id, const float* values, Tensor* rows) const {
-  auto it = first.find(id);
-  if (it == first.end()) return;
-  const int64_t dim = rows->shape()[1];
-  for (uint32_t p = it->second; p != kEnd; p = next[p]) {
-    std::memcpy(rows->data<float>() + static_cast<int64_t>(p) * dim, values, sizeof(float) * dim);
-  }
-}
-
 void ParameterServer::LookUpAhead(FusedLookup& f) {
   std::atomic<int64_t> looked_up{0};
   const int n = static_cast<int>(f.queries.size());
@@ -323,7 +298,6 @@ void ParameterServer::LookUpAhead(FusedLookup& f) {
     int nobody = FusedLookup::kNobody;
     if (!f.ahead[i].compare_exchange_strong(nobody, FusedLookup::kAheadRunning)) return;
     f.rows[i] = applier_->Lookup(f.queries[i].table, f.queries[i].ids);
-    if (f.rows[i].ok()) f.positions[i] = std::make_unique<IdPositions>(f.queries[i].ids);
     f.ahead[i].store(FusedLookup::kAheadDone, std::memory_order_release);
     ++looked_up;
   });
@@ -647,30 +621,16 @@ void ParameterServer::RunSyncOptimize() {
     }
   }
   for (const auto& f : fused) f->optimizing.store(true);
-  // Each table's lookups: those looked up ahead get the rows the update changes copied in as
-  // it goes; the others are looked up right after the update, while its rows are at hand.
+  // Each table's lookups, right after its update, while its rows are at hand. Those looked up
+  // ahead had their rows made and found then: this lookup of the same ids only copies the
+  // updated rows (SparseTableOptions::remember_lookups).
   Applier::TableHooks hooks;
-  hooks.before = [&](const std::string& table) -> SparseTable::RowVisitor {
-    auto it = by_table.find(table);
-    if (it == by_table.end()) return nullptr;
-    std::vector<std::pair<IdPositions*, Tensor*>> ahead;
-    for (auto& [f, i] : it->second) {
-      if (!ClaimForOptimize(*f, i) && f->positions[i] != nullptr) {
-        ahead.push_back({f->positions[i].get(), &*f->rows[i]});
-      }
-    }
-    if (ahead.empty()) return nullptr;
-    return [ahead = std::move(ahead)](int64_t id, const float* values) {
-      for (const auto& [positions, rows] : ahead) positions->Overwrite(id, values, rows);
-    };
-  };
   hooks.after = [&](const std::string& table) {
     auto it = by_table.find(table);
     if (it == by_table.end()) return;
     for (auto& [f, i] : it->second) {
-      if (f->ahead == nullptr || f->ahead[i].load() == FusedLookup::kOptimize) {
-        f->rows[i] = applier_->Lookup(table, f->queries[i].ids);
-      }
+      ClaimForOptimize(*f, i);  // waits for a look-ahead of it that is still running
+      f->rows[i] = applier_->Lookup(table, f->queries[i].ids);
       f->filled[i] = 1;
     }
   };

@@ -40,7 +40,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/thread_pool.h"
@@ -221,25 +220,16 @@ class ParameterServer : public RequestHandler {
   // A PrefetchBatch waiting for the step's update; `rows` filled by the optimize (looked_up)
   // or after it. Answered once (`answered`): by the optimize as soon as its tables are applied
   // (before the dense blocks), else when the update is awaited (its failure, or a late batch).
-  // Where each id of a query's batch is (its positions, duplicates chained).
-  struct IdPositions {
-    static constexpr uint32_t kEnd = 0xFFFFFFFFu;
-    absl::flat_hash_map<int64_t, uint32_t> first;
-    std::vector<uint32_t> next;
-    explicit IdPositions(const std::vector<int64_t>& ids);
-    // Copies `values` (a row of `rows`' width) over the rows of id `id` in `rows`, if any.
-    void Overwrite(int64_t id, const float* values, Tensor* rows) const;
-  };
   struct FusedLookup {
-    // Per query, who looks it up: nobody yet, the look-ahead (LookUpAhead: running, or done, and
-    // then the optimize copies in the rows its update changes), or the optimize (all of it,
-    // right after the table's update).
+    // Per query, who looks it up first: nobody yet, the look-ahead (LookUpAhead: running, or
+    // done; the optimize then looks it up again after the table's update, which only copies
+    // the rows: SparseTableOptions::remember_lookups), or the optimize (right after the table's
+    // update).
     enum Ahead : int { kNobody, kAheadRunning, kAheadDone, kOptimize };
     std::vector<PrefetchQuery> queries;
     std::vector<absl::StatusOr<Tensor>> rows;
     std::vector<char> filled;  // per query: looked up by the optimize
     std::unique_ptr<std::atomic<int>[]> ahead;            // per query: an Ahead (null: none ahead)
-    std::vector<std::unique_ptr<IdPositions>> positions;  // per query looked up ahead
     std::atomic<bool> optimizing{false};                  // the look-ahead stops taking queries
     bool looked_up = false;
     PrefetchBatchDone done;
@@ -255,10 +245,11 @@ class ParameterServer : public RequestHandler {
   absl::Status AtStepBoundary(const std::function<absl::Status(int64_t step)>& fn);
   void RunSyncOptimize();
   // Sync, for lookups that came in their own request (not riding on a send): looks up, before
-  // the step's optimize, the queries of `f` (last first) until the optimize starts. A row the step
-  // leaves alone is then already the updated one, and the optimize copies in the rows its update
-  // changes (IdPositions). Runs while the trainer computes, on the optimizer pool's threads
-  // (with one trainer, its compute leaves the other cores free); new rows are made there too.
+  // the step's optimize, the queries of `f` (last first) until the optimize starts, so that
+  // their ids are hashed, their rows found and new rows made off the step's path. The optimize
+  // then looks each up again after its table's update, which only copies the rows
+  // (SparseTableOptions::remember_lookups). Runs while the trainer computes, on the optimizer
+  // pool's threads (with one trainer, its compute leaves the other cores free).
   void LookUpAhead(FusedLookup& f) ABSL_LOCKS_EXCLUDED(mu_);
   // The optimize's claim on query i of `f` (true) or, when the look-ahead took it, false once
   // that lookup finished (it waits for one table's lookup at most).

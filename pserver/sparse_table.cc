@@ -752,12 +752,11 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
     return absl::InvalidArgumentError(
         absl::StrCat("SparseTable::Lookup batch of ", ids.size(), " ids is too large"));
   }
-  // Reused: a batch allocates nothing once warm. A remembered lookup fills its own.
-  thread_local Partition scratch;
-  std::unique_ptr<Remembered> remembered = NewRemembered();
-  Partition& part = remembered != nullptr ? remembered->part : scratch;
-  PartitionIds(ids, &part);
-  PrefetchBuckets(part);
+  // The same ids looked up again (the pserver's look-ahead, then its lookup after the update)
+  // only copy the rows.
+  std::unique_ptr<Remembered> remembered;
+  bool reused = false;
+  Partition& part = PartitionFor(ids, /*remember=*/true, &remembered, &reused);
   const uint32_t seen = SeenStamp();
   const int64_t threshold = options_.admission_threshold;
   const size_t row_bytes = sizeof(float) * dim_;
@@ -766,8 +765,7 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
     Shard& shard = shards_[s];
     const uint32_t b = part.begin[s], e = part.begin[s + 1];
     const uint32_t epoch = epoch_.load(std::memory_order_relaxed);
-    FindSlots(shard, ids, &part, b, e);
-    if (remembered != nullptr) remembered->removals[s] = shard.removals;
+    ShardSlots(shard, s, ids, &part, remembered.get(), reused);
     for (uint32_t k = b; k < e; ++k) {
       const uint32_t pos = part.order[k];
       const int64_t id = ids[pos];
@@ -810,10 +808,43 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
     }
   }
   if (remembered != nullptr) {
-    remembered->ids.assign(ids.begin(), ids.end());
+    if (reused) {
+      repeated_lookups_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      remembered->ids.assign(ids.begin(), ids.end());
+    }
     Remember(std::move(remembered));
   }
   return absl::OkStatus();
+}
+
+SparseTable::Partition& SparseTable::PartitionFor(absl::Span<const int64_t> ids, bool remember,
+                                                  std::unique_ptr<Remembered>* remembered,
+                                                  bool* reused) {
+  thread_local Partition scratch;  // reused: a batch allocates nothing once warm
+  *remembered = TakeRemembered(ids);
+  *reused = *remembered != nullptr;
+  if (*reused) return (*remembered)->part;
+  if (remember) *remembered = NewRemembered();
+  Partition& part = *remembered != nullptr ? (*remembered)->part : scratch;
+  PartitionIds(ids, &part);
+  PrefetchBuckets(part);
+  return part;
+}
+
+void SparseTable::ShardSlots(const Shard& shard, int s, absl::Span<const int64_t> ids,
+                             Partition* part, Remembered* remembered,
+                             bool reused) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const uint32_t b = part->begin[s], e = part->begin[s + 1];
+  if (reused && remembered->removals[s] == shard.removals) {
+    for (uint32_t k = b; k < e; ++k) {
+      const char* row = SlotPtr(shard, part->slot[k]);
+      for (size_t line = 0; line < stride_; line += 64) __builtin_prefetch(row + line);
+    }
+    return;
+  }
+  FindSlots(shard, ids, part, b, e);
+  if (remembered != nullptr) remembered->removals[s] = shard.removals;
 }
 
 std::unique_ptr<SparseTable::Remembered> SparseTable::NewRemembered() {
@@ -941,13 +972,9 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
   }
   // The lookup of these very ids, if remembered (a trainer's gradient of the batch it looked
   // up): its partition, and its slots where no row of their shard was removed since.
-  std::unique_ptr<Remembered> remembered = TakeRemembered(ids);
-  thread_local Partition scratch;
-  Partition& part = remembered != nullptr ? remembered->part : scratch;
-  if (remembered == nullptr) {
-    PartitionIds(ids, &part);
-    PrefetchBuckets(part);
-  }
+  std::unique_ptr<Remembered> remembered;
+  bool reused = false;
+  Partition& part = PartitionFor(ids, /*remember=*/false, &remembered, &reused);
   const uint32_t seen = SeenStamp();
   const bool admission = options_.admission_threshold > 1;
   // Per-thread scratch, kept between batches; a thread that once saw a huge batch gives the
@@ -991,14 +1018,7 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
     Shard& shard = shards_[s];
     const uint32_t b = part.begin[s], e = part.begin[s + 1];
     const uint32_t epoch = epoch_.load(std::memory_order_relaxed);
-    if (remembered != nullptr && remembered->removals[s] == shard.removals) {
-      for (uint32_t k = b; k < e; ++k) {
-        const char* row = SlotPtr(shard, part.slot[k]);
-        for (size_t line = 0; line < stride_; line += 64) __builtin_prefetch(row + line);
-      }
-    } else {
-      FindSlots(shard, ids, &part, b, e);
-    }
+    ShardSlots(shard, s, ids, &part, remembered.get(), reused);
     for (uint32_t k = b; k < e; ++k) {
       const uint32_t pos = part.order[k];
       const int64_t id = ids[pos];
@@ -1020,7 +1040,7 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
     }
   }
   if (remembered != nullptr) {
-    reused_lookups_.fetch_add(1, std::memory_order_relaxed);
+    updates_taking_lookups_.fetch_add(1, std::memory_order_relaxed);
     Recycle(std::move(remembered));
   }
   return absl::OkStatus();
@@ -1628,7 +1648,8 @@ SparseTableStats SparseTable::Stats() const {
         static_cast<int64_t>(shard.pending.capacity() * (sizeof(std::pair<int64_t, Pending>) + 1)) +
         static_cast<int64_t>(shard.tombstones.capacity() * sizeof(Tombstone));
   }
-  st.reused_lookups = reused_lookups_.load(std::memory_order_relaxed);
+  st.updates_taking_lookups = updates_taking_lookups_.load(std::memory_order_relaxed);
+  st.repeated_lookups = repeated_lookups_.load(std::memory_order_relaxed);
   return st;
 }
 

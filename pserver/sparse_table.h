@@ -146,9 +146,10 @@ struct SparseTableOptions {
   // Lookups remembered for an update of the same ids (0 = none, at most 64): the table keeps
   // where the rows of its last `remember_lookups` Lookup calls are, and an ApplyGradients whose
   // ids equal one of them (a trainer's gradient of the batch it looked up: the pserver's sync
-  // step with one trainer, an async push) takes that lookup's hashing and row search instead
-  // of doing them again. Each Lookup then costs a copy of its ids. Ignored with admission on
-  // (a lookup may leave an id without a row that a later one creates).
+  // step with one trainer, an async push), or a Lookup of the same ids again (the pserver's
+  // look-ahead, then the lookup after the step's update), takes that lookup's hashing and row
+  // search instead of doing them again. Each new Lookup then costs a copy of its ids. Ignored
+  // with admission on (a lookup may leave an id without a row that a later one creates).
   int remember_lookups = 0;
 
   // Rows the table expects to hold (a model's declared vocabulary; 0 = unknown): memory and
@@ -164,7 +165,10 @@ struct SparseTableStats {
   int64_t evicted_rows = 0;       // rows removed by EvictStale
   int64_t dropped_gradients = 0;  // gradient rows (occurrences) dropped: id not admitted
   int64_t refused_rows = 0;       // new ids refused for the row budget (max_rows)
-  int64_t reused_lookups = 0;     // ApplyGradients calls that took a remembered Lookup's rows
+  // With remember_lookups: ApplyGradients calls that took a remembered lookup's rows, and Lookup
+  // calls of a remembered lookup's ids, which only copied the rows.
+  int64_t updates_taking_lookups = 0;
+  int64_t repeated_lookups = 0;
   int64_t memory_bytes = 0;       // as MemoryBytes()
 };
 
@@ -389,6 +393,16 @@ class SparseTable {
   std::unique_ptr<Remembered> TakeRemembered(absl::Span<const int64_t> ids);
   // Gives a used Remembered back for a later Lookup.
   void Recycle(std::unique_ptr<Remembered> r);
+  // The partition of a batch: a remembered lookup's of the same ids (*remembered, *reused
+  // true), else the ids partitioned (and their buckets prefetched) into a new Remembered
+  // (`remember`, when lookups are remembered) or the thread's scratch.
+  Partition& PartitionFor(absl::Span<const int64_t> ids, bool remember,
+                          std::unique_ptr<Remembered>* remembered, bool* reused);
+  // With shard s's lock held: the slots of part's ids in shard s, as FindSlots, but taken from
+  // `remembered` when `reused` and no row of the shard was removed since; noted in
+  // `remembered` (nullable) when found.
+  void ShardSlots(const Shard& shard, int s, absl::Span<const int64_t> ids, Partition* part,
+                  Remembered* remembered, bool reused) const;
   // Slot of `id` in `shard`, or kNoSlot.
   uint32_t FindSlot(const Shard& shard, int64_t id, uint64_t hash) const;
   // A new row for `id` (not present) with initial values and zero state; kNoSlot if full.
@@ -455,7 +469,8 @@ class SparseTable {
   std::deque<std::unique_ptr<Remembered>> remembered_
       ABSL_GUARDED_BY(remembered_mu_);  // newest first
   std::vector<std::unique_ptr<Remembered>> spare_remembered_ ABSL_GUARDED_BY(remembered_mu_);
-  std::atomic<int64_t> reused_lookups_{0};
+  std::atomic<int64_t> updates_taking_lookups_{0};
+  std::atomic<int64_t> repeated_lookups_{0};
   // Rows held, counted against options_.max_rows (kept only when it is set).
   mutable std::atomic<int64_t> budget_used_{0};
   // Export epochs: a row records the epoch of its last change; an export without

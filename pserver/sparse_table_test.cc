@@ -182,8 +182,8 @@ TEST(SparseTableTest, AnUpdateOfALookedUpBatchTakesItsRowsAndChangesTheSame) {
         ASSERT_TRUE(t->ApplyGradients(batches[b], g.data(), 0.1f, b + 1, 0.5f).ok());
       }
     }
-    EXPECT_EQ(remembering->Stats().reused_lookups, 6);
-    EXPECT_EQ(plain->Stats().reused_lookups, 0);
+    EXPECT_EQ(remembering->Stats().updates_taking_lookups, 6);
+    EXPECT_EQ(plain->Stats().updates_taking_lookups, 0);
     std::vector<int64_t> all;
     for (const auto& ids : batches) all.insert(all.end(), ids.begin(), ids.end());
     ExpectSameRows(*remembering, *plain, all);
@@ -193,7 +193,7 @@ TEST(SparseTableTest, AnUpdateOfALookedUpBatchTakesItsRowsAndChangesTheSame) {
     const std::vector<float> g = RandomFloats(100 * 5, 99);
     ASSERT_TRUE(remembering->ApplyGradients(prefix, g.data(), 0.1f, 7).ok());
     ASSERT_TRUE(plain->ApplyGradients(prefix, g.data(), 0.1f, 7).ok());
-    EXPECT_EQ(remembering->Stats().reused_lookups, 6);
+    EXPECT_EQ(remembering->Stats().updates_taking_lookups, 6);
     ExpectSameRows(*remembering, *plain, all);
   }
 }
@@ -219,12 +219,53 @@ TEST(SparseTableTest, ARememberedLookupDoesNotOutliveItsRows) {
     ASSERT_TRUE(t->Lookup(later, out.data()).ok());
     ASSERT_TRUE(t->ApplyGradients(looked_up, g.data(), 0.5f, 3).ok());
   }
-  EXPECT_EQ(remembering->Stats().reused_lookups, 1);  // its partition, with the slots found again
+  EXPECT_EQ(remembering->Stats().updates_taking_lookups, 1);  // its partition, slots found again
   EXPECT_EQ(remembering->Size(), 16);
   std::vector<int64_t> all = looked_up;
   all.insert(all.end(), later.begin(), later.end());
   ExpectSameRows(*remembering, *plain, all);
   for (int64_t id : later) EXPECT_EQ(Row(*remembering, id), InitRow(o, id)) << id;
+}
+
+// A batch looked up ahead of an update and again after it (the pserver's look-ahead, then its
+// answer after the step): the second lookup copies the rows the update left, as a plain lookup
+// reads them, also where rows were evicted and their slots taken in between.
+TEST(SparseTableTest, ALookupRepeatedAfterAnUpdateReadsTheUpdatedRows) {
+  SparseTableOptions o = Opts(3, "adagrad");
+  o.num_shards = 2;
+  o.evict_after_steps = 2;
+  auto plain = MakeTable(o);
+  o.remember_lookups = 4;
+  auto remembering = MakeTable(o);
+  const std::vector<int64_t> ahead = {4, 9, 4, 11, 12, 13, 14};
+  const std::vector<int64_t> updated = {9, 11, 20};
+  const std::vector<int64_t> other = {30, 31, 32, 33};
+  std::vector<float> out(7 * 3), want(7 * 3);
+  const std::vector<float> g = RandomFloats(3 * 3, 8);
+  auto both = [&](const std::function<void(SparseTable*)>& fn) {
+    fn(plain.get());
+    fn(remembering.get());
+  };
+  both([&](SparseTable* t) { ASSERT_TRUE(t->Lookup(ahead, out.data()).ok()); });
+  both([&](SparseTable* t) { ASSERT_TRUE(t->ApplyGradients(updated, g.data(), 0.5f, 1).ok()); });
+  ASSERT_TRUE(remembering->Lookup(ahead, out.data()).ok());
+  ASSERT_TRUE(plain->Lookup(ahead, want.data()).ok());
+  EXPECT_EQ(out, want);
+  EXPECT_EQ(remembering->Stats().repeated_lookups, 1);
+  // Rows 12-14 unseen since step 0 are evicted at step 3, and new ids take their slots.
+  both([&](SparseTable* t) {
+    ASSERT_TRUE(t->ApplyGradients(updated, g.data(), 0.5f, 3).ok());
+    ASSERT_TRUE(t->Lookup({4, 9, 11}, out.data()).ok());
+    EXPECT_EQ(t->EvictStale(), 3);  // 12, 13 and 14
+    ASSERT_TRUE(t->Lookup(other, out.data()).ok());
+  });
+  ASSERT_TRUE(remembering->Lookup(ahead, out.data()).ok());
+  ASSERT_TRUE(plain->Lookup(ahead, want.data()).ok());
+  EXPECT_EQ(out, want);
+  EXPECT_EQ(remembering->Stats().repeated_lookups, 2);
+  std::vector<int64_t> all = ahead;
+  all.insert(all.end(), other.begin(), other.end());
+  ExpectSameRows(*remembering, *plain, all);
 }
 
 TEST(SparseTableTest, LookupsAreNotRememberedWithAdmission) {
@@ -238,7 +279,7 @@ TEST(SparseTableTest, LookupsAreNotRememberedWithAdmission) {
   ASSERT_TRUE(table->Lookup(ids, out.data()).ok());  // first sighting: no rows yet
   ASSERT_TRUE(table->Lookup({2}, out.data()).ok());  // admits 2
   ASSERT_TRUE(table->ApplyGradients(ids, g.data(), 0.5f, 1).ok());
-  EXPECT_EQ(table->Stats().reused_lookups, 0);
+  EXPECT_EQ(table->Stats().updates_taking_lookups, 0);
   EXPECT_EQ(table->Size(), 1);
   EXPECT_EQ(table->Stats().dropped_gradients, 2);
 }
