@@ -44,6 +44,9 @@
 #   KB/step/ps    bytes in + out of each pserver per trainer step
 #   vs single     samples/s over the single process's
 #   vs 1x1        samples/s over "1x1 sync"'s (the issue's 2x2 target), when it ran; CTR rows
+#   paired        the median, over the rounds, of each round's ratio to the single process
+#                 (and to "1x1 sync") of that same round: runs seconds apart share the machine's
+#                 speed of the moment, which on a shared VM moves more than most changes do
 #   cores         CPU s / wall s: the cores the job kept busy on average (start-up included)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -186,13 +189,25 @@ done
 single_sps=$(awk '{ s += $1; n++ } END { print (n ? s / n : 0) }' "$WORK/single.rows" 2>/dev/null || echo 0)
 deepfm_sps=$(awk '{ s += $1; n++ } END { print (n ? s / n : 0) }' "$WORK/deepfm_single.rows" 2>/dev/null || echo 0)
 one_sps=$(awk '{ s += $1; n++ } END { print (n ? s / n : 0) }' "$WORK/1x1_sync.rows" 2>/dev/null || echo 0)
-echo "| run | samples/s | vs single | vs 1x1 | wall s | cores | CPU s / 1k samples | req/step/ps | KB/step/ps |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+# paired NAME_ROWS REF_ROWS: the median (min-max) of the per-round ratios of NAME's samples/s to
+# REF's (rows in round order), or "-".
+paired() {
+  [ -s "$2" ] && [ "$1" != "$2" ] || { echo "-"; return; }
+  paste -d' ' <(cut -d' ' -f1 "$1") <(cut -d' ' -f1 "$2") | awk '$2 > 0 { print $1 / $2 }' |
+    sort -g | awk '{ r[NR] = $1 } END {
+      if (NR == 0) { print "-"; exit }
+      m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2
+      printf "%.2f (%.2f-%.2f)\n", m, r[1], r[NR] }'
+}
+echo "| run | samples/s | vs single | paired vs single | vs 1x1 | paired vs 1x1 | wall s | cores | CPU s / 1k samples | req/step/ps | KB/step/ps |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for c in "${CONFIGS[@]}"; do
   key="$(echo "$c" | tr ' =' '__')"
-  base="$single_sps" one="$one_sps"
-  [[ "$c" == deepfm* ]] && base="$deepfm_sps" && one=0
-  awk -v name="$c" -v base="$base" -v one="$one" -v n="$N" '
+  base="$single_sps" one="$one_sps" base_rows="$WORK/single.rows" one_rows="$WORK/1x1_sync.rows"
+  [[ "$c" == deepfm* ]] && base="$deepfm_sps" && one=0 && base_rows="$WORK/deepfm_single.rows"
+  p1="$(paired "$WORK/$key.rows" "$base_rows")" p2="-"
+  [ "$one" != 0 ] && [[ "$c" != *single* ]] && p2="$(paired "$WORK/$key.rows" "$one_rows")"
+  awk -v name="$c" -v base="$base" -v one="$one" -v n="$N" -v p1="$p1" -v p2="$p2" '
     { sps[NR] = $1; s += $1; w += $2; cpu += $3; req += $4; kb += $5 }
     END {
       lo = sps[1]; hi = sps[1]
@@ -201,7 +216,8 @@ for c in "${CONFIGS[@]}"; do
       if (name ~ /single/) { rq = "-"; k = "-" }
       else { rq = sprintf("%.1f", req / NR); k = sprintf("%.1f", kb / NR) }
       v1 = (one > 0 && name !~ /single/) ? sprintf("%.2f", m / one) : "-"
-      printf "| %s | %.0f (%.0f-%.0f) | %.2f | %s | %.1f | %.2f | %.3f | %s | %s |\n", name, m, lo,
-        hi, (base > 0 ? m / base : 0), v1, w / NR, cpu / w, cpu / NR / (n / 1000), rq, k
+      printf "| %s | %.0f (%.0f-%.0f) | %.2f | %s | %s | %s | %.1f | %.2f | %.3f | %s | %s |\n", name,
+        m, lo, hi, (base > 0 ? m / base : 0), p1, v1, p2, w / NR, cpu / w, cpu / NR / (n / 1000),
+        rq, k
     }' "$WORK/$key.rows"
 done
