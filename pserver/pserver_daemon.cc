@@ -205,6 +205,12 @@ void PserverProcess::AddMetricsCollector() {
   Counter* fused =
       counter("tessera_pserver_fused_prefetches_total",
               "Table lookups a sync step's optimize did right after the table's update.");
+  Counter* ahead = counter("tessera_pserver_lookups_ahead_total",
+                           "Of the fused lookups, those looked up as soon as they came, while the "
+                           "trainer computed (one trainer's look-ahead).");
+  Counter* reusing = counter("tessera_pserver_table_updates_reusing_lookups_total",
+                             "Table updates that took the rows their batch's lookup found instead "
+                             "of searching the table again (one sync trainer, async pushes).");
   Counter* applied = counter("tessera_pserver_grads_applied_total", "Gradients optimized.");
   Counter* early =
       counter("tessera_pserver_early_applies_total",
@@ -224,8 +230,8 @@ void PserverProcess::AddMetricsCollector() {
     int64_t unauthenticated ABSL_GUARDED_BY(mu) = 0;
   };
   auto published = std::make_shared<Published>();
-  metrics_.AddCollector([this, published, steps, sends, gets, prefetches, fused, applied, early,
-                         rows, refused_ids, unauthenticated] {
+  metrics_.AddCollector([this, published, steps, sends, gets, prefetches, fused, ahead, reusing,
+                         applied, early, rows, refused_ids, unauthenticated] {
     absl::MutexLock lock(&published->mu);
     const int64_t refused = server_->unauthenticated_requests();
     unauthenticated->Increment(static_cast<double>(refused - published->unauthenticated));
@@ -237,6 +243,9 @@ void PserverProcess::AddMetricsCollector() {
     gets->Increment(static_cast<double>(now.gets - last.gets));
     prefetches->Increment(static_cast<double>(now.prefetches - last.prefetches));
     fused->Increment(static_cast<double>(now.fused_prefetches - last.fused_prefetches));
+    ahead->Increment(static_cast<double>(now.lookups_ahead - last.lookups_ahead));
+    reusing->Increment(static_cast<double>(now.table_updates_reusing_lookups -
+                                           last.table_updates_reusing_lookups));
     applied->Increment(static_cast<double>(now.grads_applied - last.grads_applied));
     early->Increment(static_cast<double>(now.early_applies - last.early_applies));
     rows->Set(static_cast<double>(now.table_rows));

@@ -65,6 +65,8 @@ TEST(MetricsScrapeTest, PserverAndTrainerCountersMove) {
       << ps_text;
   // This job has no distributed table: no lookup, none fused (parameter_server_test counts them).
   EXPECT_EQ(Sample(ps_text, "tessera_pserver_fused_prefetches_total"), 0) << ps_text;
+  EXPECT_EQ(Sample(ps_text, "tessera_pserver_lookups_ahead_total"), 0) << ps_text;
+  EXPECT_EQ(Sample(ps_text, "tessera_pserver_table_updates_reusing_lookups_total"), 0) << ps_text;
   // Nor does any gradient arrive ahead of its step's barrier (no --send_early_kb, no tensor over
   // the chunk size): the pserver applies none early.
   EXPECT_EQ(Sample(ps_text, "tessera_pserver_early_applies_total"), 0) << ps_text;
