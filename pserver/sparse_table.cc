@@ -242,7 +242,25 @@ struct SparseTable::Remembered {
   std::vector<int64_t> ids;        // the lookup's batch
   Partition part;                  // its partition, with every first occurrence's slot
   std::vector<uint64_t> removals;  // per shard: Shard::removals when its slots were found
+
+  // Bytes held (capacities).
+  size_t Bytes() const {
+    auto bytes = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
+    const Partition& p = part;
+    return sizeof(*this) + bytes(ids) + bytes(removals) + bytes(p.hash) + bytes(p.next) +
+           bytes(p.count) + bytes(p.order) + bytes(p.begin) + bytes(p.slot) + bytes(p.first) +
+           bytes(p.tail) + bytes(p.firsts) + bytes(p.cursor);
+  }
 };
+
+namespace {
+// Remembered lookups hold about 50 bytes per id: a lookup of more ids than this is not
+// remembered, and a table's remembered lookups hold at most kRememberedIdsBudget ids in all
+// (the oldest go first) and keep at most kSpareRemembered emptied ones for reuse.
+constexpr size_t kMaxRememberedIds = size_t{1} << 16;
+constexpr size_t kRememberedIdsBudget = size_t{1} << 18;
+constexpr size_t kSpareRemembered = 2;
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<SparseTable>> SparseTable::Create(const SparseTableOptions& o) {
   auto bad = [](const std::string& what) {
@@ -756,7 +774,8 @@ absl::Status SparseTable::Lookup(absl::Span<const int64_t> ids, float* out) {
   // only copy the rows.
   std::unique_ptr<Remembered> remembered;
   bool reused = false;
-  Partition& part = PartitionFor(ids, /*remember=*/true, &remembered, &reused);
+  Partition& part =
+      PartitionFor(ids, /*remember=*/ids.size() <= kMaxRememberedIds, &remembered, &reused);
   const uint32_t seen = SeenStamp();
   const int64_t threshold = options_.admission_threshold;
   const size_t row_bytes = sizeof(float) * dim_;
@@ -865,10 +884,14 @@ std::unique_ptr<SparseTable::Remembered> SparseTable::NewRemembered() {
 
 void SparseTable::Remember(std::unique_ptr<Remembered> r) {
   absl::MutexLock lock(&remembered_mu_);
+  remembered_ids_ += r->ids.size();
   remembered_.push_front(std::move(r));
-  if (remembered_.size() > static_cast<size_t>(options_.remember_lookups)) {
-    spare_remembered_.push_back(std::move(remembered_.back()));
+  while (remembered_.size() > static_cast<size_t>(options_.remember_lookups) ||
+         (remembered_.size() > 1 && remembered_ids_ > kRememberedIdsBudget)) {
+    std::unique_ptr<Remembered> oldest = std::move(remembered_.back());
     remembered_.pop_back();
+    remembered_ids_ -= oldest->ids.size();
+    if (spare_remembered_.size() < kSpareRemembered) spare_remembered_.push_back(std::move(oldest));
   }
 }
 
@@ -882,6 +905,7 @@ std::unique_ptr<SparseTable::Remembered> SparseTable::TakeRemembered(
         std::memcmp(r.data(), ids.data(), sizeof(int64_t) * ids.size()) == 0) {
       std::unique_ptr<Remembered> found = std::move(*it);
       remembered_.erase(it);
+      remembered_ids_ -= found->ids.size();
       return found;
     }
   }
@@ -890,10 +914,7 @@ std::unique_ptr<SparseTable::Remembered> SparseTable::TakeRemembered(
 
 void SparseTable::Recycle(std::unique_ptr<Remembered> r) {
   absl::MutexLock lock(&remembered_mu_);
-  // At most as many spares as remembered lookups (one per lookup in flight beyond those).
-  if (spare_remembered_.size() < static_cast<size_t>(options_.remember_lookups)) {
-    spare_remembered_.push_back(std::move(r));
-  }
+  if (spare_remembered_.size() < kSpareRemembered) spare_remembered_.push_back(std::move(r));
 }
 
 absl::Status SparseTable::LookupReadOnly(absl::Span<const int64_t> ids, float* out) const {
@@ -1647,6 +1668,11 @@ SparseTableStats SparseTable::Stats() const {
         static_cast<int64_t>(shard.capacity * sizeof(Bucket)) +
         static_cast<int64_t>(shard.pending.capacity() * (sizeof(std::pair<int64_t, Pending>) + 1)) +
         static_cast<int64_t>(shard.tombstones.capacity() * sizeof(Tombstone));
+  }
+  {
+    absl::MutexLock lock(&remembered_mu_);
+    for (const auto& r : remembered_) st.memory_bytes += static_cast<int64_t>(r->Bytes());
+    for (const auto& r : spare_remembered_) st.memory_bytes += static_cast<int64_t>(r->Bytes());
   }
   st.updates_taking_lookups = updates_taking_lookups_.load(std::memory_order_relaxed);
   st.repeated_lookups = repeated_lookups_.load(std::memory_order_relaxed);

@@ -148,8 +148,11 @@ struct SparseTableOptions {
   // ids equal one of them (a trainer's gradient of the batch it looked up: the pserver's sync
   // step with one trainer, an async push), or a Lookup of the same ids again (the pserver's
   // look-ahead, then the lookup after the step's update), takes that lookup's hashing and row
-  // search instead of doing them again. Each new Lookup then costs a copy of its ids. Ignored
-  // with admission on (a lookup may leave an id without a row that a later one creates).
+  // search instead of doing them again. Each new Lookup then costs a copy of its ids, and the
+  // remembered lookups about 50 bytes per id (counted in MemoryBytes): a lookup of over 2^16
+  // ids is not remembered, and a table's remembered lookups hold at most 2^18 ids in all (the
+  // oldest are forgotten first). Ignored with admission on (a lookup may leave an id without a
+  // row that a later one creates).
   int remember_lookups = 0;
 
   // Rows the table expects to hold (a model's declared vocabulary; 0 = unknown): memory and
@@ -319,7 +322,7 @@ class SparseTable {
 
   int64_t Size() const;
   // Bytes allocated by the table: arenas (whole chunks), hash maps, pending admission counts,
-  // kept tombstones.
+  // kept tombstones, remembered lookups.
   int64_t MemoryBytes() const;
   SparseTableStats Stats() const;
   // Optimizer state floats per row (0, dim or 2 * dim).
@@ -465,9 +468,10 @@ class SparseTable {
 
   std::atomic<int64_t> step_{0};
   const bool remember_;  // remember_lookups > 0, admission off
-  absl::Mutex remembered_mu_;
-  std::deque<std::unique_ptr<Remembered>> remembered_
-      ABSL_GUARDED_BY(remembered_mu_);  // newest first
+  mutable absl::Mutex remembered_mu_;
+  // Newest first; their ids in all.
+  std::deque<std::unique_ptr<Remembered>> remembered_ ABSL_GUARDED_BY(remembered_mu_);
+  size_t remembered_ids_ ABSL_GUARDED_BY(remembered_mu_) = 0;
   std::vector<std::unique_ptr<Remembered>> spare_remembered_ ABSL_GUARDED_BY(remembered_mu_);
   std::atomic<int64_t> updates_taking_lookups_{0};
   std::atomic<int64_t> repeated_lookups_{0};

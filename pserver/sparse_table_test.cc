@@ -268,6 +268,46 @@ TEST(SparseTableTest, ALookupRepeatedAfterAnUpdateReadsTheUpdatedRows) {
   ExpectSameRows(*remembering, *plain, all);
 }
 
+// A lookup of over 2^16 ids is not remembered, and the remembered ones hold at most 2^18 ids:
+// the oldest are forgotten first, and the memory they hold is counted.
+TEST(SparseTableTest, RememberedLookupsAreBoundedInIds) {
+  SparseTableOptions o = Opts(1);
+  auto plain = MakeTable(o);
+  o.remember_lookups = 64;
+  auto table = MakeTable(o);
+  auto batch = [](int64_t first, size_t n) {
+    std::vector<int64_t> ids(n);
+    for (size_t i = 0; i < n; ++i) ids[i] = first + static_cast<int64_t>(i);
+    return ids;
+  };
+  const size_t kMax = size_t{1} << 16;
+  std::vector<float> out(kMax + 1), g(kMax + 1, 0.5f);
+  const std::vector<int64_t> big = batch(0, kMax + 1);
+  for (SparseTable* t : {plain.get(), table.get()}) {
+    ASSERT_TRUE(t->Lookup(big, out.data()).ok());
+    ASSERT_TRUE(t->ApplyGradients(big, g.data(), 0.1f, 1).ok());
+  }
+  EXPECT_EQ(table->Stats().updates_taking_lookups, 0);
+  EXPECT_EQ(table->MemoryBytes(), plain->MemoryBytes());
+  // Five lookups of 2^16 ids: the first is forgotten, the other four (2^18 ids) kept.
+  std::vector<std::vector<int64_t>> batches;
+  for (int b = 0; b < 5; ++b) {
+    batches.push_back(batch(1000000 * (b + 1), kMax));
+    for (SparseTable* t : {plain.get(), table.get()}) {
+      ASSERT_TRUE(t->Lookup(batches.back(), out.data()).ok());
+    }
+  }
+  // About 50 bytes per id of the four, and a spare.
+  const int64_t remembered_bytes = table->MemoryBytes() - plain->MemoryBytes();
+  EXPECT_GT(remembered_bytes, static_cast<int64_t>(4 * kMax * 40));
+  EXPECT_LT(remembered_bytes, static_cast<int64_t>(6 * kMax * 64));
+  ASSERT_TRUE(table->ApplyGradients(batches[0], g.data(), 0.1f, 2).ok());
+  EXPECT_EQ(table->Stats().updates_taking_lookups, 0);
+  for (int b = 1; b < 5; ++b)
+    ASSERT_TRUE(table->ApplyGradients(batches[b], g.data(), 0.1f, 3).ok());
+  EXPECT_EQ(table->Stats().updates_taking_lookups, 4);
+}
+
 TEST(SparseTableTest, LookupsAreNotRememberedWithAdmission) {
   SparseTableOptions o = Opts(4);
   o.admission_threshold = 2;
