@@ -962,8 +962,7 @@ absl::Status SparseTable::LookupReadOnly(absl::Span<const int64_t> ids, float* o
 }
 
 absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const float* grads,
-                                         float lr, int64_t step, float scale,
-                                         const RowVisitor& updated) {
+                                         float lr, int64_t step, float scale) {
   if (opt_ == Opt::kAdam && step < 1) {
     return absl::InvalidArgumentError(absl::StrCat("SparseTable::ApplyGradients step is ", step,
                                                    "; adam needs the 1-based step (>= 1)"));
@@ -1057,7 +1056,6 @@ absl::Status SparseTable::ApplyGradients(absl::Span<const int64_t> ids, const fl
       h->seen = seen;
       h->epoch = epoch;
       ApplyOptimizer(p, row_grads[k], lr, lr_t);
-      if (updated) updated(id, reinterpret_cast<const float*>(p + kRowHeaderBytes));
     }
   }
   if (remembered != nullptr) {

@@ -237,18 +237,13 @@ class SparseTable {
   // InvalidArgument if out is null for a non-empty batch.
   absl::Status Lookup(absl::Span<const int64_t> ids, float* out);
 
-  // Sees a row an update changed: its id and its dim values after the update (valid during the
-  // call only; called under the row's shard lock, so it must not call into the table).
-  using RowVisitor = std::function<void(int64_t id, const float* values)>;
-
   // Applies grads (ids.size() x dim, row i for ids[i]) times `scale` with learning rate `lr`
   // at optimizer step `step` (1-based; Adam needs step >= 1): each row is scaled, duplicate
   // ids are summed, then each distinct id is updated once. Missing rows are created first,
   // unless admission is on (then their gradients are dropped and counted). Advances the step
-  // clock to `step`. `updated` (may be empty) sees each distinct id's row once it is updated.
+  // clock to `step`.
   absl::Status ApplyGradients(absl::Span<const int64_t> ids, const float* grads, float lr,
-                              int64_t step, float scale = 1.0f,
-                              const RowVisitor& updated = nullptr);
+                              int64_t step, float scale = 1.0f);
 
   // Advances the step clock (used by evict_after_steps) to `step` if it is larger.
   void AdvanceStep(int64_t step);

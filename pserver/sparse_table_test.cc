@@ -376,28 +376,6 @@ TEST(SparseTableTest, ExpectedRowsSizeTheMapsUpFrontAndChangeNoResult) {
   EXPECT_LT(huge->MemoryBytes() - plain->MemoryBytes(), int64_t{1} << 20);
 }
 
-TEST(SparseTableTest, ApplyGradientsShowsEachUpdatedRowOnceWithItsNewValues) {
-  const SparseTableOptions o = Opts(3, "adam");
-  auto table = MakeTable(o);
-  const std::vector<int64_t> ids = {7, -2, 7, kMax64, 7};
-  const std::vector<float> grads = RandomFloats(ids.size() * o.dim, 4);
-  std::map<int64_t, std::vector<float>> seen;
-  int calls = 0;
-  ASSERT_TRUE(table
-                  ->ApplyGradients(ids, grads.data(), 0.1f, 1, 1.0f,
-                                   [&](int64_t id, const float* values) {
-                                     ++calls;
-                                     seen[id].assign(values, values + o.dim);
-                                   })
-                  .ok());
-  EXPECT_EQ(calls, 3);  // distinct ids
-  ASSERT_EQ(seen.size(), 3u);
-  for (int64_t id : {int64_t{7}, int64_t{-2}, kMax64}) {
-    EXPECT_EQ(seen[id], Row(*table, id)) << "id " << id;
-    EXPECT_NE(seen[id], InitRow(o, id)) << "id " << id;
-  }
-}
-
 TEST(SparseTableTest, BatchOfOneRepeatedIdMergesGradientsBeforeTheOptimizer) {
   SparseTableOptions o = Opts(5, "adagrad");
   auto table = MakeTable(o);
