@@ -384,8 +384,8 @@ class SparseTable {
   // An emptied Remembered sized for this table (a spare one when there is one), or null when
   // lookups are not remembered.
   std::unique_ptr<Remembered> NewRemembered();
-  // Keeps `r` (a successful Lookup's) as the newest remembered lookup, dropping the oldest
-  // beyond remember_lookups.
+  // Keeps `r` (a successful Lookup's) as the newest remembered lookup, forgetting the oldest
+  // beyond remember_lookups or the ids budget (kRememberedIdsBudget).
   void Remember(std::unique_ptr<Remembered> r);
   // The remembered lookup of exactly `ids` (taken out of the list), or null.
   std::unique_ptr<Remembered> TakeRemembered(absl::Span<const int64_t> ids);
