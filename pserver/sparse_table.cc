@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status.h"
 #include "common/ops/counter_rng.h"
+#include "common/ops/optimizer_rows.h"
 #include "common/ops/optimizer_rules.h"
 #include "pserver/chunk_arena.h"
 
@@ -695,29 +696,22 @@ void SparseTable::RemoveRow(Shard& shard, uint32_t slot) const ABSL_NO_THREAD_SA
 
 void SparseTable::ApplyOptimizer(char* slot, const float* grad, float lr, float lr_t) const {
   float* p = reinterpret_cast<float*>(slot + kRowHeaderBytes);
-  ArrayMap P(p, dim_);
-  ConstArrayMap G(grad, dim_);
   const float c = static_cast<float>(options_.l2);
-  // The rules of common/ops/optimizer_rules.h on the row's Eigen arrays, as the dense kernels
+  // The rules of common/ops/optimizer_rules.h eight elements at a time, as the dense kernels
   // (common/ops/optimizer_ops.cc) apply them: results match bit for bit.
   switch (opt_) {
     case Opt::kSgd:
-      optimizer_rules::SgdUpdate(P, G, lr, c);
+      optimizer_rows::SgdRow(p, grad, dim_, lr, c);
       break;
-    case Opt::kAdagrad: {
-      ArrayMap M(p + dim_, dim_);
-      const float eps = static_cast<float>(options_.adagrad_epsilon);
-      optimizer_rules::AdagradUpdate(P, M, G, lr, eps, c);
+    case Opt::kAdagrad:
+      optimizer_rows::AdagradRow(p, p + dim_, grad, dim_, lr,
+                                 static_cast<float>(options_.adagrad_epsilon), c);
       break;
-    }
-    case Opt::kAdam: {
-      ArrayMap M1(p + dim_, dim_), M2(p + 2 * dim_, dim_);
-      const float b1 = static_cast<float>(options_.adam_beta1);
-      const float b2 = static_cast<float>(options_.adam_beta2);
-      const float eps = static_cast<float>(options_.adam_epsilon);
-      optimizer_rules::AdamUpdate(P, M1, M2, G, lr_t, b1, b2, eps, c);
+    case Opt::kAdam:
+      optimizer_rows::AdamRow(
+          p, p + dim_, p + 2 * dim_, grad, dim_, lr_t, static_cast<float>(options_.adam_beta1),
+          static_cast<float>(options_.adam_beta2), static_cast<float>(options_.adam_epsilon), c);
       break;
-    }
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/ops/kernel_util.h"
+#include "common/ops/optimizer_rows.h"
 #include "common/ops/optimizer_rules.h"
 #include "common/ops/selected_rows_util.h"
 
@@ -144,9 +145,7 @@ absl::Status Sgd(OpContext& ctx) {
     const T lr = static_cast<T>(lr_d), c = static_cast<T>(coeff_d);
     T* p = param->data<T>();
     ForEachSpan(grad, param->numel(), [&](int64_t off, const T* g, int64_t n) {
-      Span<T> P(p + off, n);
-      ConstSpan<T> G(g, n);
-      rules::SgdUpdate(P, G, lr, c);
+      optimizer_rows::SgdRow(p + off, g, n, lr, c);
     });
     return absl::OkStatus();
   });
@@ -171,9 +170,7 @@ absl::Status Momentum(OpContext& ctx) {
     T* p = param->data<T>();
     T* v = velocity->data<T>();
     ForEachSpan(grad, param->numel(), [&](int64_t off, const T* g, int64_t n) {
-      Span<T> P(p + off, n), V(v + off, n);
-      ConstSpan<T> G(g, n);
-      rules::MomentumUpdate(P, V, G, lr, mu, c, nesterov);
+      optimizer_rows::MomentumRow(p + off, v + off, g, n, lr, mu, c, nesterov);
     });
     return absl::OkStatus();
   });
@@ -215,9 +212,7 @@ absl::Status Adam(OpContext& ctx) {
     T* m1p = m1->data<T>();
     T* m2p = m2->data<T>();
     ForEachSpan(grad, param->numel(), [&](int64_t off, const T* g, int64_t n) {
-      Span<T> P(p + off, n), M1(m1p + off, n), M2(m2p + off, n);
-      ConstSpan<T> G(g, n);
-      rules::AdamUpdate(P, M1, M2, G, lr_t, b1, b2, eps, c);
+      optimizer_rows::AdamRow(p + off, m1p + off, m2p + off, g, n, lr_t, b1, b2, eps, c);
     });
     return absl::OkStatus();
   }));
@@ -242,9 +237,7 @@ absl::Status Adagrad(OpContext& ctx) {
     T* p = param->data<T>();
     T* m = moment->data<T>();
     ForEachSpan(grad, param->numel(), [&](int64_t off, const T* g, int64_t n) {
-      Span<T> P(p + off, n), M(m + off, n);
-      ConstSpan<T> G(g, n);
-      rules::AdagradUpdate(P, M, G, lr, eps, c);
+      optimizer_rows::AdagradRow(p + off, m + off, g, n, lr, eps, c);
     });
     return absl::OkStatus();
   });

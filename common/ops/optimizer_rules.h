@@ -14,7 +14,8 @@
 //
 // Scalars and Eigen arrays. P and G may be float / double (host and device), or, on the host,
 // Eigen array expressions (an Eigen::Map of an Array for p and the state, any array expression
-// for g): the CPU code updates whole rows at once and keeps Eigen's vectorization. Instantiate the
+// for g): the CPU code updates whole rows at once (through optimizer_rows.h, which applies the
+// rules to fixed-size groups of a row so that short rows stay in packets). Instantiate the
 // array forms only with -DEIGEN_FAST_MATH=0, as common/ops:optimizer_ops and pserver:sparse_table
 // do (Eigen's default packet sqrt is an approximation; a second instantiation built without the
 // flag would also break the one-definition rule).

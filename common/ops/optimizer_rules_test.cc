@@ -12,10 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/framework/executor.h"
 #include "common/framework/op_desc.h"
-#include "common/ops/ops.h"
-#include "common/ops/selected_rows_util.h"
 #include "common/framework/scope.h"
 #include "common/framework/tensor.h"
+#include "common/ops/ops.h"
+#include "common/ops/optimizer_rows.h"
+#include "common/ops/selected_rows_util.h"
 #include "gtest/gtest.h"
 
 // Pins the two forms of the rules to each other and the dense ops (common/ops/optimizer_ops.cc)
@@ -128,7 +129,7 @@ void ForEachRandomSpan(Fn&& fn) {
   for (const Case& c : kCases) {
     Hyper<T> h;
     if (c.type == "adam") h.lr = static_cast<T>(rules::AdamBiasCorrectedLr(kLr, 0.81, 0.998001));
-    for (int64_t n : {1, 3, 8, 17, 64, 101}) {
+    for (int64_t n : {1, 3, 4, 5, 8, 9, 17, 64, 101}) {
       for (int64_t off = 0; off < 8; ++off) {
         const size_t size = static_cast<size_t>(off + n);
         const std::vector<T> p = Random<T>(size, &rng, -1, 1);
@@ -154,6 +155,35 @@ TYPED_TEST(OptimizerRulesTest, ArrayFormIsIndependentOfAlignment) {
     for (int64_t i = off; i < off + n; ++i) {
       ApplySpan(c, h, wp.data() + i, ws1.data() + i, ws2.data() + i, g.data() + i, 1);
     }
+    const int64_t size = off + n;
+    ExpectSameBits(p.data(), wp.data(), size, what + " p");
+    ExpectSameBits(s1.data(), ws1.data(), size, what + " state1");
+    ExpectSameBits(s2.data(), ws2.data(), size, what + " state2");
+  });
+}
+
+// The row form (optimizer_rows.h: the ops' and SparseTable's instantiation, fixed-size groups)
+// gives the array form's bits, at any start offset and length.
+TYPED_TEST(OptimizerRulesTest, RowFormGivesTheArrayFormsBits) {
+  using T = TypeParam;
+  ForEachRandomSpan<T>([](const Case& c, const Hyper<T>& h, int64_t off, int64_t n,
+                          std::vector<T> p, std::vector<T> s1, std::vector<T> s2,
+                          const std::vector<T>& g, const std::string& what) {
+    std::vector<T> wp = p, ws1 = s1, ws2 = s2;
+    T* pp = p.data() + off;
+    T* a = s1.data() + off;
+    T* b = s2.data() + off;
+    const T* gg = g.data() + off;
+    if (c.type == "sgd") {
+      optimizer_rows::SgdRow(pp, gg, n, h.lr, h.coeff);
+    } else if (c.type == "momentum") {
+      optimizer_rows::MomentumRow(pp, a, gg, n, h.lr, h.mu, h.coeff, c.nesterov);
+    } else if (c.type == "adagrad") {
+      optimizer_rows::AdagradRow(pp, a, gg, n, h.lr, h.eps, h.coeff);
+    } else {
+      optimizer_rows::AdamRow(pp, a, b, gg, n, h.lr, h.beta1, h.beta2, h.eps, h.coeff);
+    }
+    ApplySpan(c, h, wp.data() + off, ws1.data() + off, ws2.data() + off, gg, n);
     const int64_t size = off + n;
     ExpectSameBits(p.data(), wp.data(), size, what + " p");
     ExpectSameBits(s1.data(), ws1.data(), size, what + " state1");
