@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/framework/executor.h"
+#include "common/ops/merge_plan.h"
 #include "common/ops/ops.h"
 #include "gtest/gtest.h"
 #include "tests/inproc_cluster.h"
@@ -67,6 +68,7 @@ std::map<std::string, Tensor> Distributed(const Cluster& c) {
   jo.last_step = kSteps;
   jo.id_range = kIdRange;
   std::vector<std::map<std::string, Tensor>> results(c.trainers);
+  const int64_t plans_taken = MergePlansTaken();
   const InprocModelOptions mo = ModelOptions(c.optimizer, c.distributed_table);
   auto job = RunInprocJob(mo, jo, [&](int k, const InprocModel& m, const Scope& scope) {
     for (const auto& v : m.main.blocks(0).vars()) {
@@ -78,6 +80,9 @@ std::map<std::string, Tensor> Distributed(const Cluster& c) {
       results[k][v.name()] = scope.FindVar(v.name())->Get<Tensor>().Clone();
     }
   });
+  // Each trainer step merges its table gradient by its prefetch's dedup (a plan offered by the
+  // prefetch op), not by hashing the ids again.
+  EXPECT_EQ(MergePlansTaken() - plans_taken, c.distributed_table ? c.trainers * kSteps : 0);
   if (c.distributed_table) {  // gather the table's rows by id from the owning pservers
     Tensor table(FLOAT32, {kVocab, kDim});
     for (const auto& [id, row] : GatherTableRows(*job, "emb", kVocab, kDim, 0)) {

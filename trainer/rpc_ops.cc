@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/base/status.h"
+#include "common/ops/merge_plan.h"
 #include "common/ops/sharding.h"
 #include "trainer/communicator.h"
 
@@ -51,44 +54,45 @@ std::vector<std::string> Distinct(const std::vector<std::string>& endpoints) {
   return out;
 }
 
-// The distinct ids of some Ids tensors, split by shard, and where each position's id went: an
-// open-addressing table on the id (IdHashSlots, as split_by_shard's merge), no per-id allocation.
+// The distinct ids of some Ids tensors, split by shard, and where each position's id went: the
+// merge plan of all their ids in order (BuildMergePlan: an open-addressing table on the id, as
+// split_by_shard's merge, no per-id allocation), then each distinct id's shard.
 struct IdShards {
   std::vector<const Tensor*> inputs;
   std::vector<std::vector<int64_t>> shard_ids;  // per shard: distinct ids, first appearance first
   // Per input, per position: the shard and the index in shard_ids[shard] of its id.
   std::vector<std::vector<std::pair<int, int64_t>>> where;
+  // The dedup of the inputs' ids; with one input, the merge plan of its table's gradient.
+  std::shared_ptr<MergePlan> plan;
 
   void Build(int num_shards, ShardMethod method) {
+    thread_local std::vector<int64_t> all;  // several inputs: their ids one after the other
+    absl::Span<const int64_t> rows;
+    if (inputs.size() == 1) {
+      rows =
+          absl::MakeConstSpan(inputs[0]->data<int64_t>(), static_cast<size_t>(inputs[0]->numel()));
+    } else {
+      all.clear();
+      for (const Tensor* t : inputs)
+        all.insert(all.end(), t->data<int64_t>(), t->data<int64_t>() + t->numel());
+      rows = all;
+    }
+    plan = std::make_shared<MergePlan>();
+    BuildMergePlan(rows, plan.get());
     shard_ids.assign(num_shards, {});
-    size_t total = 0;
-    for (const Tensor* t : inputs) total += static_cast<size_t>(t->numel());
-    const IdHashSlots slots(total);
-    struct Slot {
-      int64_t id;
-      int shard = -1;  // -1: empty
-      int64_t index;
-    };
-    thread_local std::vector<Slot> table;  // scratch, kept between calls
-    table.assign(slots.capacity, Slot{});
+    thread_local std::vector<std::pair<int, int64_t>> at;  // per distinct id
+    at.resize(plan->ids.size());
+    for (size_t u = 0; u < plan->ids.size(); ++u) {
+      const int k = ShardOf(plan->ids[u], num_shards, method);
+      at[u] = {k, static_cast<int64_t>(shard_ids[k].size())};
+      shard_ids[k].push_back(plan->ids[u]);
+    }
     where.assign(inputs.size(), {});
+    size_t i = 0;
     for (size_t e = 0; e < inputs.size(); ++e) {
-      const int64_t* id = inputs[e]->data<int64_t>();
-      const int64_t count = inputs[e]->numel();
       std::vector<std::pair<int, int64_t>>& w = where[e];
-      w.resize(static_cast<size_t>(count));
-      for (int64_t i = 0; i < count; ++i) {
-        size_t h = slots.Home(id[i]);
-        while (table[h].shard >= 0 && table[h].id != id[i]) h = (h + 1) & slots.mask();
-        Slot& slot = table[h];
-        if (slot.shard < 0) {
-          slot.id = id[i];
-          slot.shard = ShardOf(id[i], num_shards, method);
-          slot.index = static_cast<int64_t>(shard_ids[slot.shard].size());
-          shard_ids[slot.shard].push_back(id[i]);
-        }
-        w[static_cast<size_t>(i)] = {slot.shard, slot.index};
-      }
+      w.resize(static_cast<size_t>(inputs[e]->numel()));
+      for (std::pair<int, int64_t>& position : w) position = at[plan->slot_of[i++]];
     }
   }
 };
@@ -237,7 +241,12 @@ absl::Status Prefetch(RpcContext* rpc, OpContext& ctx) {
     IdShards& g = groups[per[table_of[e]].group];
     if (static_cast<int>(g.inputs.size()) == input_of[e]) g.inputs.push_back(ids_of[e]);
   }
-  for (size_t g = 0; g < groups.size(); ++g) groups[g].Build(group_keys[g].second, method);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    groups[g].Build(group_keys[g].second, method);
+    // The gradient of a table looked up by one Ids tensor has a row per id in the same order:
+    // split_by_shard merges it by this dedup instead of hashing the ids again.
+    if (groups[g].inputs.size() == 1) OfferMergePlan(groups[g].plan);
+  }
   // One request per pserver: the shards it serves (several shards may share an endpoint).
   std::vector<std::string> endpoints = Distinct(eps);
   std::vector<std::vector<PrefetchItem>> batches(endpoints.size());

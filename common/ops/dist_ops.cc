@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/ops/kernel_util.h"
+#include "common/ops/merge_plan.h"
 #include "common/ops/selected_rows_util.h"
 #include "common/ops/sharding.h"
 
@@ -93,60 +94,6 @@ absl::Status LookupSparseGrad(OpContext& ctx) {
   sr->rows.assign(ids->data<int64_t>(), ids->data<int64_t>() + ids->numel());
   sr->value.CopyFrom(*dout);
   return absl::OkStatus();
-}
-
-// The merge plan of `rows`: their distinct ids in order of first appearance (`ids`), for each
-// row the index of its id there (`slot_of`) and whether it is the first (`first`); `table` is
-// the open-addressing scratch.
-void BuildMergePlan(const std::vector<int64_t>& rows, std::vector<int32_t>* table,
-                    std::vector<int32_t>* slot_of, std::vector<uint8_t>* first,
-                    std::vector<int64_t>* ids) {
-  const size_t n = rows.size();
-  const IdHashSlots slots(n);
-  table->assign(slots.capacity, -1);
-  slot_of->resize(n);
-  first->resize(n);
-  ids->clear();
-  ids->reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t id = rows[i];
-    size_t h = slots.Home(id);
-    for (;;) {
-      const int32_t u = (*table)[h];
-      if (u < 0) {
-        (*table)[h] = static_cast<int32_t>(ids->size());
-        (*slot_of)[i] = static_cast<int32_t>(ids->size());
-        (*first)[i] = 1;
-        ids->push_back(id);
-        break;
-      }
-      if ((*ids)[u] == id) {
-        (*slot_of)[i] = u;
-        (*first)[i] = 0;
-        break;
-      }
-      h = (h + 1) & slots.mask();
-    }
-  }
-}
-
-// The merge plan of a gradient's rows (BuildMergePlan), kept per thread with the rows it was
-// made for: a call with the same ids reuses it (the gradients of tables fed by the same ids,
-// e.g. a slot's deep and wide tables, are split one after the other).
-struct MergePlan {
-  std::vector<int32_t> table, slot_of;  // table: index into ids, -1 = empty
-  std::vector<uint8_t> first;
-  std::vector<int64_t> rows, ids;  // the plan's input and its distinct ids
-};
-const MergePlan& PlanMerge(const std::vector<int64_t>& rows) {
-  thread_local MergePlan plan;
-  const size_t n = rows.size();
-  if (n == 0 || plan.rows.size() != n ||
-      std::memcmp(plan.rows.data(), rows.data(), n * sizeof(int64_t)) != 0) {
-    BuildMergePlan(rows, &plan.table, &plan.slot_of, &plan.first, &plan.ids);
-    plan.rows = rows;
-  }
-  return plan;
 }
 
 // Sums X's rows with the same id into their output rows (by `plan`, X's merge plan): an id's
