@@ -367,19 +367,26 @@ absl::StatusOr<Variable> Applier::Read(const std::string& name) const {
 
 absl::StatusOr<Tensor> Applier::Lookup(const std::string& table,
                                        const std::vector<int64_t>& ids) {
+  Tensor rows;
+  TS_RETURN_IF_ERROR(Lookup(table, ids, &rows));
+  return rows;
+}
+
+absl::Status Applier::Lookup(const std::string& table, const std::vector<int64_t>& ids,
+                             Tensor* rows) {
   auto it = table_by_name_.find(table);
   if (it == table_by_name_.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat("pserver ", options_.endpoint, " serves no distributed table '", table, "'"));
   }
   Table& t = tables_[it->second];
-  Tensor rows(FLOAT32, {static_cast<int64_t>(ids.size()), t.dim});
-  absl::Status s = t.table->Lookup(ids, rows.data<float>());
+  rows->Resize(FLOAT32, {static_cast<int64_t>(ids.size()), t.dim});
+  absl::Status s = t.table->Lookup(ids, rows->data<float>());
   if (!s.ok()) {
     return absl::Status(s.code(), absl::StrCat("pserver ", options_.endpoint, " table ", table,
                                                ": ", s.message()));
   }
-  return rows;
+  return absl::OkStatus();
 }
 
 void Applier::CopyDense(const std::map<std::string, DenseSlice>& slices,

@@ -109,6 +109,10 @@ class Applier {
   // Rows `ids` of distributed table `table`: InvalidArgument for a table this pserver does not
   // serve; the table's own error (e.g. RESOURCE_EXHAUSTED for its row budget) otherwise.
   absl::StatusOr<Tensor> Lookup(const std::string& table, const std::vector<int64_t>& ids);
+  // The same into *rows, resized to [ids, dim]: a tensor of that shape keeps its buffer (a
+  // look-ahead's answer looked up again after the update allocates nothing). Errors as Lookup;
+  // *rows is then unspecified.
+  absl::Status Lookup(const std::string& table, const std::vector<int64_t>& ids, Tensor* rows);
 
   // Gradients that land in the GradientInbox: the optimize blocks', and each table gradient's
   // (table name, row width).

@@ -630,7 +630,14 @@ void ParameterServer::RunSyncOptimize() {
     if (it == by_table.end()) return;
     for (auto& [f, i] : it->second) {
       ClaimForOptimize(*f, i);  // waits for a look-ahead of it that is still running
-      f->rows[i] = applier_->Lookup(table, f->queries[i].ids);
+      // Into the look-ahead's answer where there is one (the same shape: no allocation).
+      absl::StatusOr<Tensor>& rows = f->rows[i];
+      if (rows.ok()) {
+        absl::Status s = applier_->Lookup(table, f->queries[i].ids, &*rows);
+        if (!s.ok()) rows = s;
+      } else {
+        rows = applier_->Lookup(table, f->queries[i].ids);
+      }
       f->filled[i] = 1;
     }
   };
