@@ -274,6 +274,8 @@ void ParameterServer::HandlePrefetchBatch(const RequestMeta& meta,
       if (lookups_ahead_ && !meta.barrier_follows) {
         batch->ahead.reset(new std::atomic<int>[batch->queries.size()]);
         for (size_t i = 0; i < batch->queries.size(); ++i) batch->ahead[i] = FusedLookup::kNobody;
+        batch->trainer = meta.trainer_id;
+        TakeSpareRows(*batch);
         ahead = true;
         ++early_running_;  // a step boundary (checkpoint) waits for it
       }
@@ -297,13 +299,50 @@ void ParameterServer::LookUpAhead(FusedLookup& f) {
     const size_t i = static_cast<size_t>(n - 1 - k);
     int nobody = FusedLookup::kNobody;
     if (!f.ahead[i].compare_exchange_strong(nobody, FusedLookup::kAheadRunning)) return;
-    f.rows[i] = applier_->Lookup(f.queries[i].table, f.queries[i].ids);
+    LookUpInto(f, i);
     f.ahead[i].store(FusedLookup::kAheadDone, std::memory_order_release);
     ++looked_up;
   });
   absl::MutexLock lock(&mu_);
   stats_.lookups_ahead += looked_up.load();
   --early_running_;
+}
+
+void ParameterServer::LookUpInto(FusedLookup& f, size_t i) {
+  absl::StatusOr<Tensor>& rows = f.rows[i];
+  if (!rows.ok()) {
+    rows = applier_->Lookup(f.queries[i].table, f.queries[i].ids);
+    return;
+  }
+  absl::Status s = applier_->Lookup(f.queries[i].table, f.queries[i].ids, &*rows);
+  if (!s.ok()) rows = s;
+}
+
+void ParameterServer::TakeSpareRows(FusedLookup& f) {
+  absl::MutexLock lock(&spare_mu_);
+  const size_t t = static_cast<size_t>(f.trainer);
+  if (t >= spare_rows_.size()) return;
+  std::vector<std::pair<std::string, Tensor>>& spare = spare_rows_[t];
+  for (size_t i = 0; i < f.queries.size() && i < spare.size(); ++i) {
+    if (spare[i].first == f.queries[i].table && !spare[i].second.buffer_shared()) {
+      f.rows[i] = spare[i].second;  // shared with spare[i] until the reply is sent
+    }
+  }
+}
+
+void ParameterServer::KeepSpareRows(const FusedLookup& f) {
+  if (f.trainer < 0 || f.trainer >= num_trainers_) return;  // bounded: one set per trainer
+  absl::MutexLock lock(&spare_mu_);
+  if (spare_rows_.size() <= static_cast<size_t>(f.trainer)) spare_rows_.resize(f.trainer + 1);
+  std::vector<std::pair<std::string, Tensor>>& spare = spare_rows_[f.trainer];
+  spare.resize(f.queries.size());
+  for (size_t i = 0; i < f.queries.size(); ++i) {
+    if (f.rows[i].ok()) {
+      spare[i] = {f.queries[i].table, *f.rows[i]};
+    } else {
+      spare[i] = {};
+    }
+  }
 }
 
 bool ParameterServer::ClaimForOptimize(FusedLookup& f, size_t i) {
@@ -630,23 +669,14 @@ void ParameterServer::RunSyncOptimize() {
     if (it == by_table.end()) return;
     for (auto& [f, i] : it->second) {
       ClaimForOptimize(*f, i);  // waits for a look-ahead of it that is still running
-      // Into the look-ahead's answer where there is one (the same shape: no allocation).
-      absl::StatusOr<Tensor>& rows = f->rows[i];
-      if (rows.ok()) {
-        absl::Status s = applier_->Lookup(table, f->queries[i].ids, &*rows);
-        if (!s.ok()) rows = s;
-      } else {
-        rows = applier_->Lookup(table, f->queries[i].ids);
-      }
+      LookUpInto(*f, i);        // into the look-ahead's answer (the same shape: no allocation)
       f->filled[i] = 1;
     }
   };
   // A table this pserver does not serve was not applied: its lookup gives the error.
   auto complete = [this](FusedLookup& f) {
     for (size_t i = 0; i < f.queries.size(); ++i) {
-      if (!f.filled[i] && ClaimForOptimize(f, i)) {
-        f.rows[i] = applier_->Lookup(f.queries[i].table, f.queries[i].ids);
-      }
+      if (!f.filled[i] && ClaimForOptimize(f, i)) LookUpInto(f, i);
     }
     f.looked_up = true;
   };
@@ -658,7 +688,10 @@ void ParameterServer::RunSyncOptimize() {
         if (traced) tables_us = Tracer::NowMicros();
         for (const auto& f : fused) {
           complete(*f);
-          if (!f->answered.exchange(true)) f->done(std::move(f->rows));
+          if (!f->answered.exchange(true)) {
+            KeepSpareRows(*f);
+            f->done(std::move(f->rows));
+          }
         }
         if (traced) answered_us = Tracer::NowMicros();
       });

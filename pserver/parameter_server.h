@@ -226,6 +226,7 @@ class ParameterServer : public RequestHandler {
     // the rows: SparseTableOptions::remember_lookups), or the optimize (right after the table's
     // update).
     enum Ahead : int { kNobody, kAheadRunning, kAheadDone, kOptimize };
+    int trainer = 0;
     std::vector<PrefetchQuery> queries;
     std::vector<absl::StatusOr<Tensor>> rows;
     std::vector<char> filled;  // per query: looked up by the optimize
@@ -251,6 +252,12 @@ class ParameterServer : public RequestHandler {
   // (SparseTableOptions::remember_lookups). Runs while the trainer computes, on the optimizer
   // pool's threads (with one trainer, its compute leaves the other cores free).
   void LookUpAhead(FusedLookup& f) ABSL_LOCKS_EXCLUDED(mu_);
+  // Looks query i of f up into f.rows[i] (a tensor there keeps its buffer; an error replaces it).
+  void LookUpInto(FusedLookup& f, size_t i);
+  // A look-ahead's rows: the last answer's tensors of its trainer where the reply released them
+  // (spare_rows_), and after the answer the tensors it sent.
+  void TakeSpareRows(FusedLookup& f) ABSL_LOCKS_EXCLUDED(spare_mu_);
+  void KeepSpareRows(const FusedLookup& f) ABSL_LOCKS_EXCLUDED(spare_mu_);
   // The optimize's claim on query i of `f` (true) or, when the look-ahead took it, false once
   // that lookup finished (it waits for one table's lookup at most).
   static bool ClaimForOptimize(FusedLookup& f, size_t i);
@@ -300,6 +307,13 @@ class ParameterServer : public RequestHandler {
   std::vector<PendingGet> pending_gets_ ABSL_GUARDED_BY(mu_);
   // Lookups for the next optimize to do as it applies (their waits are in barrier_).
   std::vector<std::shared_ptr<FusedLookup>> fused_lookups_ ABSL_GUARDED_BY(mu_);
+  // Per trainer and query: the tensor of the last look-ahead answer (a table name and the rows
+  // sent). Once the reply released it (no longer buffer_shared), the next look-ahead of that
+  // table looks up into it: its rows are neither allocated nor freed per step (the reply is
+  // freed on a gRPC thread, and the process's one malloc arena is shared by all threads:
+  // common/base/malloc_tuning.h).
+  absl::Mutex spare_mu_;
+  std::vector<std::vector<std::pair<std::string, Tensor>>> spare_rows_ ABSL_GUARDED_BY(spare_mu_);
   // Sync lookups are done ahead of the optimize (LookUpAhead) when no row lifecycle option can
   // make a second lookup of an id count (admission, eviction, a row budget).
   bool lookups_ahead_ = false;

@@ -265,6 +265,39 @@ TEST(ParameterServerTest, LookupsAheadOfTheOptimizeAnswerTheUpdatedRows) {
   EXPECT_EQ(job->server->stats().lookups_ahead, 1);
 }
 
+// A look-ahead looks up into the tensor of its trainer's last answer once nothing else holds it
+// (the reply was sent), never into one still held: the rows sent are never overwritten.
+TEST(ParameterServerTest, ALookAheadReusesTheLastAnswersRowsOnceReleased) {
+  std::unique_ptr<Job> job = MakeJob();
+  auto step = [&](int64_t s, Answer* answer) {
+    job->server->HandlePrefetchBatch(Meta(s), {{"table", {1, 2, 5}}}, true, answer->Done());
+    ASSERT_TRUE(AwaitLookupsAhead(*job->server, s + 1));
+    SendStep(*job, s);
+    answer->Wait();
+    job->server->HandleBarrier(Meta(s), FETCH_BARRIER,
+                               [](absl::Status st) { EXPECT_TRUE(st.ok()); });
+    Answer now;  // the rows after the update
+    job->server->HandlePrefetchBatch(Meta(s), {{"table", {1, 2, 5}}}, false, now.Done());
+    ASSERT_TRUE(now.Answered());
+    ASSERT_EQ(answer->rows.size(), 1u);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(Row(answer->rows[0], i), Row(now.rows[0], i)) << s;
+  };
+  Answer first, second, third;
+  step(0, &first);
+  const void* first_buffer = first.rows[0]->raw_data();
+  const std::vector<float> first_row = Row(first.rows[0], 0);
+  // `first` still holds its rows: the next answer has a buffer of its own.
+  step(1, &second);
+  EXPECT_NE(second.rows[0]->raw_data(), first_buffer);
+  EXPECT_EQ(Row(first.rows[0], 0), first_row);
+  EXPECT_NE(Row(second.rows[0], 0), first_row);  // row 1 was updated
+  // Released: the next look-ahead looks up into it.
+  const void* second_buffer = second.rows[0]->raw_data();
+  second.rows.clear();
+  step(2, &third);
+  EXPECT_EQ(third.rows[0]->raw_data(), second_buffer);
+}
+
 // No look-ahead, the optimize looks the rows up after the update: with a row lifecycle option
 // (a second lookup of an id would count twice), and for lookups riding on a send (they come
 // with the gradients, when the optimize is near).

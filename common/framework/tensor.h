@@ -116,6 +116,8 @@ class Tensor {
   void* raw_data() { return buffer_.get(); }
   // The buffer, for holders that must keep it alive (e.g. zero-copy RPC slices).
   std::shared_ptr<char> shared_buffer() const { return buffer_; }
+  // Whether anything else (another tensor, such a holder) shares this tensor's buffer.
+  bool buffer_shared() const { return buffer_.use_count() > 1; }
   const void* raw_data() const { return buffer_.get(); }
 
   // Flat view of all elements.
