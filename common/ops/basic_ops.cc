@@ -157,23 +157,37 @@ absl::Status Sum(OpContext& ctx) {
     *outv->GetMutable<SelectedRows>() = std::move(result);
     return absl::OkStatus();
   }
-  Tensor acc(first_dense->dtype(), first_dense->shape());
+  // Summed into Out's own buffer (no allocation per step: a pserver sums every dense gradient's
+  // trainer copies) when nothing else holds it, it is no input, and nothing can fail once it is
+  // written (dense float inputs, checked first); else into a new buffer, Out untouched on error.
+  for (int i = 0; i < n; ++i) {
+    const Tensor* t = ins[i]->GetIf<Tensor>();
+    if (t != nullptr &&
+        (t->shape() != first_dense->shape() || t->dtype() != first_dense->dtype())) {
+      return ctx.Error(absl::StrCat("X[", i, "] '", ctx.InputName("X", i), "' is ",
+                                    t->DebugString(), " but X[0]-like inputs are ",
+                                    first_dense->DebugString()));
+    }
+  }
+  const DataType dtype = first_dense->dtype();
+  bool in_place = dtype == FLOAT32 || dtype == FLOAT64;
+  for (const Variable* v : ins) in_place = in_place && v != outv && v->Is<Tensor>();
+  Tensor fresh;
+  Tensor* out = in_place ? outv->GetMutable<Tensor>() : nullptr;
+  in_place = in_place && !out->buffer_shared();
+  Tensor& acc = in_place ? *out : fresh;
+  acc.Resize(first_dense->dtype(), first_dense->shape());
   acc.SetZero();
   return DispatchFloat(ctx, "X", acc.dtype(), [&](auto tag) -> absl::Status {
     using T = typename decltype(tag)::type;
     for (int i = 0; i < n; ++i) {
       if (const Tensor* t = ins[i]->GetIf<Tensor>()) {
-        if (t->shape() != acc.shape() || t->dtype() != acc.dtype()) {
-          return ctx.Error(absl::StrCat("X[", i, "] '", ctx.InputName("X", i), "' is ",
-                                        t->DebugString(), " but X[0]-like inputs are ",
-                                        acc.DebugString()));
-        }
         acc.flat<T>() += t->flat<T>();
       } else {
         TS_RETURN_IF_ERROR(AddRowsToDense<T>(ctx, ins[i]->Get<SelectedRows>(), &acc));
       }
     }
-    *outv->GetMutable<Tensor>() = acc;
+    if (!in_place) *outv->GetMutable<Tensor>() = std::move(fresh);
     return absl::OkStatus();
   });
 }

@@ -99,6 +99,39 @@ TEST_F(BasicOpsTest, SumOfSparseAndDense) {
   EXPECT_EQ(o2.value.shape(), (Shape{4, 2}));
 }
 
+// A dense sum writes into Out's buffer, step after step, unless something else holds that buffer
+// (then Out gets a new one and the holder keeps its values) or Out is an input.
+TEST_F(BasicOpsTest, SumReusesOutsBufferOnlyWhenItAloneHoldsIt) {
+  const Tensor a = RandomTensor({2, 3}, -1, 1, 1), b = RandomTensor({2, 3}, -1, 1, 2);
+  scope_.Var("a")->GetMutable<Tensor>()->CopyFrom(a);
+  scope_.Var("b")->GetMutable<Tensor>()->CopyFrom(b);
+  auto expect_sum = [&](const Tensor& o, const Tensor& x, const Tensor& y) {
+    for (int i = 0; i < 6; ++i) {
+      EXPECT_DOUBLE_EQ(o.data<double>()[i], x.data<double>()[i] + y.data<double>()[i]) << i;
+    }
+  };
+  const OpDesc op = MakeOp("sum", {{"X", {"a", "b"}}}, {{"Out", {"o"}}});
+  ASSERT_TRUE(exec_.RunOp(op, &scope_).ok());
+  const void* buffer = scope_.FindVar("o")->Get<Tensor>().raw_data();
+  ASSERT_TRUE(exec_.RunOp(op, &scope_).ok());
+  EXPECT_EQ(scope_.FindVar("o")->Get<Tensor>().raw_data(), buffer);
+  expect_sum(scope_.FindVar("o")->Get<Tensor>(), a, b);
+  // Held elsewhere (as an encoded reply holds a tensor): left alone.
+  const Tensor held = scope_.FindVar("o")->Get<Tensor>();
+  const Tensor before = held.Clone();
+  scope_.FindVar("b")->GetMutable<Tensor>()->SetZero();
+  ASSERT_TRUE(exec_.RunOp(op, &scope_).ok());
+  EXPECT_NE(scope_.FindVar("o")->Get<Tensor>().raw_data(), held.raw_data());
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(held.data<double>()[i], before.data<double>()[i]) << i;
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(scope_.FindVar("o")->Get<Tensor>().data<double>()[i], a.data<double>()[i]) << i;
+  }
+  // Out is X[0]: a + b, read before written.
+  scope_.FindVar("b")->GetMutable<Tensor>()->CopyFrom(b);
+  ASSERT_TRUE(exec_.RunOp(MakeOp("sum", {{"X", {"a", "b"}}}, {{"Out", {"a"}}}), &scope_).ok());
+  expect_sum(scope_.FindVar("a")->Get<Tensor>(), a, b);
+}
+
 TEST_F(BasicOpsTest, SumShapeMismatchNamesVariables) {
   scope_.Var("a")->GetMutable<Tensor>()->CopyFrom(RandomTensor({2, 3}, -1, 1, 1));
   scope_.Var("b")->GetMutable<Tensor>()->CopyFrom(RandomTensor({3, 2}, -1, 1, 1));
