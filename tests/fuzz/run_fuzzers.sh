@@ -50,7 +50,7 @@ SRCS[program]="common/framework/tensor.cc common/framework/place.cc common/frame
   common/framework/op_desc.cc common/framework/scope.cc common/ops/ops.cc common/ops/basic_ops.cc common/ops/math_ops.cc
   common/ops/activation_ops.cc common/ops/loss_ops.cc common/ops/tensor_ops.cc
   common/ops/random_ops.cc common/ops/embedding_ops.cc common/ops/optimizer_ops.cc
-  common/ops/selected_rows_util.cc common/ops/dist_ops.cc common/ops/sequence_ops.cc
+  common/ops/selected_rows_util.cc common/ops/dist_ops.cc common/ops/merge_plan.cc common/ops/sequence_ops.cc
   common/ops/nn_ops.cc common/ops/small_gemm.cc
   common/layers/program_builder.cc
   transpiler/distribute_transpiler.cc"
@@ -67,7 +67,7 @@ PROTOS[bundle]="tensor program"
 # Extra compiler flags of a source, as the copts of its Bazel library.
 src_cflags() {
   case "$1" in
-    pserver/sparse_table.cc) echo "-DEIGEN_FAST_MATH=0" ;;
+    pserver/sparse_table.cc | common/ops/optimizer_ops.cc) echo "-DEIGEN_FAST_MATH=0" ;;
   esac
 }
 
