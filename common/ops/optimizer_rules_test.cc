@@ -83,6 +83,20 @@ void ApplySpan(const Case& c, const Hyper<T>& h, T* p, T* s1, T* s2, const T* g,
   Apply(c, h, P, S1, S2, G);
 }
 
+// The row form (optimizer_rows.h) on elements [0, n): the ops' and SparseTable's instantiation.
+template <typename T>
+void ApplyRow(const Case& c, const Hyper<T>& h, T* p, T* s1, T* s2, const T* g, int64_t n) {
+  if (c.type == "sgd") {
+    optimizer_rows::SgdRow(p, g, n, h.lr, h.coeff);
+  } else if (c.type == "momentum") {
+    optimizer_rows::MomentumRow(p, s1, g, n, h.lr, h.mu, h.coeff, c.nesterov);
+  } else if (c.type == "adagrad") {
+    optimizer_rows::AdagradRow(p, s1, g, n, h.lr, h.eps, h.coeff);
+  } else {
+    optimizer_rows::AdamRow(p, s1, s2, g, n, h.lr, h.beta1, h.beta2, h.eps, h.coeff);
+  }
+}
+
 // The scalar form (the CUDA kernel's) on each of n elements.
 template <typename T>
 void ApplyScalar(const Case& c, const Hyper<T>& h, T* p, T* s1, T* s2, const T* g, int64_t n) {
@@ -107,6 +121,16 @@ void ExpectSameBits(const T* got, const T* want, int64_t n, const std::string& w
       return;
     }
   }
+}
+
+// p, s1, s2 equal wp, ws1, ws2 bit for bit over their first `size` elements.
+template <typename T>
+void ExpectSameState(const std::vector<T>& p, const std::vector<T>& s1, const std::vector<T>& s2,
+                     const std::vector<T>& wp, const std::vector<T>& ws1, const std::vector<T>& ws2,
+                     int64_t size, const std::string& what) {
+  ExpectSameBits(p.data(), wp.data(), size, what + " p");
+  ExpectSameBits(s1.data(), ws1.data(), size, what + " state1");
+  ExpectSameBits(s2.data(), ws2.data(), size, what + " state2");
 }
 
 // Whether this build may fuse multiply-adds (FMA instructions available: GCC then fuses by
@@ -155,10 +179,7 @@ TYPED_TEST(OptimizerRulesTest, ArrayFormIsIndependentOfAlignment) {
     for (int64_t i = off; i < off + n; ++i) {
       ApplySpan(c, h, wp.data() + i, ws1.data() + i, ws2.data() + i, g.data() + i, 1);
     }
-    const int64_t size = off + n;
-    ExpectSameBits(p.data(), wp.data(), size, what + " p");
-    ExpectSameBits(s1.data(), ws1.data(), size, what + " state1");
-    ExpectSameBits(s2.data(), ws2.data(), size, what + " state2");
+    ExpectSameState(p, s1, s2, wp, ws1, ws2, off + n, what);
   });
 }
 
@@ -170,24 +191,9 @@ TYPED_TEST(OptimizerRulesTest, RowFormGivesTheArrayFormsBits) {
                           std::vector<T> p, std::vector<T> s1, std::vector<T> s2,
                           const std::vector<T>& g, const std::string& what) {
     std::vector<T> wp = p, ws1 = s1, ws2 = s2;
-    T* pp = p.data() + off;
-    T* a = s1.data() + off;
-    T* b = s2.data() + off;
-    const T* gg = g.data() + off;
-    if (c.type == "sgd") {
-      optimizer_rows::SgdRow(pp, gg, n, h.lr, h.coeff);
-    } else if (c.type == "momentum") {
-      optimizer_rows::MomentumRow(pp, a, gg, n, h.lr, h.mu, h.coeff, c.nesterov);
-    } else if (c.type == "adagrad") {
-      optimizer_rows::AdagradRow(pp, a, gg, n, h.lr, h.eps, h.coeff);
-    } else {
-      optimizer_rows::AdamRow(pp, a, b, gg, n, h.lr, h.beta1, h.beta2, h.eps, h.coeff);
-    }
-    ApplySpan(c, h, wp.data() + off, ws1.data() + off, ws2.data() + off, gg, n);
-    const int64_t size = off + n;
-    ExpectSameBits(p.data(), wp.data(), size, what + " p");
-    ExpectSameBits(s1.data(), ws1.data(), size, what + " state1");
-    ExpectSameBits(s2.data(), ws2.data(), size, what + " state2");
+    ApplyRow(c, h, p.data() + off, s1.data() + off, s2.data() + off, g.data() + off, n);
+    ApplySpan(c, h, wp.data() + off, ws1.data() + off, ws2.data() + off, g.data() + off, n);
+    ExpectSameState(p, s1, s2, wp, ws1, ws2, off + n, what);
   });
 }
 
