@@ -257,9 +257,8 @@ void ParameterServer::HandlePrefetchBatch(const RequestMeta& meta,
     if (batch->answered.exchange(true)) return;
     if (!s.ok()) return batch->done(std::vector<absl::StatusOr<Tensor>>(batch->queries.size(), s));
     if (!batch->looked_up) {
-      applier_->ParallelFor(static_cast<int>(batch->queries.size()), [&](int i) {
-        batch->rows[i] = applier_->Lookup(batch->queries[i].table, batch->queries[i].ids);
-      });
+      applier_->ParallelFor(static_cast<int>(batch->queries.size()),
+                            [&](int i) { LookUpInto(*batch, static_cast<size_t>(i)); });
     }
     batch->done(std::move(batch->rows));
   };
@@ -310,12 +309,9 @@ void ParameterServer::LookUpAhead(FusedLookup& f) {
 
 void ParameterServer::LookUpInto(FusedLookup& f, size_t i) {
   absl::StatusOr<Tensor>& rows = f.rows[i];
-  if (!rows.ok()) {
-    rows = applier_->Lookup(f.queries[i].table, f.queries[i].ids);
-    return;
-  }
+  if (!rows.ok()) rows = Tensor();
   absl::Status s = applier_->Lookup(f.queries[i].table, f.queries[i].ids, &*rows);
-  if (!s.ok()) rows = s;
+  if (!s.ok()) rows = std::move(s);
 }
 
 void ParameterServer::TakeSpareRows(FusedLookup& f) {
